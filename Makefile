@@ -1,0 +1,31 @@
+# Convenience wrapper around CMake: the README's two commands.
+#   make demo   build (Release) and run the demo: Mamba-2 SSD forward + backward, accuracy + speed
+#   make test   build and run the whole test suite, normally and under ASan + UBSan
+BUILD ?= build
+SAN_BUILD ?= build-san
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
+.PHONY: all demo test test-fast test-san install clean
+
+all:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: all
+	./$(BUILD)/examples/mamba2c-demo
+
+test-fast: all
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-san:
+	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMAMBA2C_SANITIZE=ON -DMAMBA2C_BUILD_BENCH=OFF
+	cmake --build $(SAN_BUILD) -j $(JOBS)
+	cd $(SAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
+
+test: test-san test-fast
+
+install: all
+	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
+
+clean:
+	rm -rf $(BUILD) $(SAN_BUILD)

@@ -1,0 +1,412 @@
+/*
+ * mamba2c.h — the whole public C API of mamba2c, the Mamba-2 operator library.
+ *
+ * Everything the library offers is declared here; every other header is private.
+ * The math of each operator is specified in SPEC.md (the operator contract); this
+ * file says how to call it.
+ *
+ * Conventions
+ *  - Every entry point returns a mamba2_status_t. On failure nothing has been written
+ *    to any output, and mamba2_last_error() returns a message naming the offending
+ *    argument ("Cm has shape [2,64,3,16]; expected [2,64,G,N] with G=4"). The library
+ *    never exits, aborts or prints.
+ *  - Tensors are described by mamba2_tensor_t: data pointer, dtype, rank, shape and
+ *    *element* strides, in PyTorch order (outermost dimension first), so a torch.Tensor
+ *    maps onto one without reordering. The last dimension must be contiguous
+ *    (stride 1, or any stride when its size is 1); the other strides are free, so views
+ *    into a wider buffer (Mamba-2's in_proj split) work without a copy. Strides must be
+ *    non-negative; stride 0 (broadcast) is accepted for inputs only.
+ *  - An optional tensor is passed as a NULL pointer.
+ *  - Argument order: outputs first, then inputs, then parameters in a struct.
+ *  - The caller owns all memory. An op that needs scratch space reports how much via
+ *    its *_workspace_size query. Passing workspace == NULL makes the library allocate
+ *    (and free) the scratch itself for that call — a convenience; pass a workspace to
+ *    keep allocation out of a hot path.
+ *  - Threading: a context owns a persistent thread pool. Results are bitwise identical
+ *    for every thread count (all reductions run in a fixed order, no float atomics).
+ *    A context may be used by one calling thread at a time; distinct contexts are
+ *    independent. The last-error message is per calling thread.
+ */
+#ifndef MAMBA2C_H
+#define MAMBA2C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(MAMBA2C_BUILD_SHARED)
+#define MAMBA2_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define MAMBA2_API __attribute__((visibility("default")))
+#else
+#define MAMBA2_API
+#endif
+
+#define MAMBA2C_VERSION_MAJOR 0
+#define MAMBA2C_VERSION_MINOR 1
+#define MAMBA2C_VERSION_PATCH 0
+
+/* ------------------------------------------------------------------------- */
+/* Status codes                                                              */
+/* ------------------------------------------------------------------------- */
+
+typedef enum mamba2_status {
+    MAMBA2_STATUS_OK = 0,
+    MAMBA2_STATUS_INVALID_ARGUMENT = 1, /* a shape, stride, dtype or value is wrong   */
+    MAMBA2_STATUS_UNSUPPORTED = 2,      /* valid request this backend cannot serve     */
+    MAMBA2_STATUS_OUT_OF_MEMORY = 3,    /* an allocation the caller allowed failed     */
+    MAMBA2_STATUS_WORKSPACE_TOO_SMALL = 4,
+    MAMBA2_STATUS_BACKEND_UNAVAILABLE = 5, /* backend not compiled in or no device     */
+    MAMBA2_STATUS_INTERNAL_ERROR = 6
+} mamba2_status_t;
+
+/* Static text for a status ("invalid argument", ...). Never NULL. */
+MAMBA2_API const char *mamba2_status_string(mamba2_status_t status);
+
+/* The message of the last failed call made by this thread ("" if none). The pointer
+ * stays valid until this thread's next mamba2 call. */
+MAMBA2_API const char *mamba2_last_error(void);
+
+/* "0.1.0" */
+MAMBA2_API const char *mamba2_version_string(void);
+
+/* ------------------------------------------------------------------------- */
+/* Tensors                                                                   */
+/* ------------------------------------------------------------------------- */
+
+typedef enum mamba2_dtype {
+    MAMBA2_DTYPE_F32 = 0,
+    MAMBA2_DTYPE_F64 = 1,  /* reference backend only (float64 oracle, gradient checks) */
+    MAMBA2_DTYPE_BF16 = 2, /* reserved: activation storage type, not yet supported     */
+    MAMBA2_DTYPE_F16 = 3,  /* reserved: activation storage type, not yet supported     */
+    MAMBA2_DTYPE_I32 = 4,  /* index tensors (cu_seqlens)                                */
+    MAMBA2_DTYPE_I64 = 5
+} mamba2_dtype_t;
+
+#define MAMBA2_MAX_RANK 6
+
+typedef struct mamba2_tensor {
+    void *data;
+    mamba2_dtype_t dtype;
+    int32_t rank;
+    int64_t shape[MAMBA2_MAX_RANK];
+    int64_t stride[MAMBA2_MAX_RANK]; /* in elements, outermost first */
+} mamba2_tensor_t;
+
+/* A contiguous (row-major) descriptor of `rank` dims; rank <= MAMBA2_MAX_RANK. */
+MAMBA2_API mamba2_tensor_t mamba2_tensor_make(void *data, mamba2_dtype_t dtype, int32_t rank,
+                                              const int64_t *shape);
+/* A descriptor with explicit element strides. */
+MAMBA2_API mamba2_tensor_t mamba2_tensor_make_strided(void *data, mamba2_dtype_t dtype,
+                                                      int32_t rank, const int64_t *shape,
+                                                      const int64_t *stride);
+/* Size in bytes of one element of dtype (0 for an unknown dtype). */
+MAMBA2_API size_t mamba2_dtype_size(mamba2_dtype_t dtype);
+
+/* ------------------------------------------------------------------------- */
+/* Context: backend choice and thread pool                                   */
+/* ------------------------------------------------------------------------- */
+
+typedef enum mamba2_backend {
+    MAMBA2_BACKEND_CPU = 0, /* optimized CPU kernels (AVX2+FMA or portable scalar)  */
+    MAMBA2_BACKEND_REF = 1, /* float64-accumulating reference: the oracle, slow      */
+    MAMBA2_BACKEND_CUDA = 2 /* NVIDIA GPUs; BACKEND_UNAVAILABLE when not built in    */
+} mamba2_backend_t;
+
+typedef struct mamba2_context mamba2_context_t;
+
+/* Create a context for `backend`. num_threads <= 0 means one per online CPU. */
+MAMBA2_API mamba2_status_t mamba2_context_create(mamba2_context_t **ctx, mamba2_backend_t backend,
+                                                 int32_t num_threads);
+/* Destroy a context (NULL is allowed and does nothing). */
+MAMBA2_API void mamba2_context_destroy(mamba2_context_t *ctx);
+/* Change the thread count (<= 0: one per online CPU). Results do not change. */
+MAMBA2_API mamba2_status_t mamba2_context_set_num_threads(mamba2_context_t *ctx,
+                                                          int32_t num_threads);
+MAMBA2_API int32_t mamba2_context_get_num_threads(const mamba2_context_t *ctx);
+MAMBA2_API mamba2_backend_t mamba2_context_get_backend(const mamba2_context_t *ctx);
+/* The SIMD kernel set the CPU backend chose at run time: "avx2+fma" or "scalar".
+ * mamba2_context_force_isa(ctx, "scalar") forces the portable path (for tests). */
+MAMBA2_API const char *mamba2_context_get_isa(const mamba2_context_t *ctx);
+MAMBA2_API mamba2_status_t mamba2_context_force_isa(mamba2_context_t *ctx, const char *isa);
+
+/* ------------------------------------------------------------------------- */
+/* SSD chunked scan (SPEC §1–2)                                              */
+/* ------------------------------------------------------------------------- */
+/*
+ * Shapes (PyTorch order):
+ *   x[B,L,H,P]  dt[B,L,H]  A[H]  Bm[B,L,G,N]  Cm[B,L,G,N]  ->  out[B,L,H,P]
+ *   H % G == 0; head h reads group h / (H/G).
+ * Options (all optional):
+ *   D[H] or D[H,P]; z[B,L,H,P]; dt_bias[H]; dt_softplus; dt_limit (lo, hi);
+ *   initial_state[S,H,P,N] and final_state[S,H,P,N] (float32), where S = B, or
+ *   S = nseq when cu_seqlens[nseq+1] (int32 or int64; requires B == 1) packs nseq
+ *   independent sequences into the L tokens.
+ * dtypes: x, dt, Bm, Cm, z, out (and their gradients) share one dtype, F32 (CPU
+ * backend) or F32/F64 (reference backend). A, D, dt_bias, states and their
+ * gradients are F32, except that with F64 activations on the reference backend they
+ * are F64 too.
+ * L == 0 is valid: out is empty and final_state = initial_state (or 0).
+ */
+typedef struct mamba2_ssd_options {
+    int64_t chunk_size;                   /* Q >= 1; blocks the work, not the result   */
+    const mamba2_tensor_t *D;             /* [H] or [H,P], or NULL                     */
+    const mamba2_tensor_t *z;             /* [B,L,H,P], or NULL: out = y * silu(z)     */
+    const mamba2_tensor_t *dt_bias;       /* [H], or NULL                              */
+    const mamba2_tensor_t *initial_state; /* [S,H,P,N], or NULL (zeros)                */
+    const mamba2_tensor_t *cu_seqlens;    /* [nseq+1] int32/int64, or NULL             */
+    int32_t dt_softplus;                  /* nonzero: dt = softplus(dt + dt_bias)      */
+    double dt_limit_lo;                   /* clamp of the processed dt, always applied */
+    double dt_limit_hi;                   /* default (0, +inf)                         */
+} mamba2_ssd_options_t;
+
+/* Defaults: chunk_size 256, no optional tensors, no softplus, dt_limit (0, +inf). */
+MAMBA2_API mamba2_ssd_options_t mamba2_ssd_options_default(void);
+
+/*
+ * Forward. out[B,L,H,P] is overwritten; final_state[S,H,P,N] (may be NULL) is
+ * overwritten. No output may overlap an input.
+ */
+MAMBA2_API mamba2_status_t mamba2_ssd_forward_workspace_size(
+    mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *final_state,
+    const mamba2_tensor_t *x, const mamba2_tensor_t *dt, const mamba2_tensor_t *A,
+    const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm, const mamba2_ssd_options_t *opts,
+    size_t *workspace_size);
+
+MAMBA2_API mamba2_status_t mamba2_ssd_forward(
+    mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *final_state,
+    const mamba2_tensor_t *x, const mamba2_tensor_t *dt, const mamba2_tensor_t *A,
+    const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm, const mamba2_ssd_options_t *opts,
+    void *workspace, size_t workspace_size);
+
+/*
+ * Backward outputs. Each pointer may be NULL (that gradient is not wanted). Every
+ * gradient given is OVERWRITTEN (never accumulated into):
+ *   dx[B,L,H,P]  ddt[B,L,H] (w.r.t. the raw dt, through bias, softplus and clamp)
+ *   dA[H]  dBm[B,L,G,N]  dCm[B,L,G,N]  dD (shape of D)  dz[B,L,H,P]
+ *   ddt_bias[H]  dinitial_state[S,H,P,N]
+ * dD, dz, ddt_bias and dinitial_state may only be requested when the matching option
+ * is present. Sums over heads, batch and time (dA, dD, ddt_bias, dBm, dCm) run in a
+ * fixed order: bitwise identical for any thread count.
+ */
+typedef struct mamba2_ssd_grads {
+    const mamba2_tensor_t *dx;
+    const mamba2_tensor_t *ddt;
+    const mamba2_tensor_t *dA;
+    const mamba2_tensor_t *dBm;
+    const mamba2_tensor_t *dCm;
+    const mamba2_tensor_t *dD;
+    const mamba2_tensor_t *dz;
+    const mamba2_tensor_t *ddt_bias;
+    const mamba2_tensor_t *dinitial_state;
+} mamba2_ssd_grads_t;
+
+/*
+ * Backward: given dout[B,L,H,P] and optionally dfinal_state[S,H,P,N] (the gradient
+ * flowing into final_state; NULL = zero), write the requested gradients. Inputs and
+ * options must be the ones the forward saw.
+ */
+MAMBA2_API mamba2_status_t mamba2_ssd_backward_workspace_size(
+    mamba2_context_t *ctx, const mamba2_ssd_grads_t *grads, const mamba2_tensor_t *dout,
+    const mamba2_tensor_t *dfinal_state, const mamba2_tensor_t *x, const mamba2_tensor_t *dt,
+    const mamba2_tensor_t *A, const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
+    const mamba2_ssd_options_t *opts, size_t *workspace_size);
+
+MAMBA2_API mamba2_status_t mamba2_ssd_backward(
+    mamba2_context_t *ctx, const mamba2_ssd_grads_t *grads, const mamba2_tensor_t *dout,
+    const mamba2_tensor_t *dfinal_state, const mamba2_tensor_t *x, const mamba2_tensor_t *dt,
+    const mamba2_tensor_t *A, const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
+    const mamba2_ssd_options_t *opts, void *workspace, size_t workspace_size);
+
+/* ------------------------------------------------------------------------- */
+/* Gated RMSNorm (SPEC §5)                                                   */
+/* ------------------------------------------------------------------------- */
+/*
+ * Shapes (PyTorch order):
+ *   x[M,D]  z[M,D] (optional gate)  weight[D]  bias[D] (optional)
+ *   ->  out[M,D]  rstd[M,D/group_size] (optional)
+ *   M rows (e.g. B*L tokens; the row stride is free, so a slice of a wider buffer works).
+ * The statistics are taken per group of group_size consecutive channels of a row, as in
+ * mamba_ssm's RMSNormGated(group_size = D/ngroups). A norm over the whole row, as some
+ * ports of Mamba-2 compute it whatever ngroups is, is group_size = D; the two differ as
+ * soon as ngroups > 1. With r = 1/sqrt(mean over the group of v^2 + eps) and
+ * silu(s) = s/(1+exp(-s)):
+ *   norm_before_gate == 0 (Mamba-2):  v = x * silu(z) (v = x without z)
+ *                                     out = v * r * weight (+ bias)
+ *   norm_before_gate != 0:            v = x
+ *                                     out = (x * r * weight (+ bias)) * silu(z)
+ * rstd[m,g] receives r of row m, group g (the forward's statistics, for the backward).
+ * dtypes: x, z, out, dout, dx, dz share one dtype: F32 (CPU backend) or F32/F64 (reference
+ * backend). weight, bias, rstd, dweight and dbias are F32, or F64 with F64 activations.
+ * M == 0 is valid: nothing is written to out, and dweight and dbias become 0.
+ */
+typedef struct mamba2_rmsnorm_gated_options {
+    double eps;               /* finite, >= 0; added to the mean square          */
+    int64_t group_size;       /* channels per group, divides D; 0 means D        */
+    int32_t norm_before_gate; /* nonzero: normalise x, then gate (see above)     */
+} mamba2_rmsnorm_gated_options_t;
+
+/* Defaults (mamba_ssm's RMSNormGated as Mamba-2 uses it): eps 1e-5, group_size 0 (= D),
+ * norm_before_gate 0. */
+MAMBA2_API mamba2_rmsnorm_gated_options_t mamba2_rmsnorm_gated_options_default(void);
+
+/*
+ * Forward. out[M,D] is overwritten; rstd[M,D/group_size] (may be NULL) is overwritten.
+ * z and bias may be NULL; opts may be NULL (defaults). No output may overlap an input
+ * or the other output.
+ */
+MAMBA2_API mamba2_status_t mamba2_rmsnorm_gated_forward_workspace_size(
+    mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *rstd,
+    const mamba2_tensor_t *x, const mamba2_tensor_t *z, const mamba2_tensor_t *weight,
+    const mamba2_tensor_t *bias, const mamba2_rmsnorm_gated_options_t *opts,
+    size_t *workspace_size);
+
+MAMBA2_API mamba2_status_t mamba2_rmsnorm_gated_forward(
+    mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *rstd,
+    const mamba2_tensor_t *x, const mamba2_tensor_t *z, const mamba2_tensor_t *weight,
+    const mamba2_tensor_t *bias, const mamba2_rmsnorm_gated_options_t *opts, void *workspace,
+    size_t workspace_size);
+
+/*
+ * Backward outputs. Each pointer may be NULL (that gradient is not wanted). Every
+ * gradient given is OVERWRITTEN (never accumulated into):
+ *   dx[M,D]  dz[M,D] (only when z is given)
+ *   dweight[D]  dbias[D] (only when bias is given): sums over the M rows, in a fixed
+ *   order: bitwise identical for any thread count.
+ */
+typedef struct mamba2_rmsnorm_gated_grads {
+    const mamba2_tensor_t *dx;
+    const mamba2_tensor_t *dz;
+    const mamba2_tensor_t *dweight;
+    const mamba2_tensor_t *dbias;
+} mamba2_rmsnorm_gated_grads_t;
+
+/*
+ * Backward: given dout[M,D], write the requested gradients. Inputs and options must be
+ * the ones the forward saw. rstd[M,D/group_size] may be NULL (the statistics are
+ * recomputed from x and z) or the rstd the forward wrote, which then is used as is.
+ */
+MAMBA2_API mamba2_status_t mamba2_rmsnorm_gated_backward_workspace_size(
+    mamba2_context_t *ctx, const mamba2_rmsnorm_gated_grads_t *grads,
+    const mamba2_tensor_t *dout, const mamba2_tensor_t *x, const mamba2_tensor_t *z,
+    const mamba2_tensor_t *weight, const mamba2_tensor_t *bias, const mamba2_tensor_t *rstd,
+    const mamba2_rmsnorm_gated_options_t *opts, size_t *workspace_size);
+
+MAMBA2_API mamba2_status_t mamba2_rmsnorm_gated_backward(
+    mamba2_context_t *ctx, const mamba2_rmsnorm_gated_grads_t *grads,
+    const mamba2_tensor_t *dout, const mamba2_tensor_t *x, const mamba2_tensor_t *z,
+    const mamba2_tensor_t *weight, const mamba2_tensor_t *bias, const mamba2_tensor_t *rstd,
+    const mamba2_rmsnorm_gated_options_t *opts, void *workspace, size_t workspace_size);
+
+/* ------------------------------------------------------------------------- */
+/* Causal depthwise conv1d (SPEC §4) and its decode step (SPEC §6)           */
+/* ------------------------------------------------------------------------- */
+/*
+ * Shapes (PyTorch order, channel-last as Mamba-2 stores the xBC slice of its in_proj
+ * output; a view with a row stride larger than C works without a copy):
+ *   x[B,L,C]  weight[C,W] (1 <= W <= 8)  ->  out[B,L,C]
+ *   out[b,t,c] = act(bias[c] + Σ_{k<W} weight[c,k] * u[t-W+1+k][c])
+ * where u[j] = x[b,j] for j >= 0 and, before the start of the sequence (j < 0), the
+ * entry W-1+j of initial_conv_state (zero when it is absent).
+ * Conv states [S,C,W-1] hold the W-1 inputs before a position, oldest first (the
+ * conv_state layout of causal-conv1d). final_conv_state[s,c,i] = u[len-W+1+i][c]: the last
+ * W-1 inputs of the sequence, which for a sequence shorter than W-1 include entries of
+ * initial_conv_state. S = B, or S = nseq when cu_seqlens[nseq+1] (int32 or int64;
+ * requires B == 1) packs nseq independent sequences into the L tokens (the window never
+ * crosses a boundary).
+ * dtypes: x, out, the conv states and their gradients share one dtype: F32 (CPU backend)
+ * or F32/F64 (reference backend). weight and bias (and their gradients) are F32, F64 with
+ * F64 activations. L == 0 is valid: out is empty and final_conv_state = initial (or 0).
+ */
+typedef enum mamba2_activation {
+    MAMBA2_ACTIVATION_NONE = 0,
+    MAMBA2_ACTIVATION_SILU = 1 /* silu(v) = v / (1 + exp(-v)) */
+} mamba2_activation_t;
+
+typedef struct mamba2_conv1d_options {
+    const mamba2_tensor_t *bias;               /* [C], or NULL (zero)                      */
+    const mamba2_tensor_t *initial_conv_state; /* [S,C,W-1], or NULL (zeros)               */
+    const mamba2_tensor_t *cu_seqlens;         /* [nseq+1] int32/int64, or NULL; B == 1    */
+    mamba2_activation_t activation;            /* applied after the bias                   */
+} mamba2_conv1d_options_t;
+
+/* Defaults: no bias, no initial state, no cu_seqlens, MAMBA2_ACTIVATION_NONE. */
+MAMBA2_API mamba2_conv1d_options_t mamba2_conv1d_options_default(void);
+
+/*
+ * Forward. out[B,L,C] is overwritten; final_conv_state[S,C,W-1] (may be NULL) is
+ * overwritten. No output may overlap an input. Needs no workspace.
+ */
+MAMBA2_API mamba2_status_t mamba2_conv1d_forward(mamba2_context_t *ctx, const mamba2_tensor_t *out,
+                                                 const mamba2_tensor_t *final_conv_state,
+                                                 const mamba2_tensor_t *x,
+                                                 const mamba2_tensor_t *weight,
+                                                 const mamba2_conv1d_options_t *opts);
+
+/*
+ * Backward outputs. Each pointer may be NULL (that gradient is not wanted). Every gradient
+ * given is OVERWRITTEN (never accumulated into):
+ *   dx[B,L,C]  dweight[C,W]  dbias[C]  dinitial_conv_state[S,C,W-1]
+ * dbias and dinitial_conv_state may only be requested when bias / initial_conv_state are
+ * given. dweight and dbias are sums over all B·L tokens computed in a fixed order: bitwise
+ * identical for any thread count.
+ */
+typedef struct mamba2_conv1d_grads {
+    const mamba2_tensor_t *dx;
+    const mamba2_tensor_t *dweight;
+    const mamba2_tensor_t *dbias;
+    const mamba2_tensor_t *dinitial_conv_state;
+} mamba2_conv1d_grads_t;
+
+/*
+ * Backward: given dout[B,L,C] and optionally dfinal_conv_state[S,C,W-1] (the gradient
+ * flowing into final_conv_state; NULL = zero), write the requested gradients. x, weight
+ * and opts must be the ones the forward saw (the activation is recomputed, not stored).
+ */
+MAMBA2_API mamba2_status_t mamba2_conv1d_backward_workspace_size(
+    mamba2_context_t *ctx, const mamba2_conv1d_grads_t *grads, const mamba2_tensor_t *dout,
+    const mamba2_tensor_t *dfinal_conv_state, const mamba2_tensor_t *x,
+    const mamba2_tensor_t *weight, const mamba2_conv1d_options_t *opts, size_t *workspace_size);
+
+MAMBA2_API mamba2_status_t mamba2_conv1d_backward(
+    mamba2_context_t *ctx, const mamba2_conv1d_grads_t *grads, const mamba2_tensor_t *dout,
+    const mamba2_tensor_t *dfinal_conv_state, const mamba2_tensor_t *x,
+    const mamba2_tensor_t *weight, const mamba2_conv1d_options_t *opts, void *workspace,
+    size_t workspace_size);
+
+/*
+ * Decode step: T new tokens per sequence against a cache updated in place.
+ *   x[B,C] (T = 1) or x[B,T,C] (e.g. speculative verification)  ->  out of x's shape
+ *   conv_cache[S,C,W-1]: slot state_indices[b] (or b) holds row b's last W-1 inputs,
+ *   oldest first; the call computes the T outputs exactly as mamba2_conv1d_forward would
+ *   with that slot as initial_conv_state, then stores the new last W-1 inputs there.
+ * state_indices[B] (int32/int64, optional): the slot of each row; NULL means row b uses
+ * slot b and then B <= S. A negative index marks a padding row: its out row is left
+ * untouched and no slot changes. Non-negative indices must be < S and distinct.
+ * out is overwritten (except padding rows); conv_cache is read and updated in place and
+ * may overlap nothing else. dtypes as for the forward. Needs no workspace.
+ */
+typedef struct mamba2_conv1d_step_options {
+    const mamba2_tensor_t *bias;          /* [C], or NULL (zero)                          */
+    const mamba2_tensor_t *state_indices; /* [B] int32/int64, or NULL (row b -> slot b)   */
+    mamba2_activation_t activation;
+} mamba2_conv1d_step_options_t;
+
+/* Defaults: no bias, identity slots, MAMBA2_ACTIVATION_NONE. */
+MAMBA2_API mamba2_conv1d_step_options_t mamba2_conv1d_step_options_default(void);
+
+MAMBA2_API mamba2_status_t mamba2_conv1d_step(mamba2_context_t *ctx, const mamba2_tensor_t *out,
+                                              const mamba2_tensor_t *conv_cache,
+                                              const mamba2_tensor_t *x,
+                                              const mamba2_tensor_t *weight,
+                                              const mamba2_conv1d_step_options_t *opts);
+/* @@ more operators go above this line @@ */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MAMBA2C_H */

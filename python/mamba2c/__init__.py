@@ -1,0 +1,38 @@
+"""mamba2c — PyTorch integration of the mamba2c C library of Mamba-2 operators.
+
+    import mamba2c
+    y = mamba2c.mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size=64, D=D, z=z,
+                                          dt_bias=dt_bias, dt_softplus=True)
+
+Layers:   mamba2c.nn.Mamba2, mamba2c.nn.RMSNormGated
+Models:   mamba2c.models.VisionMamba2
+Ops:      mamba2c.ops (one function per operator, the C contract's form)
+Oracle:   mamba2c.reference (pure torch)
+The SSD scan runs in the C library (CPU tensors, float32; float64 on the reference
+backend; bf16/f16 computed in float32). conv1d, gated RMSNorm and the decode steps run in
+torch until their C ops exist (mamba2c.ops.backend_of tells which).
+"""
+from . import ops, reference
+from ._native import (DeviceError, LibraryNotFoundError, Mamba2Error, available, get_backend,
+                      library_path, set_backend, use_backend)
+from .interface import (RMSNormGated, causal_conv1d_fn, causal_conv1d_update,
+                        mamba_chunk_scan_combined, mamba_split_conv1d_scan_combined, rmsnorm_fn,
+                        selective_state_update, seq_idx_to_cu_seqlens)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ops", "reference", "nn", "models",
+    "mamba_chunk_scan_combined", "mamba_split_conv1d_scan_combined", "selective_state_update",
+    "causal_conv1d_fn", "causal_conv1d_update", "rmsnorm_fn", "RMSNormGated",
+    "seq_idx_to_cu_seqlens",
+    "Mamba2Error", "DeviceError", "LibraryNotFoundError",
+    "available", "library_path", "set_backend", "get_backend", "use_backend",
+]
+
+
+def __getattr__(name):  # lazy subpackages: `mamba2c.nn`, `mamba2c.models`
+    if name in ("nn", "models"):
+        import importlib
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'mamba2c' has no attribute {name!r}")

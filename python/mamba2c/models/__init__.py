@@ -1,0 +1,4 @@
+"""mamba2c.models — complete networks built on mamba2c ops."""
+from .vision_mamba2 import VisionMamba2, VisionMamba2Config
+
+__all__ = ["VisionMamba2", "VisionMamba2Config"]

@@ -1,0 +1,5 @@
+"""mamba2c.nn — Mamba-2 layers on mamba2c ops."""
+from ..interface import RMSNormGated
+from .mamba2 import InferenceParams, Mamba2
+
+__all__ = ["Mamba2", "RMSNormGated", "InferenceParams"]

@@ -1,0 +1,196 @@
+"""mamba2.py — the Mamba-2 mixer layer (mamba_ssm.modules.mamba2.Mamba2's structure) on
+mamba2c ops.
+
+    u [B,L,d_model] --in_proj--> [z | xBC | dt]            (views of one buffer, no copy)
+    xBC --causal depthwise conv1d (width d_conv) + SiLU--> [x | B | C]
+    y = SSD(x, dt, A=-exp(A_log), B, C; D, dt_bias, softplus, dt_limit)
+    y = RMSNormGated(y, z)  (group size d_inner/ngroups, norm_before_gate=False)
+        — or, with rmsnorm=False, z gates inside the scan: y * silu(z)
+    out = out_proj(y)
+
+Parameters and their names follow mamba_ssm (in_proj, conv1d, dt_bias, A_log, D, norm,
+out_proj), so a mamba_ssm state_dict loads as is. An inference cache (conv_state
+[B,conv_dim,d_conv-1], ssm_state [B,H,P,N] float32) supports prefill (forward with
+inference_params) and token-by-token decoding with `step`; step also accepts mamba_ssm's
+[B,conv_dim,d_conv] conv_state.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from .. import ops
+from ..interface import RMSNormGated
+
+__all__ = ["Mamba2", "InferenceParams"]
+
+
+class InferenceParams:
+    """Minimal mamba_ssm-style inference cache holder: key_value_memory_dict maps
+    layer_idx -> (conv_state, ssm_state); seqlen_offset > 0 means "decoding"."""
+
+    def __init__(self, max_seqlen: int = 0, max_batch_size: int = 0):
+        self.max_seqlen = max_seqlen
+        self.max_batch_size = max_batch_size
+        self.seqlen_offset = 0
+        self.key_value_memory_dict = {}
+
+
+class Mamba2(nn.Module):
+    def __init__(self, d_model: int, d_state: int = 128, d_conv: int = 4, conv_init=None,
+                 expand: int = 2, headdim: int = 64, ngroups: int = 1, A_init_range=(1, 16),
+                 D_has_hdim: bool = False, rmsnorm: bool = True, norm_before_gate: bool = False,
+                 dt_min: float = 0.001, dt_max: float = 0.1, dt_init_floor: float = 1e-4,
+                 dt_limit=(0.0, float("inf")), bias: bool = False, conv_bias: bool = True,
+                 chunk_size: int = 256, layer_idx: Optional[int] = None, device=None, dtype=None):
+        fk = {"device": device, "dtype": dtype}
+        super().__init__()
+        self.d_model = d_model
+        self.d_state = d_state
+        self.d_conv = d_conv
+        self.expand = expand
+        self.d_inner = expand * d_model
+        self.headdim = headdim
+        self.ngroups = ngroups
+        if self.d_inner % headdim:
+            raise ValueError(f"d_inner={self.d_inner} is not a multiple of headdim={headdim}")
+        self.nheads = self.d_inner // headdim
+        if self.nheads % ngroups:
+            raise ValueError(f"nheads={self.nheads} is not a multiple of ngroups={ngroups}")
+        self.D_has_hdim = D_has_hdim
+        self.rmsnorm = rmsnorm
+        self.norm_before_gate = norm_before_gate
+        self.dt_limit = tuple(dt_limit)
+        self.chunk_size = chunk_size
+        self.layer_idx = layer_idx
+        self.activation = "silu"
+
+        d_in_proj = 2 * self.d_inner + 2 * ngroups * d_state + self.nheads  # [z, x, B, C, dt]
+        self.in_proj = nn.Linear(d_model, d_in_proj, bias=bias, **fk)
+        self.conv_dim = self.d_inner + 2 * ngroups * d_state
+        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, kernel_size=d_conv,
+                                groups=self.conv_dim, padding=d_conv - 1, bias=conv_bias, **fk)
+        if conv_init is not None:
+            nn.init.uniform_(self.conv1d.weight, -conv_init, conv_init)
+
+        # dt_bias = softplus^-1(dt), dt log-uniform in [dt_min, dt_max]
+        dt = torch.exp(torch.rand(self.nheads, **fk) * (math.log(dt_max) - math.log(dt_min))
+                       + math.log(dt_min)).clamp(min=dt_init_floor)
+        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))
+        self.dt_bias._no_weight_decay = True
+        A = torch.empty(self.nheads, dtype=torch.float32, device=device).uniform_(*A_init_range)
+        self.A_log = nn.Parameter(torch.log(A).to(dtype=dtype))
+        self.A_log._no_weight_decay = True
+        self.D = nn.Parameter(torch.ones(self.d_inner if D_has_hdim else self.nheads, device=device))
+        self.D._no_weight_decay = True
+        if rmsnorm:
+            self.norm = RMSNormGated(self.d_inner, eps=1e-5, norm_before_gate=norm_before_gate,
+                                     group_size=self.d_inner // ngroups, **fk)
+        self.out_proj = nn.Linear(self.d_inner, d_model, bias=bias, **fk)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _D(self) -> Tensor:
+        return self.D.view(self.nheads, self.headdim) if self.D_has_hdim else self.D
+
+    def _conv_w(self) -> Tensor:
+        return self.conv1d.weight.view(self.conv_dim, self.d_conv)
+
+    def _split(self, zxbcdt: Tensor):
+        return torch.split(zxbcdt, [self.d_inner, self.conv_dim, self.nheads], dim=-1)
+
+    # -- forward ---------------------------------------------------------------------------
+
+    def forward(self, u: Tensor, seq_idx: Optional[Tensor] = None,
+                cu_seqlens: Optional[Tensor] = None, inference_params=None) -> Tensor:
+        """u [B,L,d_model] -> [B,L,d_model]. cu_seqlens [nseq+1] (B == 1) or seq_idx
+        [B,L] keep packed sequences apart (conv window and scan state both reset).
+        inference_params: prefill the cache (seqlen_offset == 0) or decode one token."""
+        Bsz, L, _ = u.shape
+        conv_state = ssm_state = None
+        if inference_params is not None:
+            n = cu_seqlens.shape[0] - 1 if cu_seqlens is not None else Bsz
+            conv_state, ssm_state = self._get_states_from_cache(inference_params, n)
+            if inference_params.seqlen_offset > 0:
+                out, _, _ = self.step(u, conv_state, ssm_state)
+                return out
+        zxbcdt = self.in_proj(u)
+        z, xBC, dt = self._split(zxbcdt)
+        if seq_idx is not None and cu_seqlens is None:
+            from ..interface import seq_idx_to_cu_seqlens
+            if Bsz != 1:
+                raise ValueError("seq_idx with batch > 1: pack the sequences into batch 1")
+            cu_seqlens = seq_idx_to_cu_seqlens(seq_idx)[0]
+        # causal conv over channel-last xBC (a strided view of zxbcdt: no copy)
+        want_conv_state = conv_state is not None
+        xBC_out, conv_final = ops.conv1d(xBC, self._conv_w(), self.conv1d.bias, activation=True,
+                                         cu_seqlens=cu_seqlens, return_final_states=want_conv_state)
+        if want_conv_state:
+            conv_state.copy_(conv_final)  # the last d_conv-1 inputs of each sequence
+        x, Bm, Cm = torch.split(xBC_out, [self.d_inner, self.ngroups * self.d_state,
+                                          self.ngroups * self.d_state], dim=-1)
+        A = -torch.exp(self.A_log.float())
+        out, final = ops.ssd(x.unflatten(-1, (self.nheads, self.headdim)), dt, A,
+                             Bm.unflatten(-1, (self.ngroups, self.d_state)),
+                             Cm.unflatten(-1, (self.ngroups, self.d_state)), self.chunk_size,
+                             D=self._D(),
+                             z=None if self.rmsnorm else z.unflatten(-1, (self.nheads, self.headdim)),
+                             dt_bias=self.dt_bias, cu_seqlens=cu_seqlens, dt_softplus=True,
+                             dt_limit=self.dt_limit)
+        if ssm_state is not None:
+            ssm_state.copy_(final)
+        y = out.flatten(-2)
+        if self.rmsnorm:
+            y = self.norm(y, z)
+        return self.out_proj(y)
+
+    # -- decoding --------------------------------------------------------------------------
+
+    def step(self, hidden_states: Tensor, conv_state: Tensor, ssm_state: Tensor
+             ) -> Tuple[Tensor, Tensor, Tensor]:
+        """One token: hidden_states [B,1,d_model]; conv_state [B,conv_dim,d_conv-1] (or
+        mamba_ssm's [B,conv_dim,d_conv]) and
+        ssm_state [B,H,P,N] are updated in place. Returns (out [B,1,d_model], conv_state,
+        ssm_state) as mamba_ssm does."""
+        if hidden_states.shape[1] != 1:
+            raise ValueError("step decodes one token at a time: hidden_states must be [B,1,d_model]")
+        zxbcdt = self.in_proj(hidden_states.squeeze(1))
+        z, xBC, dt = self._split(zxbcdt)
+        xBC = ops.conv1d_step(xBC, conv_state, self._conv_w(), self.conv1d.bias, activation=True)
+        x, Bm, Cm = torch.split(xBC, [self.d_inner, self.ngroups * self.d_state,
+                                      self.ngroups * self.d_state], dim=-1)
+        A = -torch.exp(self.A_log.float())
+        y = ops.ssd_step(ssm_state, x.unflatten(-1, (self.nheads, self.headdim)), dt, A,
+                         Bm.unflatten(-1, (self.ngroups, self.d_state)),
+                         Cm.unflatten(-1, (self.ngroups, self.d_state)), D=self._D(),
+                         z=None if self.rmsnorm else z.unflatten(-1, (self.nheads, self.headdim)),
+                         dt_bias=self.dt_bias, dt_softplus=True, dt_limit=self.dt_limit)
+        y = y.flatten(-2)
+        if self.rmsnorm:
+            y = self.norm(y, z)
+        return self.out_proj(y).unsqueeze(1), conv_state, ssm_state
+
+    def allocate_inference_cache(self, batch_size: int, max_seqlen: int = 0, dtype=None, **kw):
+        device = self.out_proj.weight.device
+        conv_dtype = self.conv1d.weight.dtype if dtype is None else dtype
+        # [B, conv_dim, d_conv-1], contiguous: the previous d_conv-1 inputs, oldest first —
+        # the C decode step's layout, updated in place without a copy. (mamba_ssm keeps
+        # d_conv inputs in a channel-last [B, d_conv, conv_dim] buffer seen transposed; its
+        # oldest entry never reaches an output.)
+        conv_state = torch.zeros(batch_size, self.conv_dim, self.d_conv - 1, device=device,
+                                 dtype=conv_dtype)
+        ssm_state = torch.zeros(batch_size, self.nheads, self.headdim, self.d_state,
+                                device=device, dtype=torch.float32)
+        return conv_state, ssm_state
+
+    def _get_states_from_cache(self, inference_params, batch_size: int):
+        key = self.layer_idx
+        cache = inference_params.key_value_memory_dict
+        if key not in cache:
+            cache[key] = self.allocate_inference_cache(batch_size)
+        return cache[key]

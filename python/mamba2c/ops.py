@@ -1,0 +1,117 @@
+"""ops.py — one function per mamba2c operator, in the C contract's form (SPEC.md).
+
+Each function is the single place that decides who computes the op:
+  - the C library (through _native / _custom_ops) when the loaded libmamba2c exports the
+    op and the tensors are on the CPU;
+  - otherwise the torch implementation in _torch_impl.py (same semantics).
+The SSD scan always runs in C. conv1d, rmsnorm_gated and conv1d_step have C bindings
+that are used as soon as the loaded library exports those entry points (has_op), and fall
+back to torch otherwise (older library, non-CPU tensors, or a case the C op does not
+cover — listed per function). ssd_step has no C entry point yet: torch. When a C op
+lands, its binding goes into _native/_custom_ops and its name into NATIVE_OPS below —
+callers (interface.py, nn/, models/) do not change.
+
+The SSD scan has no torch fallback: a non-CPU tensor raises _native.DeviceError.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _custom_ops, _native, _torch_impl
+from ._custom_ops import ssd as _ssd_c
+
+__all__ = ["ssd", "conv1d", "rmsnorm_gated", "ssd_step", "conv1d_step", "backend_of", "NATIVE_OPS"]
+
+# Ops whose C binding is written. An op runs in C when it is listed here AND the loaded
+# library exports it (_native.has_op) AND its tensors are on the CPU.
+NATIVE_OPS = frozenset({"ssd", "rmsnorm_gated", "conv1d", "conv1d_step"})
+
+
+def _native_ok(name: str, t: Tensor) -> bool:
+    return name in NATIVE_OPS and t.device.type == "cpu" and _native.has_op(name)
+
+
+def backend_of(name: str, device: str = "cpu") -> str:
+    """"C" or "torch": who computes op `name` for tensors on `device`."""
+    return "C" if (name in NATIVE_OPS and device == "cpu" and _native.has_op(name)) else "torch"
+
+
+def ssd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,
+        D: Optional[Tensor] = None, z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None,
+        initial_states: Optional[Tensor] = None, cu_seqlens: Optional[Tensor] = None,
+        dt_softplus: bool = False, dt_limit=(0.0, math.inf)) -> Tuple[Tensor, Tensor]:
+    """SSD chunked scan, SPEC §1-2 (C library; differentiable; torch.compile-able).
+    x [B,L,H,P], dt [B,L,H], A [H], B/C [B,L,G,N], D [H] or [H,P], z [B,L,H,P],
+    dt_bias [H], initial_states [S,H,P,N], cu_seqlens [nseq+1] (B == 1, S = nseq).
+    Returns (out [B,L,H,P] in x.dtype, final_state [S,H,P,N] float32 — float64 for
+    float64 input)."""
+    return _ssd_c(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
+                  dt_softplus, dt_limit)
+
+
+def conv1d(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, activation: bool = False,
+           initial_states: Optional[Tensor] = None, cu_seqlens: Optional[Tensor] = None,
+           return_final_states: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
+    """Causal depthwise conv1d, SPEC §4. x [B,L,D] channel-last (row stride free),
+    weight [D,W], bias [D], initial_states [S,D,W-1]. Returns (out [B,L,D],
+    final_states [S,D,W-1] or None). C op for CPU tensors and 1 <= W <= 8; torch otherwise."""
+    if _native_ok("conv1d", x) and 1 <= weight.shape[-1] <= 8:
+        return _custom_ops.conv1d(x, weight.reshape(weight.shape[0], -1), bias, initial_states,
+                                  cu_seqlens, activation, return_final_states)
+    return _torch_impl.conv1d(x, weight, bias, activation, initial_states, cu_seqlens,
+                              return_final_states)
+
+
+def rmsnorm_gated(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
+                  z: Optional[Tensor] = None, eps: float = 1e-6, group_size: Optional[int] = None,
+                  norm_before_gate: bool = False) -> Tensor:
+    """Gated RMSNorm, SPEC §5 (statistics per group of group_size channels of the last
+    dim; None = the whole dim). Any leading shape; C op on CPU tensors."""
+    D = x.shape[-1]
+    if _native_ok("rmsnorm_gated", x) and x.dim() >= 1:
+        x2 = x.reshape(-1, D)
+        z2 = z.reshape(-1, D) if z is not None else None
+        out = _custom_ops.rmsnorm_gated(x2, z2, weight, bias, eps,
+                                        0 if group_size is None else int(group_size),
+                                        norm_before_gate)
+        return out.reshape(x.shape)
+    return _torch_impl.rmsnorm_gated(x, weight, bias, z, eps, group_size, norm_before_gate)
+
+
+def ssd_step(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
+             D: Optional[Tensor] = None, z: Optional[Tensor] = None,
+             dt_bias: Optional[Tensor] = None, dt_softplus: bool = False,
+             dt_limit=(0.0, math.inf), state_indices: Optional[Tensor] = None) -> Tensor:
+    """One SSD decode step, SPEC §6; updates state [S,H,P,N] in place, returns out [B,H,P]."""
+    # C op pending (SPEC §6): torch implementation.
+    return _torch_impl.ssd_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit,
+                                state_indices)
+
+
+def conv1d_step(x: Tensor, conv_state: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
+                activation: bool = False, state_indices: Optional[Tensor] = None,
+                cache_seqlens: Optional[Tensor] = None) -> Tensor:
+    """One causal-conv decode step, SPEC §6 / causal_conv1d_update: x [B,D] or [B,D,T]
+    (channel-first, as causal-conv1d), conv_state [S,D,K] updated in place.
+    C op when conv_state is exactly [S,D,W-1] with a contiguous last dim and the compute
+    dtype (the cache is updated in place, so it is never copied), no circular buffer
+    (cache_seqlens) and no gradient is needed; torch otherwise (K > W-1 shifts the whole
+    K-long window, as causal-conv1d does)."""
+    W = weight.shape[-1]
+    if (_native_ok("conv1d_step", x) and cache_seqlens is None and conv_state.is_cpu
+            and conv_state.dim() == 3 and conv_state.shape[-1] == W - 1
+            and (W - 1 <= 1 or conv_state.stride(-1) == 1)
+            and conv_state.dtype in (torch.float32, torch.float64)
+            and conv_state.dtype == _native._act_dtype(x)
+            and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                                  or (bias is not None and bias.requires_grad)))):
+        xs = x if x.dim() == 2 else x.transpose(1, 2)      # C takes [B,C] or [B,T,C]
+        out = _custom_ops.conv1d_step(xs, conv_state, weight.reshape(weight.shape[0], -1), bias,
+                                      activation, state_indices)
+        return out if x.dim() == 2 else out.transpose(1, 2)
+    return _torch_impl.conv1d_step(x, conv_state, weight, bias, activation, state_indices,
+                                   cache_seqlens)

@@ -1,0 +1,103 @@
+/*
+ * context.c — contexts: which backend runs the ops, its thread pool, its kernel set.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+
+static int32_t online_cpus(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+    if (n > 1024) n = 1024;
+    return (int32_t)n;
+}
+
+mamba2_status_t mamba2_context_create(mamba2_context_t **ctx, mamba2_backend_t backend,
+                                      int32_t num_threads) {
+    m2_clear_error();
+    if (!ctx) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "ctx (output pointer) is NULL");
+    *ctx = NULL;
+    const m2_backend_ops *ops = NULL;
+    switch (backend) {
+    case MAMBA2_BACKEND_CPU: ops = &m2_cpu_backend; break;
+    case MAMBA2_BACKEND_REF: ops = &m2_ref_backend; break;
+    case MAMBA2_BACKEND_CUDA:
+        return m2_error(MAMBA2_STATUS_BACKEND_UNAVAILABLE,
+                        "the CUDA backend is not built into this library");
+    default:
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "unknown backend %d", (int)backend);
+    }
+    mamba2_context_t *c = calloc(1, sizeof *c);
+    if (!c) return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "cannot allocate a context");
+    c->backend = backend;
+    c->ops = ops;
+    c->isa = m2_detect_isa();
+    mamba2_status_t st = mamba2_context_set_num_threads(c, num_threads);
+    if (st != MAMBA2_STATUS_OK) {
+        free(c);
+        return st;
+    }
+    *ctx = c;
+    return MAMBA2_STATUS_OK;
+}
+
+void mamba2_context_destroy(mamba2_context_t *ctx) {
+    if (!ctx) return;
+    m2_pool_destroy(ctx->pool);
+    free(ctx);
+}
+
+mamba2_status_t mamba2_context_set_num_threads(mamba2_context_t *ctx, int32_t num_threads) {
+    m2_clear_error();
+    if (!ctx) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+    if (num_threads <= 0) num_threads = online_cpus();
+    if (num_threads > 1024)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "num_threads is %d; at most 1024 supported",
+                        (int)num_threads);
+    if (ctx->pool && m2_pool_num_threads(ctx->pool) == num_threads) return MAMBA2_STATUS_OK;
+    m2_pool *pool = NULL;
+    mamba2_status_t st = m2_pool_create(&pool, num_threads);
+    if (st != MAMBA2_STATUS_OK) return st;
+    m2_pool_destroy(ctx->pool);
+    ctx->pool = pool;
+    ctx->num_threads = num_threads;
+    return MAMBA2_STATUS_OK;
+}
+
+int32_t mamba2_context_get_num_threads(const mamba2_context_t *ctx) {
+    return ctx ? ctx->num_threads : 0;
+}
+
+mamba2_backend_t mamba2_context_get_backend(const mamba2_context_t *ctx) {
+    return ctx ? ctx->backend : MAMBA2_BACKEND_CPU;
+}
+
+const char *mamba2_context_get_isa(const mamba2_context_t *ctx) {
+    if (!ctx) return "none";
+    if (ctx->backend == MAMBA2_BACKEND_REF) return "reference";
+    return ctx->isa == M2_ISA_AVX2 ? "avx2+fma" : "scalar";
+}
+
+mamba2_status_t mamba2_context_force_isa(mamba2_context_t *ctx, const char *isa) {
+    m2_clear_error();
+    if (!ctx) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+    if (!isa) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "isa is NULL");
+    if (strcmp(isa, "scalar") == 0) {
+        ctx->isa = M2_ISA_SCALAR;
+        return MAMBA2_STATUS_OK;
+    }
+    if (strcmp(isa, "avx2+fma") == 0 || strcmp(isa, "avx2") == 0) {
+        if (m2_detect_isa() != M2_ISA_AVX2)
+            return m2_error(MAMBA2_STATUS_UNSUPPORTED, "this CPU does not support AVX2+FMA");
+        ctx->isa = M2_ISA_AVX2;
+        return MAMBA2_STATUS_OK;
+    }
+    if (strcmp(isa, "auto") == 0) {
+        ctx->isa = m2_detect_isa();
+        return MAMBA2_STATUS_OK;
+    }
+    return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                    "isa is \"%s\"; expected \"scalar\", \"avx2+fma\" or \"auto\"", isa);
+}

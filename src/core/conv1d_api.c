@@ -1,0 +1,523 @@
+/*
+ * conv1d_api.c — public entry points of the causal depthwise conv1d (SPEC §4) and its decode
+ * step (SPEC §6): argument validation, workspace, dispatch.
+ *
+ * As in ssd_api.c, every check a backend relies on happens here, once, before any output is
+ * touched: ranks, shapes (B, L, C from x; W from weight), dtypes, strides (non-negative, last
+ * dimension contiguous, outputs not self-overlapping), data pointers, outputs overlapping
+ * inputs or each other (the step's conv_cache is updated in place and is exempt only from
+ * overlapping itself), the activation, cu_seqlens and state_indices. The validated problem is
+ * handed to the context's backend as an m2_conv1d_problem (core/conv1d.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/conv1d.h"
+
+/* A tensor taking part in the overlap checks. */
+typedef struct span {
+    const char *name;
+    const mamba2_tensor_t *t;
+    int64_t numel;
+} span;
+
+typedef enum { CALL_FORWARD = 0, CALL_BACKWARD = 1, CALL_STEP = 2 } call_kind;
+
+typedef struct conv_call {
+    call_kind kind;
+    mamba2_context_t *ctx;
+    const mamba2_tensor_t *x, *weight;
+    /* forward / backward */
+    const mamba2_conv1d_options_t *opts;
+    const mamba2_tensor_t *out, *final_state;  /* forward outputs  */
+    const mamba2_conv1d_grads_t *grads;        /* backward outputs */
+    const mamba2_tensor_t *dout, *dfinal;      /* backward inputs  */
+    /* step */
+    const mamba2_conv1d_step_options_t *sopts;
+    const mamba2_tensor_t *cache;
+} conv_call;
+
+static m2_view view_of(const mamba2_tensor_t *t) {
+    m2_view v;
+    memset(&v, 0, sizeof v);
+    if (!t) return v;
+    v.p = t->data;
+    for (int i = 0; i < t->rank && i < 4; i++) v.s[i] = t->stride[i];
+    return v;
+}
+
+#define TRY(expr)                                                                          \
+    do {                                                                                   \
+        mamba2_status_t st_ = (expr);                                                      \
+        if (st_ != MAMBA2_STATUS_OK) return st_;                                           \
+    } while (0)
+
+static const char *call_name(call_kind k) {
+    return k == CALL_FORWARD ? "conv1d_forward" : k == CALL_BACKWARD ? "conv1d_backward"
+                                                                     : "conv1d_step";
+}
+
+static int64_t index_at(const mamba2_tensor_t *t, int64_t i) {
+    return t->dtype == MAMBA2_DTYPE_I32 ? ((const int32_t *)t->data)[i * t->stride[0]]
+                                        : ((const int64_t *)t->data)[i * t->stride[0]];
+}
+
+/* cu_seqlens[nseq+1]: rank 1, i32/i64, contiguous, 0 = c[0] <= c[1] <= ... <= c[nseq] = L. */
+static mamba2_status_t check_cu_seqlens(const mamba2_tensor_t *cu, int64_t B, int64_t L,
+                                        int64_t *nseq) {
+    if (cu->rank != 1)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "cu_seqlens has rank %d; expected rank 1 [nseq+1]", (int)cu->rank);
+    if (cu->dtype != MAMBA2_DTYPE_I32 && cu->dtype != MAMBA2_DTYPE_I64)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "cu_seqlens has dtype %s; expected i32 or i64",
+                        m2_dtype_name(cu->dtype));
+    if (cu->shape[0] < 2 || cu->shape[0] > MAX_DIM)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "cu_seqlens has %lld entries; expected nseq+1 >= 2", (long long)cu->shape[0]);
+    if (cu->stride[0] != 1)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "cu_seqlens has stride %lld; it must be contiguous", (long long)cu->stride[0]);
+    if (!cu->data) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "cu_seqlens has a NULL data pointer");
+    if (B != 1)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "cu_seqlens is given but x has batch B=%lld; packed sequences need B == 1",
+                        (long long)B);
+    int64_t prev = 0;
+    for (int64_t i = 0; i < cu->shape[0]; i++) {
+        int64_t v = index_at(cu, i);
+        if (i == 0 && v != 0)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "cu_seqlens[0] is %lld; expected 0",
+                            (long long)v);
+        if (v < prev)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "cu_seqlens is not non-decreasing: cu_seqlens[%lld]=%lld < "
+                            "cu_seqlens[%lld]=%lld",
+                            (long long)i, (long long)v, (long long)(i - 1), (long long)prev);
+        prev = v;
+    }
+    if (prev != L)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "cu_seqlens ends at %lld; expected the token count L=%lld", (long long)prev,
+                        (long long)L);
+    *nseq = cu->shape[0] - 1;
+    return MAMBA2_STATUS_OK;
+}
+
+/* state_indices[B]: i32/i64, every value < S, the non-negative ones distinct. */
+static mamba2_status_t check_state_indices(const mamba2_tensor_t *ix, int64_t B, int64_t S) {
+    int64_t n;
+    const int64_t want[1] = {B};
+    if (ix->dtype != MAMBA2_DTYPE_I32 && ix->dtype != MAMBA2_DTYPE_I64)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "state_indices has dtype %s; expected i32 or i64", m2_dtype_name(ix->dtype));
+    TRY(m2_check_tensor("state_indices", ix, 1, want, "[B]", ix->dtype, "an index dtype", 0, &n));
+    /* duplicates: a bitmap over the slots (on the stack for up to 32768 slots) */
+    unsigned char stack_bits[4096];
+    unsigned char *bits = stack_bits;
+    size_t nbytes = (size_t)((S + 7) / 8);
+    if (nbytes > sizeof stack_bits) {
+        bits = (unsigned char *)malloc(nbytes);
+        if (!bits)
+            return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY,
+                            "cannot allocate %zu bytes to check state_indices for duplicates", nbytes);
+    }
+    memset(bits, 0, nbytes);
+    mamba2_status_t st = MAMBA2_STATUS_OK;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t v = index_at(ix, b);
+        if (v < 0) continue; /* padding row */
+        if (v >= S) {
+            st = m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                          "state_indices[%lld] is %lld; expected < S=%lld (conv_cache slots) or "
+                          "negative (padding)",
+                          (long long)b, (long long)v, (long long)S);
+            break;
+        }
+        if (bits[v >> 3] & (1u << (v & 7))) {
+            st = m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                          "state_indices[%lld] is %lld, a slot an earlier row already uses; "
+                          "slots must be distinct",
+                          (long long)b, (long long)v);
+            break;
+        }
+        bits[v >> 3] |= (unsigned char)(1u << (v & 7));
+    }
+    if (bits != stack_bits) free(bits);
+    return st;
+}
+
+static mamba2_status_t validate(const conv_call *c, m2_conv1d_problem *pr) {
+    memset(pr, 0, sizeof *pr);
+    if (!c->ctx) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+    const m2_backend_ops *ops = c->ctx->ops;
+    int have = c->kind == CALL_FORWARD    ? ops->conv1d_forward != NULL
+               : c->kind == CALL_BACKWARD ? (ops->conv1d_backward != NULL &&
+                                             ops->conv1d_backward_workspace != NULL)
+                                          : ops->conv1d_step != NULL;
+    if (!have)
+        return m2_error(MAMBA2_STATUS_UNSUPPORTED, "the %s backend does not implement %s", ops->name,
+                        call_name(c->kind));
+
+    const int step = c->kind == CALL_STEP;
+    const char *req_names[3] = {"x", "weight",
+                                c->kind == CALL_FORWARD    ? "out"
+                                : c->kind == CALL_BACKWARD ? "dout"
+                                                           : "out"};
+    const mamba2_tensor_t *req[3] = {c->x, c->weight,
+                                     c->kind == CALL_BACKWARD ? c->dout : c->out};
+    for (int i = 0; i < 3; i++)
+        if (!req[i])
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "%s is NULL (required)", req_names[i]);
+    if (c->kind == CALL_BACKWARD && !c->grads)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "grads is NULL (required)");
+    if (step && !c->cache)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "conv_cache is NULL (required)");
+
+    /* dtypes: x decides the activation dtype; the backend must support it */
+    mamba2_dtype_t adt = c->x->dtype;
+    if (adt != MAMBA2_DTYPE_F32 && adt != MAMBA2_DTYPE_F64 && adt != MAMBA2_DTYPE_BF16 &&
+        adt != MAMBA2_DTYPE_F16)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "x has dtype %s; expected a floating-point dtype",
+                        m2_dtype_name(adt));
+    if (!(ops->act_dtypes & (1u << adt)))
+        return m2_error(MAMBA2_STATUS_UNSUPPORTED,
+                        "x has dtype %s, which the %s backend does not support for %s "
+                        "(supported: f32%s)",
+                        m2_dtype_name(adt), ops->name, call_name(c->kind),
+                        (ops->act_dtypes & (1u << MAMBA2_DTYPE_F64)) ? ", f64" : "");
+    mamba2_dtype_t pdt = adt == MAMBA2_DTYPE_F64 ? MAMBA2_DTYPE_F64 : MAMBA2_DTYPE_F32;
+    const char *awhy = "the dtype of x";
+    const char *pwhy = pdt == MAMBA2_DTYPE_F64 ? "weight and bias follow f64 activations"
+                                               : "weight and bias are f32";
+
+    /* sizes: B, L, C from x ([B,L,C]; the step also takes [B,C]), W from weight [C,W] */
+    const int xrank = c->x->rank;
+    if (!(xrank == 3 || (step && xrank == 2)))
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "x has rank %d; expected %s", xrank,
+                        step ? "rank 2 [B,C] or rank 3 [B,T,C]" : "rank 3 [B,L,C]");
+    for (int i = 0; i < xrank; i++) {
+        if (c->x->shape[i] < 0 || c->x->shape[i] > MAX_DIM) {
+            char g[128];
+            m2_fmt_dims(g, sizeof g, xrank, c->x->shape);
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "x has shape %s: sizes must be in [0, 2^40]",
+                            g);
+        }
+    }
+    const int64_t B = c->x->shape[0];
+    const int64_t L = xrank == 3 ? c->x->shape[1] : 1;
+    const int64_t C = c->x->shape[xrank - 1];
+    if (B < 1 || C < 1) {
+        char g[128];
+        m2_fmt_dims(g, sizeof g, xrank, c->x->shape);
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "x has shape %s: B and C must be >= 1 (only %s may be 0)", g,
+                        step ? "T" : "L");
+    }
+    if (c->weight->rank != 2)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "weight has rank %d; expected rank 2 [C,W]",
+                        (int)c->weight->rank);
+    const int64_t W = c->weight->shape[1];
+    if (W < 1 || W > M2_CONV1D_MAX_W) {
+        char g[128];
+        m2_fmt_dims(g, sizeof g, 2, c->weight->shape);
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "weight has shape %s = [C,W]; the kernel width W must be in 1..%d", g,
+                        M2_CONV1D_MAX_W);
+    }
+
+    /* options */
+    const mamba2_tensor_t *bias = step ? c->sopts->bias : c->opts->bias;
+    const mamba2_activation_t act = step ? c->sopts->activation : c->opts->activation;
+    if (act != MAMBA2_ACTIVATION_NONE && act != MAMBA2_ACTIVATION_SILU)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "activation is %d; expected MAMBA2_ACTIVATION_NONE (0) or "
+                        "MAMBA2_ACTIVATION_SILU (1)",
+                        (int)act);
+
+    int64_t S = B;
+    const mamba2_tensor_t *init = NULL, *cu = NULL;
+    if (!step) {
+        init = c->opts->initial_conv_state;
+        cu = c->opts->cu_seqlens;
+        if (cu) {
+            TRY(check_cu_seqlens(cu, B, L, &S));
+            pr->cu_seqlens = cu->data;
+            pr->cu_dtype = cu->dtype;
+        }
+    }
+
+    /* every tensor against its expected shape */
+    const int64_t sh_x3[3] = {B, L, C}, sh_x2[2] = {B, C}, sh_w[2] = {C, W}, sh_c[1] = {C};
+    const int64_t *sh_x = xrank == 3 ? sh_x3 : sh_x2;
+    const char *x_layout = step ? (xrank == 3 ? "[B,T,C]" : "[B,C]") : "[B,L,C]";
+    const char *st_layout = cu ? "[nseq,C,W-1]" : "[B,C,W-1]";
+    int64_t n;
+    span ins[12], outs[8];
+    int nin = 0, nout = 0;
+#define IN(nm, t, rk, sh, lay, dty, why)                                                   \
+    do {                                                                                   \
+        TRY(m2_check_tensor(nm, t, rk, sh, lay, dty, why, 0, &n));                         \
+        ins[nin++] = (span){nm, t, n};                                                     \
+    } while (0)
+#define OUT(nm, t, rk, sh, lay, dty, why)                                                  \
+    do {                                                                                   \
+        TRY(m2_check_tensor(nm, t, rk, sh, lay, dty, why, 1, &n));                         \
+        outs[nout++] = (span){nm, t, n};                                                   \
+    } while (0)
+
+    IN("x", c->x, xrank, sh_x, x_layout, adt, awhy);
+    IN("weight", c->weight, 2, sh_w, "[C,W]", pdt, pwhy);
+    if (bias) IN("bias", bias, 1, sh_c, "[C]", pdt, pwhy);
+
+    if (c->kind == CALL_FORWARD) {
+        const int64_t sh_st[3] = {S, C, W - 1};
+        if (init) IN("initial_conv_state", init, 3, sh_st, st_layout, adt, awhy);
+        if (cu) ins[nin++] = (span){"cu_seqlens", cu, cu->shape[0]};
+        OUT("out", c->out, 3, sh_x, x_layout, adt, awhy);
+        if (c->final_state) OUT("final_conv_state", c->final_state, 3, sh_st, st_layout, adt, awhy);
+    } else if (c->kind == CALL_BACKWARD) {
+        const int64_t sh_st[3] = {S, C, W - 1};
+        if (init) IN("initial_conv_state", init, 3, sh_st, st_layout, adt, awhy);
+        if (cu) ins[nin++] = (span){"cu_seqlens", cu, cu->shape[0]};
+        IN("dout", c->dout, 3, sh_x, x_layout, adt, awhy);
+        if (c->dfinal) IN("dfinal_conv_state", c->dfinal, 3, sh_st, st_layout, adt, awhy);
+        const mamba2_conv1d_grads_t *g = c->grads;
+        if (g->dx) OUT("dx", g->dx, 3, sh_x, x_layout, adt, awhy);
+        if (g->dweight) OUT("dweight", g->dweight, 2, sh_w, "[C,W]", pdt, pwhy);
+        if (g->dbias) {
+            if (!bias)
+                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "dbias is requested but bias is not given");
+            OUT("dbias", g->dbias, 1, sh_c, "[C]", pdt, pwhy);
+        }
+        if (g->dinitial_conv_state) {
+            if (!init)
+                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                                "dinitial_conv_state is requested but initial_conv_state is not given");
+            OUT("dinitial_conv_state", g->dinitial_conv_state, 3, sh_st, st_layout, adt, awhy);
+        }
+    } else {
+        /* step: conv_cache[S,C,W-1] decides S; out has the shape of x */
+        const mamba2_tensor_t *cc = c->cache;
+        if (cc->rank != 3)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "conv_cache has rank %d; expected rank 3 [S,C,W-1]", (int)cc->rank);
+        S = cc->shape[0];
+        if (S < 0 || S > MAX_DIM)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "conv_cache has %lld slots; expected 0..2^40",
+                            (long long)S);
+        const int64_t sh_cc[3] = {S, C, W - 1};
+        /* conv_cache is checked as an output (no self-overlap); it is read too */
+        TRY(m2_check_tensor("conv_cache", cc, 3, sh_cc, "[S,C,W-1]", adt, awhy, 1, &n));
+        const span cache_span = {"conv_cache", cc, n};
+        const mamba2_tensor_t *ix = c->sopts->state_indices;
+        if (ix) {
+            TRY(check_state_indices(ix, B, S));
+            ins[nin++] = (span){"state_indices", ix, B};
+            pr->state_indices = ix->data;
+            pr->idx_dtype = ix->dtype;
+        } else if (B > S) {
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "x has batch B=%lld but conv_cache has only S=%lld slots; without "
+                            "state_indices row b uses slot b, so B <= S is required",
+                            (long long)B, (long long)S);
+        }
+        /* the cache may overlap nothing but itself; out overlaps nothing */
+        for (int j = 0; j < nin; j++)
+            if (cache_span.numel > 0 && ins[j].numel > 0 && m2_may_overlap(cc, ins[j].t))
+                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                                "conv_cache (updated in place) overlaps input %s in memory",
+                                ins[j].name);
+        ins[nin++] = cache_span;
+        OUT("out", c->out, xrank, sh_x, x_layout, adt, awhy);
+    }
+#undef IN
+#undef OUT
+
+    /* no output may share memory with an input or another output */
+    for (int i = 0; i < nout; i++) {
+        if (outs[i].numel == 0) continue;
+        for (int j = 0; j < nin; j++)
+            if (ins[j].numel > 0 && m2_may_overlap(outs[i].t, ins[j].t))
+                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "output %s overlaps %s %s in memory",
+                                outs[i].name,
+                                step && strcmp(ins[j].name, "conv_cache") == 0 ? "the in-place"
+                                                                               : "input",
+                                ins[j].name);
+        for (int j = 0; j < i; j++)
+            if (outs[j].numel > 0 && m2_may_overlap(outs[i].t, outs[j].t))
+                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "output %s overlaps output %s in memory",
+                                outs[i].name, outs[j].name);
+    }
+
+    pr->B = B;
+    pr->L = L;
+    pr->C = C;
+    pr->W = W;
+    pr->nseq = step ? 0 : S;
+    pr->S = step ? S : 0;
+    pr->act_dtype = adt;
+    pr->par_dtype = pdt;
+    pr->silu = act == MAMBA2_ACTIVATION_SILU;
+    pr->x = view_of(c->x);
+    pr->weight = view_of(c->weight);
+    pr->bias = view_of(bias);
+    if (xrank == 2) { /* [B,C] as [B,1,C] */
+        pr->x.s[2] = 0;
+        pr->x.s[1] = 0;
+    }
+    if (c->kind == CALL_FORWARD) {
+        pr->init = view_of(init);
+        pr->out = view_of(c->out);
+        pr->final = view_of(c->final_state);
+    } else if (c->kind == CALL_BACKWARD) {
+        const mamba2_conv1d_grads_t *g = c->grads;
+        pr->init = view_of(init);
+        pr->dout = view_of(c->dout);
+        pr->dfinal = view_of(c->dfinal);
+        pr->dx = view_of(g->dx);
+        pr->dweight = view_of(g->dweight);
+        pr->dbias = view_of(g->dbias);
+        pr->dinit = view_of(g->dinitial_conv_state);
+    } else {
+        pr->cache = view_of(c->cache);
+        pr->out = view_of(c->out);
+        if (xrank == 2) {
+            pr->out.s[1] = 0;
+        }
+    }
+    return MAMBA2_STATUS_OK;
+}
+
+/* ---- workspace and dispatch --------------------------------------------------------- */
+
+#define WS_ALIGN 64
+
+static mamba2_status_t query(const conv_call *c, m2_conv1d_problem *pr, size_t *bytes) {
+    TRY(validate(c, pr));
+    size_t b = 0;
+    if (c->kind == CALL_BACKWARD) TRY(c->ctx->ops->conv1d_backward_workspace(c->ctx, pr, &b));
+    *bytes = b ? b + WS_ALIGN : 0; /* room to align the caller's pointer */
+    return MAMBA2_STATUS_OK;
+}
+
+static mamba2_status_t run(const conv_call *c, void *workspace, size_t workspace_size) {
+    m2_conv1d_problem pr;
+    size_t need;
+    TRY(query(c, &pr, &need));
+    if (c->kind == CALL_FORWARD) return c->ctx->ops->conv1d_forward(c->ctx, &pr);
+    if (c->kind == CALL_STEP) return c->ctx->ops->conv1d_step(c->ctx, &pr);
+    void *owned = NULL;
+    if (need > 0 && !workspace) {
+        owned = malloc(need);
+        if (!owned)
+            return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "cannot allocate %zu bytes of workspace", need);
+        workspace = owned;
+        workspace_size = need;
+    }
+    if (workspace_size < need) {
+        free(owned);
+        return m2_error(MAMBA2_STATUS_WORKSPACE_TOO_SMALL,
+                        "workspace is %zu bytes; this call needs %zu (see "
+                        "mamba2_conv1d_backward_workspace_size)",
+                        workspace_size, need);
+    }
+    void *ws = workspace;
+    if (ws) ws = (void *)(((uintptr_t)ws + WS_ALIGN - 1) & ~(uintptr_t)(WS_ALIGN - 1));
+    mamba2_status_t st = c->ctx->ops->conv1d_backward(c->ctx, &pr, ws);
+    free(owned);
+    return st;
+}
+
+/* ---- public entry points ------------------------------------------------------------- */
+
+mamba2_conv1d_options_t mamba2_conv1d_options_default(void) {
+    mamba2_conv1d_options_t o;
+    memset(&o, 0, sizeof o);
+    o.activation = MAMBA2_ACTIVATION_NONE;
+    return o;
+}
+
+mamba2_conv1d_step_options_t mamba2_conv1d_step_options_default(void) {
+    mamba2_conv1d_step_options_t o;
+    memset(&o, 0, sizeof o);
+    o.activation = MAMBA2_ACTIVATION_NONE;
+    return o;
+}
+
+mamba2_status_t mamba2_conv1d_forward(mamba2_context_t *ctx, const mamba2_tensor_t *out,
+                                      const mamba2_tensor_t *final_conv_state,
+                                      const mamba2_tensor_t *x, const mamba2_tensor_t *weight,
+                                      const mamba2_conv1d_options_t *opts) {
+    m2_clear_error();
+    mamba2_conv1d_options_t defaults = mamba2_conv1d_options_default();
+    conv_call c;
+    memset(&c, 0, sizeof c);
+    c.kind = CALL_FORWARD;
+    c.ctx = ctx;
+    c.opts = opts ? opts : &defaults;
+    c.x = x;
+    c.weight = weight;
+    c.out = out;
+    c.final_state = final_conv_state;
+    return run(&c, NULL, 0);
+}
+
+static conv_call bwd_call(mamba2_context_t *ctx, const mamba2_conv1d_grads_t *grads,
+                          const mamba2_tensor_t *dout, const mamba2_tensor_t *dfinal,
+                          const mamba2_tensor_t *x, const mamba2_tensor_t *weight,
+                          const mamba2_conv1d_options_t *opts, const mamba2_conv1d_options_t *defaults) {
+    conv_call c;
+    memset(&c, 0, sizeof c);
+    c.kind = CALL_BACKWARD;
+    c.ctx = ctx;
+    c.opts = opts ? opts : defaults;
+    c.x = x;
+    c.weight = weight;
+    c.grads = grads;
+    c.dout = dout;
+    c.dfinal = dfinal;
+    return c;
+}
+
+mamba2_status_t mamba2_conv1d_backward_workspace_size(
+    mamba2_context_t *ctx, const mamba2_conv1d_grads_t *grads, const mamba2_tensor_t *dout,
+    const mamba2_tensor_t *dfinal_conv_state, const mamba2_tensor_t *x,
+    const mamba2_tensor_t *weight, const mamba2_conv1d_options_t *opts, size_t *workspace_size) {
+    m2_clear_error();
+    if (!workspace_size) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "workspace_size is NULL");
+    *workspace_size = 0;
+    mamba2_conv1d_options_t defaults = mamba2_conv1d_options_default();
+    conv_call c = bwd_call(ctx, grads, dout, dfinal_conv_state, x, weight, opts, &defaults);
+    m2_conv1d_problem pr;
+    return query(&c, &pr, workspace_size);
+}
+
+mamba2_status_t mamba2_conv1d_backward(mamba2_context_t *ctx, const mamba2_conv1d_grads_t *grads,
+                                       const mamba2_tensor_t *dout,
+                                       const mamba2_tensor_t *dfinal_conv_state,
+                                       const mamba2_tensor_t *x, const mamba2_tensor_t *weight,
+                                       const mamba2_conv1d_options_t *opts, void *workspace,
+                                       size_t workspace_size) {
+    m2_clear_error();
+    mamba2_conv1d_options_t defaults = mamba2_conv1d_options_default();
+    conv_call c = bwd_call(ctx, grads, dout, dfinal_conv_state, x, weight, opts, &defaults);
+    return run(&c, workspace, workspace_size);
+}
+
+mamba2_status_t mamba2_conv1d_step(mamba2_context_t *ctx, const mamba2_tensor_t *out,
+                                   const mamba2_tensor_t *conv_cache, const mamba2_tensor_t *x,
+                                   const mamba2_tensor_t *weight,
+                                   const mamba2_conv1d_step_options_t *opts) {
+    m2_clear_error();
+    mamba2_conv1d_step_options_t defaults = mamba2_conv1d_step_options_default();
+    conv_call c;
+    memset(&c, 0, sizeof c);
+    c.kind = CALL_STEP;
+    c.ctx = ctx;
+    c.sopts = opts ? opts : &defaults;
+    c.x = x;
+    c.weight = weight;
+    c.out = out;
+    c.cache = conv_cache;
+    return run(&c, NULL, 0);
+}

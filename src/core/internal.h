@@ -1,0 +1,179 @@
+/*
+ * internal.h — what the core (argument checks, dispatch, thread pool) hands to a backend.
+ *
+ * The public entry points in src/core/ validate every argument, then describe the problem
+ * with an m2_ssd_problem: sizes, and for every tensor a data pointer plus element strides
+ * padded to 4 dims in PyTorch order. A backend (src/ref/, src/cpu/, src/cuda/) implements
+ * the function table m2_backend_ops and may assume everything here has been checked:
+ * shapes agree, the last dimension is contiguous, outputs do not overlap inputs, dtypes are
+ * ones the backend declared it supports.
+ */
+#ifndef MAMBA2C_INTERNAL_H
+#define MAMBA2C_INTERNAL_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#include "mamba2c.h"
+
+/* A validated tensor: data pointer and element strides (outermost first, padded with 0).
+ * p == NULL means "absent". The last used dimension always has stride 1 (or size 1). */
+typedef struct m2_view {
+    void *p;
+    int64_t s[4];
+} m2_view;
+
+/* The SSD problem (SPEC §1–2), after validation. */
+typedef struct m2_ssd_problem {
+    int64_t B, L, H, P, N, G, Q; /* Q = requested chunk size (>= 1)                         */
+    int64_t nseq;                /* independent sequences: B, or cu_seqlens length - 1      */
+    mamba2_dtype_t act_dtype;    /* x, dt, Bm, Cm, z, out, dout, dx, ddt, dBm, dCm, dz      */
+    mamba2_dtype_t par_dtype;    /* A, D, dt_bias, states, and their gradients              */
+
+    /* cu_seqlens (NULL when absent; then sequence s is batch row s, tokens [0, L)). */
+    const void *cu_seqlens;
+    mamba2_dtype_t cu_dtype; /* I32 or I64 */
+
+    int dt_softplus;
+    double dt_lo, dt_hi;
+    int D_per_channel; /* D is [H,P] (1) or [H] (0); meaningless when D absent */
+
+    /* inputs                         shape                strides used             */
+    m2_view x;      /* [B,L,H,P]                            s[0..2], s[3] == 1        */
+    m2_view dt;     /* [B,L,H]                              s[0..1], s[2] == 1        */
+    m2_view A;      /* [H]                                  s[0] == 1                 */
+    m2_view Bm;     /* [B,L,G,N]                            s[0..2]                   */
+    m2_view Cm;     /* [B,L,G,N]                            s[0..2]                   */
+    m2_view D;      /* [H] (s[0]==1) or [H,P] (s[0], s[1]==1), optional                */
+    m2_view z;      /* [B,L,H,P], optional                                            */
+    m2_view dt_bias;/* [H], optional                                                  */
+    m2_view init;   /* [S,H,P,N] initial state, optional (S = nseq)                   */
+
+    /* forward outputs */
+    m2_view out;    /* [B,L,H,P]                                                      */
+    m2_view final;  /* [S,H,P,N], optional                                            */
+
+    /* backward inputs */
+    m2_view dout;   /* [B,L,H,P]                                                      */
+    m2_view dfinal; /* [S,H,P,N], optional (zero when absent)                         */
+
+    /* backward outputs, each optional (p == NULL: not wanted), all overwritten */
+    m2_view dx, ddt, dA, dBm, dCm, dD, dz, ddt_bias, dinit;
+} m2_ssd_problem;
+
+/* Sequence s covers tokens [*t0, *t1) of batch row *b. */
+static inline void m2_ssd_seq(const m2_ssd_problem *pr, int64_t s, int64_t *b, int64_t *t0,
+                              int64_t *t1) {
+    if (!pr->cu_seqlens) {
+        *b = s;
+        *t0 = 0;
+        *t1 = pr->L;
+    } else if (pr->cu_dtype == MAMBA2_DTYPE_I32) {
+        const int32_t *cu = (const int32_t *)pr->cu_seqlens;
+        *b = 0;
+        *t0 = cu[s];
+        *t1 = cu[s + 1];
+    } else {
+        const int64_t *cu = (const int64_t *)pr->cu_seqlens;
+        *b = 0;
+        *t0 = cu[s];
+        *t1 = cu[s + 1];
+    }
+}
+
+/* Problem structs of the other op families live in their own private headers in src/core/
+ * and are only forward-declared here. */
+typedef struct m2_rmsnorm_problem m2_rmsnorm_problem; /* gated RMSNorm: core/rmsnorm.h */
+typedef struct m2_conv1d_problem m2_conv1d_problem; /* causal conv1d + step: core/conv1d.h */
+/* @@ more forward declarations go above this line @@ */
+
+/* ---- thread pool (src/core/threadpool.c) ------------------------------------------ */
+
+typedef struct m2_pool m2_pool;
+/* fn(arg, task, thread): runs every task in [0, ntasks) once; `thread` in [0, nthreads)
+ * identifies the worker (for per-thread scratch). Which thread runs which task may vary
+ * between calls: a task must write only its own outputs. */
+typedef void (*m2_task_fn)(void *arg, int64_t task, int thread);
+mamba2_status_t m2_pool_create(m2_pool **pool, int nthreads);
+void m2_pool_destroy(m2_pool *pool);
+int m2_pool_num_threads(const m2_pool *pool);
+void m2_pool_run(m2_pool *pool, int64_t ntasks, m2_task_fn fn, void *arg);
+
+/* ---- CPU feature detection (src/core/cpuid.c) ------------------------------------- */
+
+typedef enum m2_isa { M2_ISA_SCALAR = 0, M2_ISA_AVX2 = 1 } m2_isa;
+m2_isa m2_detect_isa(void);
+
+/* ---- context and backends ---------------------------------------------------------- */
+
+typedef struct m2_backend_ops {
+    const char *name;
+    /* which activation dtypes this backend accepts (bit (1 << dtype)) */
+    uint32_t act_dtypes;
+    mamba2_status_t (*ssd_forward_workspace)(const mamba2_context_t *ctx,
+                                             const m2_ssd_problem *pr, size_t *bytes);
+    mamba2_status_t (*ssd_forward)(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws);
+    mamba2_status_t (*ssd_backward_workspace)(const mamba2_context_t *ctx,
+                                              const m2_ssd_problem *pr, size_t *bytes);
+    mamba2_status_t (*ssd_backward)(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws);
+    /* Entries of other ops follow, one block per op family. A NULL entry means the backend
+     * does not implement that op (the entry point reports MAMBA2_STATUS_UNSUPPORTED). */
+    /* gated RMSNorm (SPEC §5; m2_rmsnorm_problem in core/rmsnorm.h) */
+    mamba2_status_t (*rmsnorm_forward_workspace)(const mamba2_context_t *ctx,
+                                                 const m2_rmsnorm_problem *pr, size_t *bytes);
+    mamba2_status_t (*rmsnorm_forward)(mamba2_context_t *ctx, const m2_rmsnorm_problem *pr,
+                                       void *ws);
+    mamba2_status_t (*rmsnorm_backward_workspace)(const mamba2_context_t *ctx,
+                                                  const m2_rmsnorm_problem *pr, size_t *bytes);
+    mamba2_status_t (*rmsnorm_backward)(mamba2_context_t *ctx, const m2_rmsnorm_problem *pr,
+                                        void *ws);
+    /* causal depthwise conv1d and its decode step (SPEC §4, §6; core/conv1d.h). The
+     * forward and the step need no workspace. */
+    mamba2_status_t (*conv1d_forward)(mamba2_context_t *ctx, const m2_conv1d_problem *pr);
+    mamba2_status_t (*conv1d_backward_workspace)(const mamba2_context_t *ctx,
+                                                 const m2_conv1d_problem *pr, size_t *bytes);
+    mamba2_status_t (*conv1d_backward)(mamba2_context_t *ctx, const m2_conv1d_problem *pr,
+                                       void *ws);
+    mamba2_status_t (*conv1d_step)(mamba2_context_t *ctx, const m2_conv1d_problem *pr);
+    /* @@ more ops' table entries go above this line @@ */
+} m2_backend_ops;
+
+struct mamba2_context {
+    mamba2_backend_t backend;
+    const m2_backend_ops *ops;
+    int32_t num_threads;
+    m2_pool *pool;
+    m2_isa isa; /* CPU backend kernel set */
+};
+
+extern const m2_backend_ops m2_ref_backend;  /* src/ref/ */
+extern const m2_backend_ops m2_cpu_backend;  /* src/cpu/ */
+
+/* ---- errors (src/core/error.c) ----------------------------------------------------- */
+
+/* Set this thread's last-error message (printf format) and return st. */
+mamba2_status_t m2_error(mamba2_status_t st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void m2_clear_error(void);
+
+/* ---- argument checks shared by the entry points (src/core/validate.c) ---------------- */
+
+#define MAX_DIM ((int64_t)1 << 40) /* largest size or stride accepted in any dimension */
+
+const char *m2_dtype_name(mamba2_dtype_t d);
+/* "[2,64,3,16]" */
+void m2_fmt_dims(char *buf, size_t n, int rank, const int64_t *dims);
+/* Check one tensor: rank, shape == want (layout names the dims, e.g. "[B,L,G,N]"), dtype
+ * (dtype_why says where the expectation comes from), non-negative bounded strides, last dim
+ * contiguous, non-NULL data when non-empty, and for outputs no self-overlap. On success
+ * *numel is its element count. On failure the message names the tensor. */
+mamba2_status_t m2_check_tensor(const char *name, const mamba2_tensor_t *t, int rank,
+                                const int64_t *want, const char *layout, mamba2_dtype_t dtype,
+                                const char *dtype_why, int is_output, int64_t *numel);
+/* 0 only when the two tensors provably share no byte (see validate.c). */
+int m2_may_overlap(const mamba2_tensor_t *a, const mamba2_tensor_t *b);
+
+#endif /* MAMBA2C_INTERNAL_H */

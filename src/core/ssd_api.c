@@ -1,0 +1,438 @@
+/*
+ * ssd_api.c — public SSD entry points: argument validation, workspace, dispatch.
+ *
+ * Every check a backend relies on happens here, once, before any output is touched:
+ * ranks, shapes (derived from x and Bm, then required of every other tensor), dtypes,
+ * strides (non-negative, last dimension contiguous, outputs not self-overlapping), data
+ * pointers, outputs overlapping inputs or each other, option values and cu_seqlens. The
+ * validated problem is handed to the context's backend as an m2_ssd_problem.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+
+/* A tensor taking part in the overlap checks. */
+typedef struct span {
+    const char *name;
+    const mamba2_tensor_t *t;
+    int64_t numel;
+} span;
+
+/* ---- the SSD problem ---------------------------------------------------------------- */
+
+typedef struct ssd_call {
+    mamba2_context_t *ctx;
+    const mamba2_ssd_options_t *opts;
+    const mamba2_tensor_t *x, *dt, *A, *Bm, *Cm;
+    const mamba2_tensor_t *out, *final_state;     /* forward outputs  */
+    const mamba2_ssd_grads_t *grads;              /* backward outputs */
+    const mamba2_tensor_t *dout, *dfinal;         /* backward inputs  */
+    int backward;
+} ssd_call;
+
+static m2_view view_of(const mamba2_tensor_t *t) {
+    m2_view v;
+    memset(&v, 0, sizeof v);
+    if (!t) return v;
+    v.p = t->data;
+    for (int i = 0; i < t->rank && i < 4; i++) v.s[i] = t->stride[i];
+    return v;
+}
+
+#define TRY(expr)                                                                          \
+    do {                                                                                   \
+        mamba2_status_t st_ = (expr);                                                      \
+        if (st_ != MAMBA2_STATUS_OK) return st_;                                           \
+    } while (0)
+
+static mamba2_status_t validate(const ssd_call *c, m2_ssd_problem *pr) {
+    memset(pr, 0, sizeof *pr);
+    if (!c->ctx) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+    const mamba2_ssd_options_t *o = c->opts;
+    const char *req_names[6] = {"x", "dt", "A", "Bm", "Cm", c->backward ? "dout" : "out"};
+    const mamba2_tensor_t *req[6] = {c->x, c->dt, c->A, c->Bm, c->Cm,
+                                     c->backward ? c->dout : c->out};
+    for (int i = 0; i < 6; i++)
+        if (!req[i]) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "%s is NULL (required)", req_names[i]);
+    if (c->backward && !c->grads)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "grads is NULL (required)");
+
+    /* dtypes: x decides the activation dtype; the backend must support it */
+    mamba2_dtype_t adt = c->x->dtype;
+    if (adt != MAMBA2_DTYPE_F32 && adt != MAMBA2_DTYPE_F64 && adt != MAMBA2_DTYPE_BF16 &&
+        adt != MAMBA2_DTYPE_F16)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "x has dtype %s; expected a floating-point dtype", m2_dtype_name(adt));
+    if (!(c->ctx->ops->act_dtypes & (1u << adt)))
+        return m2_error(MAMBA2_STATUS_UNSUPPORTED,
+                        "x has dtype %s, which the %s backend does not support for the SSD op "
+                        "(supported: f32%s)",
+                        m2_dtype_name(adt), c->ctx->ops->name,
+                        (c->ctx->ops->act_dtypes & (1u << MAMBA2_DTYPE_F64)) ? ", f64" : "");
+    mamba2_dtype_t pdt = adt == MAMBA2_DTYPE_F64 ? MAMBA2_DTYPE_F64 : MAMBA2_DTYPE_F32;
+    const char *awhy = "the dtype of x";
+    const char *pwhy = pdt == MAMBA2_DTYPE_F64 ? "parameters and states follow f64 activations"
+                                               : "parameters and states are f32";
+
+    /* sizes from x [B,L,H,P] and Bm [B,L,G,N] */
+    if (c->x->rank != 4)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "x has rank %d; expected rank 4 [B,L,H,P]",
+                        (int)c->x->rank);
+    if (c->Bm->rank != 4)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "Bm has rank %d; expected rank 4 [B,L,G,N]",
+                        (int)c->Bm->rank);
+    for (int i = 0; i < 4; i++) {
+        if (c->x->shape[i] < 0 || c->x->shape[i] > MAX_DIM || c->Bm->shape[i] < 0 ||
+            c->Bm->shape[i] > MAX_DIM) {
+            char gx[128], gb[128];
+            m2_fmt_dims(gx, sizeof gx, 4, c->x->shape);
+            m2_fmt_dims(gb, sizeof gb, 4, c->Bm->shape);
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "x has shape %s and Bm has shape %s: sizes must be in [0, 2^40]", gx, gb);
+        }
+    }
+    const int64_t B = c->x->shape[0], L = c->x->shape[1], H = c->x->shape[2], P = c->x->shape[3];
+    const int64_t G = c->Bm->shape[2], N = c->Bm->shape[3];
+    if (H < 1 || P < 1 || G < 1 || N < 1 || B < 1) {
+        char gx[128], gb[128];
+        m2_fmt_dims(gx, sizeof gx, 4, c->x->shape);
+        m2_fmt_dims(gb, sizeof gb, 4, c->Bm->shape);
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "x has shape %s and Bm %s: B, H, P, G and N must be >= 1 (only L may be 0)",
+                        gx, gb);
+    }
+    if (H % G != 0)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "x has H=%lld heads and Bm has G=%lld groups; H must be a multiple of G",
+                        (long long)H, (long long)G);
+
+    /* options */
+    if (o->chunk_size < 1)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "chunk_size is %lld; expected >= 1",
+                        (long long)o->chunk_size);
+    if (isnan(o->dt_limit_lo) || isnan(o->dt_limit_hi))
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "dt_limit is (%g, %g); NaN is not allowed",
+                        o->dt_limit_lo, o->dt_limit_hi);
+    if (o->dt_limit_lo > o->dt_limit_hi)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "dt_limit is (%g, %g); expected lo <= hi",
+                        o->dt_limit_lo, o->dt_limit_hi);
+
+    /* cu_seqlens */
+    int64_t S = B;
+    if (o->cu_seqlens) {
+        const mamba2_tensor_t *cu = o->cu_seqlens;
+        if (cu->rank != 1)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "cu_seqlens has rank %d; expected rank 1 [nseq+1]", (int)cu->rank);
+        if (cu->dtype != MAMBA2_DTYPE_I32 && cu->dtype != MAMBA2_DTYPE_I64)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "cu_seqlens has dtype %s; expected i32 or i64", m2_dtype_name(cu->dtype));
+        if (cu->shape[0] < 2 || cu->shape[0] > MAX_DIM)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "cu_seqlens has %lld entries; expected nseq+1 >= 2",
+                            (long long)cu->shape[0]);
+        if (cu->stride[0] != 1)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "cu_seqlens has stride %lld; it must be contiguous",
+                            (long long)cu->stride[0]);
+        if (!cu->data) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "cu_seqlens has a NULL data pointer");
+        if (B != 1)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "cu_seqlens is given but x has batch B=%lld; packed sequences need B == 1",
+                            (long long)B);
+        int64_t prev = 0;
+        for (int64_t i = 0; i < cu->shape[0]; i++) {
+            int64_t v = cu->dtype == MAMBA2_DTYPE_I32 ? ((const int32_t *)cu->data)[i]
+                                                      : ((const int64_t *)cu->data)[i];
+            if (i == 0 && v != 0)
+                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                                "cu_seqlens[0] is %lld; expected 0", (long long)v);
+            if (v < prev)
+                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                                "cu_seqlens is not non-decreasing: cu_seqlens[%lld]=%lld < "
+                                "cu_seqlens[%lld]=%lld",
+                                (long long)i, (long long)v, (long long)(i - 1), (long long)prev);
+            prev = v;
+        }
+        if (prev != L)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "cu_seqlens ends at %lld; expected the token count L=%lld",
+                            (long long)prev, (long long)L);
+        S = cu->shape[0] - 1;
+        pr->cu_seqlens = cu->data;
+        pr->cu_dtype = cu->dtype;
+    }
+
+    /* every tensor against its expected shape */
+    const int64_t sh_x[4] = {B, L, H, P}, sh_dt[3] = {B, L, H}, sh_h[1] = {H},
+                  sh_bc[4] = {B, L, G, N}, sh_st[4] = {S, H, P, N}, sh_hp[2] = {H, P};
+    const char *st_layout = o->cu_seqlens ? "[nseq,H,P,N]" : "[B,H,P,N]";
+    int64_t n;
+    span ins[16], outs[16];
+    int nin = 0, nout = 0;
+#define IN(nm, t, rk, sh, lay, dty, why)                                                   \
+    do {                                                                                   \
+        TRY(m2_check_tensor(nm, t, rk, sh, lay, dty, why, 0, &n));                            \
+        ins[nin++] = (span){nm, t, n};                                                     \
+    } while (0)
+#define OUT(nm, t, rk, sh, lay, dty, why)                                                  \
+    do {                                                                                   \
+        TRY(m2_check_tensor(nm, t, rk, sh, lay, dty, why, 1, &n));                            \
+        outs[nout++] = (span){nm, t, n};                                                   \
+    } while (0)
+
+    IN("x", c->x, 4, sh_x, "[B,L,H,P]", adt, awhy);
+    IN("dt", c->dt, 3, sh_dt, "[B,L,H]", adt, awhy);
+    IN("A", c->A, 1, sh_h, "[H]", pdt, pwhy);
+    IN("Bm", c->Bm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
+    IN("Cm", c->Cm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
+    int D_per_channel = 0;
+    if (o->D) {
+        if (o->D->rank == 2) {
+            D_per_channel = 1;
+            IN("D", o->D, 2, sh_hp, "[H,P]", pdt, pwhy);
+        } else {
+            if (o->D->rank != 1)
+                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                                "D has rank %d; expected [H] or [H,P]", (int)o->D->rank);
+            IN("D", o->D, 1, sh_h, "[H]", pdt, pwhy);
+        }
+    }
+    if (o->z) IN("z", o->z, 4, sh_x, "[B,L,H,P]", adt, awhy);
+    if (o->dt_bias) IN("dt_bias", o->dt_bias, 1, sh_h, "[H]", pdt, pwhy);
+    if (o->initial_state) IN("initial_state", o->initial_state, 4, sh_st, st_layout, pdt, pwhy);
+    if (o->cu_seqlens) ins[nin++] = (span){"cu_seqlens", o->cu_seqlens, o->cu_seqlens->shape[0]};
+
+    if (!c->backward) {
+        OUT("out", c->out, 4, sh_x, "[B,L,H,P]", adt, awhy);
+        if (c->final_state) OUT("final_state", c->final_state, 4, sh_st, st_layout, pdt, pwhy);
+    } else {
+        IN("dout", c->dout, 4, sh_x, "[B,L,H,P]", adt, awhy);
+        if (c->dfinal) IN("dfinal_state", c->dfinal, 4, sh_st, st_layout, pdt, pwhy);
+        const mamba2_ssd_grads_t *g = c->grads;
+        if (g->dx) OUT("dx", g->dx, 4, sh_x, "[B,L,H,P]", adt, awhy);
+        if (g->ddt) OUT("ddt", g->ddt, 3, sh_dt, "[B,L,H]", adt, awhy);
+        if (g->dA) OUT("dA", g->dA, 1, sh_h, "[H]", pdt, pwhy);
+        if (g->dBm) OUT("dBm", g->dBm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
+        if (g->dCm) OUT("dCm", g->dCm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
+        if (g->dD) {
+            if (!o->D)
+                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "dD is requested but D is not given");
+            if (D_per_channel)
+                OUT("dD", g->dD, 2, sh_hp, "[H,P] (the shape of D)", pdt, pwhy);
+            else
+                OUT("dD", g->dD, 1, sh_h, "[H] (the shape of D)", pdt, pwhy);
+        }
+        if (g->dz) {
+            if (!o->z) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "dz is requested but z is not given");
+            OUT("dz", g->dz, 4, sh_x, "[B,L,H,P]", adt, awhy);
+        }
+        if (g->ddt_bias) {
+            if (!o->dt_bias)
+                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                                "ddt_bias is requested but dt_bias is not given");
+            OUT("ddt_bias", g->ddt_bias, 1, sh_h, "[H]", pdt, pwhy);
+        }
+        if (g->dinitial_state) {
+            if (!o->initial_state)
+                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                                "dinitial_state is requested but initial_state is not given");
+            OUT("dinitial_state", g->dinitial_state, 4, sh_st, st_layout, pdt, pwhy);
+        }
+    }
+#undef IN
+#undef OUT
+
+    /* no output may share memory with an input or another output */
+    for (int i = 0; i < nout; i++) {
+        if (outs[i].numel == 0) continue;
+        for (int j = 0; j < nin; j++)
+            if (ins[j].numel > 0 && m2_may_overlap(outs[i].t, ins[j].t))
+                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                                "output %s overlaps input %s in memory", outs[i].name, ins[j].name);
+        for (int j = 0; j < i; j++)
+            if (outs[j].numel > 0 && m2_may_overlap(outs[i].t, outs[j].t))
+                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                                "output %s overlaps output %s in memory", outs[i].name, outs[j].name);
+    }
+
+    pr->B = B;
+    pr->L = L;
+    pr->H = H;
+    pr->P = P;
+    pr->N = N;
+    pr->G = G;
+    pr->Q = o->chunk_size;
+    pr->nseq = S;
+    pr->act_dtype = adt;
+    pr->par_dtype = pdt;
+    pr->dt_softplus = o->dt_softplus != 0;
+    pr->dt_lo = o->dt_limit_lo;
+    pr->dt_hi = o->dt_limit_hi;
+    pr->D_per_channel = D_per_channel;
+    pr->x = view_of(c->x);
+    pr->dt = view_of(c->dt);
+    pr->A = view_of(c->A);
+    pr->Bm = view_of(c->Bm);
+    pr->Cm = view_of(c->Cm);
+    pr->D = view_of(o->D);
+    pr->z = view_of(o->z);
+    pr->dt_bias = view_of(o->dt_bias);
+    pr->init = view_of(o->initial_state);
+    if (!c->backward) {
+        pr->out = view_of(c->out);
+        pr->final = view_of(c->final_state);
+    } else {
+        const mamba2_ssd_grads_t *g = c->grads;
+        pr->dout = view_of(c->dout);
+        pr->dfinal = view_of(c->dfinal);
+        pr->dx = view_of(g->dx);
+        pr->ddt = view_of(g->ddt);
+        pr->dA = view_of(g->dA);
+        pr->dBm = view_of(g->dBm);
+        pr->dCm = view_of(g->dCm);
+        pr->dD = view_of(g->dD);
+        pr->dz = view_of(g->dz);
+        pr->ddt_bias = view_of(g->ddt_bias);
+        pr->dinit = view_of(g->dinitial_state);
+    }
+    return MAMBA2_STATUS_OK;
+}
+
+/* ---- workspace and dispatch --------------------------------------------------------- */
+
+#define WS_ALIGN 64
+
+static mamba2_status_t query(const ssd_call *c, m2_ssd_problem *pr, size_t *bytes) {
+    TRY(validate(c, pr));
+    size_t b = 0;
+    TRY(c->backward ? c->ctx->ops->ssd_backward_workspace(c->ctx, pr, &b)
+                    : c->ctx->ops->ssd_forward_workspace(c->ctx, pr, &b));
+    *bytes = b ? b + WS_ALIGN : 0; /* room to align the caller's pointer */
+    return MAMBA2_STATUS_OK;
+}
+
+static mamba2_status_t run(const ssd_call *c, void *workspace, size_t workspace_size) {
+    m2_ssd_problem pr;
+    size_t need;
+    TRY(query(c, &pr, &need));
+    void *owned = NULL;
+    if (need > 0 && !workspace) {
+        owned = malloc(need);
+        if (!owned)
+            return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "cannot allocate %zu bytes of workspace", need);
+        workspace = owned;
+        workspace_size = need;
+    }
+    if (workspace_size < need) {
+        free(owned);
+        return m2_error(MAMBA2_STATUS_WORKSPACE_TOO_SMALL,
+                        "workspace is %zu bytes; this call needs %zu (see the *_workspace_size query)",
+                        workspace_size, need);
+    }
+    void *ws = workspace;
+    if (ws) ws = (void *)(((uintptr_t)ws + WS_ALIGN - 1) & ~(uintptr_t)(WS_ALIGN - 1));
+    mamba2_status_t st = c->backward ? c->ctx->ops->ssd_backward(c->ctx, &pr, ws)
+                                     : c->ctx->ops->ssd_forward(c->ctx, &pr, ws);
+    free(owned);
+    return st;
+}
+
+mamba2_ssd_options_t mamba2_ssd_options_default(void) {
+    mamba2_ssd_options_t o;
+    memset(&o, 0, sizeof o);
+    o.chunk_size = 256;
+    o.dt_limit_lo = 0.0;
+    o.dt_limit_hi = INFINITY;
+    return o;
+}
+
+static ssd_call fwd_call(mamba2_context_t *ctx, const mamba2_tensor_t *out,
+                         const mamba2_tensor_t *final_state, const mamba2_tensor_t *x,
+                         const mamba2_tensor_t *dt, const mamba2_tensor_t *A,
+                         const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
+                         const mamba2_ssd_options_t *opts, mamba2_ssd_options_t *defaults) {
+    ssd_call c;
+    memset(&c, 0, sizeof c);
+    *defaults = mamba2_ssd_options_default();
+    c.ctx = ctx;
+    c.opts = opts ? opts : defaults;
+    c.x = x;
+    c.dt = dt;
+    c.A = A;
+    c.Bm = Bm;
+    c.Cm = Cm;
+    c.out = out;
+    c.final_state = final_state;
+    return c;
+}
+
+mamba2_status_t mamba2_ssd_forward_workspace_size(
+    mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *final_state,
+    const mamba2_tensor_t *x, const mamba2_tensor_t *dt, const mamba2_tensor_t *A,
+    const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm, const mamba2_ssd_options_t *opts,
+    size_t *workspace_size) {
+    m2_clear_error();
+    if (!workspace_size) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "workspace_size is NULL");
+    *workspace_size = 0;
+    mamba2_ssd_options_t defaults;
+    ssd_call c = fwd_call(ctx, out, final_state, x, dt, A, Bm, Cm, opts, &defaults);
+    m2_ssd_problem pr;
+    return query(&c, &pr, workspace_size);
+}
+
+mamba2_status_t mamba2_ssd_forward(mamba2_context_t *ctx, const mamba2_tensor_t *out,
+                                   const mamba2_tensor_t *final_state, const mamba2_tensor_t *x,
+                                   const mamba2_tensor_t *dt, const mamba2_tensor_t *A,
+                                   const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
+                                   const mamba2_ssd_options_t *opts, void *workspace,
+                                   size_t workspace_size) {
+    m2_clear_error();
+    mamba2_ssd_options_t defaults;
+    ssd_call c = fwd_call(ctx, out, final_state, x, dt, A, Bm, Cm, opts, &defaults);
+    return run(&c, workspace, workspace_size);
+}
+
+static ssd_call bwd_call(mamba2_context_t *ctx, const mamba2_ssd_grads_t *grads,
+                         const mamba2_tensor_t *dout, const mamba2_tensor_t *dfinal_state,
+                         const mamba2_tensor_t *x, const mamba2_tensor_t *dt,
+                         const mamba2_tensor_t *A, const mamba2_tensor_t *Bm,
+                         const mamba2_tensor_t *Cm, const mamba2_ssd_options_t *opts,
+                         mamba2_ssd_options_t *defaults) {
+    ssd_call c = fwd_call(ctx, NULL, NULL, x, dt, A, Bm, Cm, opts, defaults);
+    c.backward = 1;
+    c.grads = grads;
+    c.dout = dout;
+    c.dfinal = dfinal_state;
+    return c;
+}
+
+mamba2_status_t mamba2_ssd_backward_workspace_size(
+    mamba2_context_t *ctx, const mamba2_ssd_grads_t *grads, const mamba2_tensor_t *dout,
+    const mamba2_tensor_t *dfinal_state, const mamba2_tensor_t *x, const mamba2_tensor_t *dt,
+    const mamba2_tensor_t *A, const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
+    const mamba2_ssd_options_t *opts, size_t *workspace_size) {
+    m2_clear_error();
+    if (!workspace_size) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "workspace_size is NULL");
+    *workspace_size = 0;
+    mamba2_ssd_options_t defaults;
+    ssd_call c = bwd_call(ctx, grads, dout, dfinal_state, x, dt, A, Bm, Cm, opts, &defaults);
+    m2_ssd_problem pr;
+    return query(&c, &pr, workspace_size);
+}
+
+mamba2_status_t mamba2_ssd_backward(mamba2_context_t *ctx, const mamba2_ssd_grads_t *grads,
+                                    const mamba2_tensor_t *dout,
+                                    const mamba2_tensor_t *dfinal_state, const mamba2_tensor_t *x,
+                                    const mamba2_tensor_t *dt, const mamba2_tensor_t *A,
+                                    const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
+                                    const mamba2_ssd_options_t *opts, void *workspace,
+                                    size_t workspace_size) {
+    m2_clear_error();
+    mamba2_ssd_options_t defaults;
+    ssd_call c = bwd_call(ctx, grads, dout, dfinal_state, x, dt, A, Bm, Cm, opts, &defaults);
+    return run(&c, workspace, workspace_size);
+}

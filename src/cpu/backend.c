@@ -1,0 +1,25 @@
+/*
+ * backend.c — the optimized CPU backend's function table: float32, AVX2+FMA or portable
+ * scalar kernels chosen at run time (ctx->isa), threaded by the context's pool.
+ * Entries of ops this backend does not implement stay NULL (the core reports
+ * MAMBA2_STATUS_UNSUPPORTED for them).
+ */
+#include "cpu/cpu.h"
+
+const m2_backend_ops m2_cpu_backend = {
+    .name = "cpu",
+    .act_dtypes = 1u << MAMBA2_DTYPE_F32,
+    .ssd_forward_workspace = m2_cpu_ssd_forward_workspace,
+    .ssd_forward = m2_cpu_ssd_forward,
+    .ssd_backward_workspace = m2_cpu_ssd_backward_workspace,
+    .ssd_backward = m2_cpu_ssd_backward,
+    .rmsnorm_forward_workspace = m2_cpu_rmsnorm_forward_workspace,
+    .rmsnorm_forward = m2_cpu_rmsnorm_forward,
+    .rmsnorm_backward_workspace = m2_cpu_rmsnorm_backward_workspace,
+    .rmsnorm_backward = m2_cpu_rmsnorm_backward,
+    .conv1d_forward = m2_cpu_conv1d_forward,
+    .conv1d_backward_workspace = m2_cpu_conv1d_backward_workspace,
+    .conv1d_backward = m2_cpu_conv1d_backward,
+    .conv1d_step = m2_cpu_conv1d_step,
+    /* @@ more cpu ops are registered above this line @@ */
+};

@@ -1,0 +1,489 @@
+/*
+ * conv1d_cpu.c — the CPU backend of the causal depthwise conv1d (SPEC §4) and its decode step
+ * (SPEC §6): tiling, threading, conv-state packing and the fixed-order reductions. The
+ * arithmetic lives in the per-ISA kernel sets (conv1d_kernels.h), picked from ctx->isa.
+ *
+ * Work is split into tasks over (batch row, token block, channel block of CB channels). With
+ * cu_seqlens the L packed tokens of row 0 are cut into blocks without regard to sequence
+ * boundaries, and a block is processed segment by segment (the part of each sequence it
+ * holds), so the split is balanced however the sequences are distributed. Inside a task the
+ * kernels run a chunk of tokens at a time. The input window of a chunk's first token reaches W-1
+ * tokens back: earlier tokens of the same sequence are read in place from x; positions before
+ * the sequence start come from the initial conv state (or zeros), packed channel-major into a
+ * small history buffer.
+ *
+ * Forward: tasks write disjoint slices of out; a second pass, one task per sequence, writes
+ * final_conv_state (the last W-1 inputs; for a sequence shorter than W-1 they include initial
+ * state entries).
+ *
+ * Backward, per chunk of tokens [ca, ce) of a sequence [s0, s1):
+ *   g_t = dout_t act'(pre_t) for t in [ca, min(ce + W-1, s1)) (pre recomputed; the W-1 extra
+ *   tokens are the look-ahead dx needs) into a per-call scratch padded with zero rows;
+ *   dx_j = Σ_k w_k g_{j+W-1-k} for j in [ca, ce) (the forward kernel run on g with flipped
+ *   weights), plus dfinal where j is among the last W-1 positions; the chunk at the sequence
+ *   start also yields dinit (positions s0-W+1 .. s0-1).
+ * Determinism: dweight and dbias are sums over all tokens. A segment sums its tokens in float
+ * in token order, FLUSH_TOKENS tokens at a time, and adds each such float sum (in order) to its
+ * token block's double partial row in the workspace; after all tasks, the partial rows are
+ * added in block order.
+ * Token blocks depend on the problem alone (never on the thread count), and channel blocks
+ * start at multiples of 8, so each channel's float operations are the same in every run:
+ * results are bitwise identical for any thread count.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "core/conv1d.h"
+#include "cpu/conv1d_kernels.h"
+#include "cpu/cpu.h"
+
+/*
+ * Blocking. Rows of consecutive tokens are far apart in memory (a row of x is C or more
+ * floats, usually over a 4 KiB page), and a kernel call walks its tokens once per vector of
+ * channels. A call therefore covers few tokens (the pages of its x and out rows stay within
+ * the first-level TLB, and its rows in L1) and many channels (long contiguous runs per row).
+ * The history of a chunk that does not start a sequence is read from x in place, so short
+ * chunks cost only W-1 reloaded rows each.
+ */
+#define CB 512            /* channels per block; a multiple of 8 (lanes map to fixed channels) */
+#define FWD_CHUNK 16      /* tokens per forward kernel call                                   */
+#define BWD_CHUNK 16      /* tokens per backward kernel call (+ W-1 look-ahead)               */
+#define FWD_BLOCK 256     /* tokens per forward task                                          */
+#define BWD_MAX_BLOCKS 64 /* at most about this many backward token blocks (partial rows)     */
+#define FLUSH_TOKENS 64   /* dweight/dbias: float sums over this many tokens, then into double */
+#define MAXW M2C1_MAX_W
+
+#if CB % 8 != 0 || FLUSH_TOKENS % BWD_CHUNK != 0
+#error "CB must be a multiple of 8, FLUSH_TOKENS a multiple of BWD_CHUNK"
+#endif
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+static const m2_conv1d_kernels *kernels_for(const mamba2_context_t *ctx) {
+    return ctx->isa == M2_ISA_AVX2 ? &m2_conv1d_kernels_avx2 : &m2_conv1d_kernels_scalar;
+}
+
+/* Per-thread scratch is indexed by the pool's worker id, so plan for every worker. */
+static int plan_threads(const mamba2_context_t *ctx) {
+    int n = ctx->pool ? m2_pool_num_threads(ctx->pool) : 1;
+    if (ctx->num_threads > n) n = ctx->num_threads;
+    return n < 1 ? 1 : n;
+}
+
+static void run_tasks(mamba2_context_t *ctx, int64_t ntasks, m2_task_fn fn, void *arg) {
+    if (ntasks <= 0) return;
+    if (ctx->pool)
+        m2_pool_run(ctx->pool, ntasks, fn, arg);
+    else
+        for (int64_t t = 0; t < ntasks; t++) fn(arg, t, 0);
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Row length of the packed per-block buffers: CB, or C rounded up to 8 when smaller. */
+static int64_t pack_width(const m2_conv1d_problem *pr) {
+    const int64_t c8 = ceil_div(pr->C, 8) * 8;
+    return c8 < CB ? c8 : CB;
+}
+
+/* Rows of x that hold independent token streams: B, or the one packed row. */
+static int64_t nrows(const m2_conv1d_problem *pr) { return pr->cu_seqlens ? 1 : pr->B; }
+
+static int64_t cu_at(const m2_conv1d_problem *pr, int64_t i) {
+    return pr->cu_dtype == MAMBA2_DTYPE_I32 ? ((const int32_t *)pr->cu_seqlens)[i]
+                                            : ((const int64_t *)pr->cu_seqlens)[i];
+}
+
+/* The sequence of row r holding token A (A < L): the first s with cu[s+1] > A. */
+static int64_t seq_of(const m2_conv1d_problem *pr, int64_t r, int64_t A) {
+    if (!pr->cu_seqlens) return r;
+    int64_t lo = 0, hi = pr->nseq - 1;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (cu_at(pr, mid + 1) <= A)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Packed weights of channels [c0, c0+n), rows of length ld: wt[k*ld + c] = weight[c0+c, k];
+ * with wflip, also the flipped kernel wflip[k*ld + c] = weight[c0+c, W-1-k] (for dx). */
+static void pack_weights(const m2_conv1d_problem *pr, int64_t c0, int64_t n, int64_t ld,
+                         float *wt, float *wflip) {
+    const float *w = (const float *)pr->weight.p;
+    for (int64_t c = 0; c < n; c++)
+        for (int64_t k = 0; k < pr->W; k++) {
+            const float v = w[(c0 + c) * pr->weight.s[0] + k];
+            wt[k * ld + c] = v;
+            if (wflip) wflip[(pr->W - 1 - k) * ld + c] = v;
+        }
+}
+
+/* W-1 history rows of channels [c0, c0+n) from a conv state view st[S,C,W-1] at slot q
+ * (zeros when st has no data): hist[i*ld + c] = st[q, c0+c, i]. */
+static void pack_state(const m2_conv1d_problem *pr, const m2_view *st, int64_t q, int64_t c0,
+                       int64_t n, int64_t ld, float *hist) {
+    const int64_t W1 = pr->W - 1;
+    if (!st->p) {
+        for (int64_t i = 0; i < W1; i++) memset(hist + i * ld, 0, (size_t)n * sizeof(float));
+        return;
+    }
+    const float *base = (const float *)st->p + q * st->s[0] + c0 * st->s[1];
+    for (int64_t c = 0; c < n; c++)
+        for (int64_t i = 0; i < W1; i++) hist[i * ld + c] = base[c * st->s[1] + i];
+}
+
+/*
+ * The W-1 inputs before token a of sequence s (start s0, row b), channels [c0, c0+n):
+ * when all lie in the sequence they are rows of x, used in place (*ldh = x's row stride);
+ * otherwise they are packed into buf (rows of length ld): initial-state entries (or 0)
+ * before s0, x after.
+ */
+static const float *history(const m2_conv1d_problem *pr, int64_t s, int64_t b, int64_t s0,
+                            int64_t a, int64_t c0, int64_t n, int64_t ld, float *buf,
+                            int64_t *ldh) {
+    const int64_t W1 = pr->W - 1;
+    const float *x = (const float *)pr->x.p + b * pr->x.s[0] + c0;
+    if (a - W1 >= s0) {
+        *ldh = pr->x.s[1];
+        return x + (a - W1) * pr->x.s[1];
+    }
+    pack_state(pr, &pr->init, s, c0, n, ld, buf); /* row i holds position s0 - W1 + i */
+    const int64_t shift = a - s0;                 /* 0 <= shift < W-1: rows move up by shift */
+    for (int64_t i = 0; i < W1; i++) {
+        const int64_t j = a - W1 + i; /* position of history row i */
+        if (j < s0)
+            memmove(buf + i * ld, buf + (i + shift) * ld, (size_t)n * sizeof(float));
+        else
+            memcpy(buf + i * ld, x + j * pr->x.s[1], (size_t)n * sizeof(float));
+    }
+    *ldh = ld;
+    return buf;
+}
+
+/* Calls fn(arg, s, s0, s1, a, e) for each sequence s (tokens [s0, s1)) meeting the tokens
+ * [A, E) of row r (A < E), with [a, e) the part inside [A, E). */
+typedef void (*segment_fn)(void *arg, int64_t r, int64_t s, int64_t s0, int64_t s1, int64_t a,
+                           int64_t e);
+static void for_each_segment(const m2_conv1d_problem *pr, int64_t r, int64_t A, int64_t E,
+                             segment_fn fn, void *arg) {
+    if (!pr->cu_seqlens) {
+        fn(arg, r, r, 0, pr->L, A, E);
+        return;
+    }
+    for (int64_t s = seq_of(pr, r, A); s < pr->nseq; s++) {
+        const int64_t s0 = cu_at(pr, s), s1 = cu_at(pr, s + 1);
+        if (s0 >= E) break;
+        const int64_t a = s0 > A ? s0 : A, e = s1 < E ? s1 : E;
+        if (e > a) fn(arg, r, s, s0, s1, a, e);
+    }
+}
+
+/* ---- forward ------------------------------------------------------------------------ */
+
+typedef struct fwd_job {
+    const m2_conv1d_problem *pr;
+    const m2_conv1d_kernels *k;
+    int64_t nblk, ncb, block, ld; /* token blocks per row, channel blocks, tokens per block,
+                                     row length of the packed buffers */
+    /* per task (set by fwd_task before the segments run) */
+    int64_t c0, n;
+    const float *wt;
+    float *hbuf;
+} fwd_job;
+
+static void fwd_segment(void *arg, int64_t b, int64_t s, int64_t s0, int64_t s1, int64_t a,
+                        int64_t e) {
+    const fwd_job *J = (const fwd_job *)arg;
+    const m2_conv1d_problem *pr = J->pr;
+    const float *x = (const float *)pr->x.p + b * pr->x.s[0] + J->c0;
+    float *out = (float *)pr->out.p + b * pr->out.s[0] + J->c0;
+    const float *bias = pr->bias.p ? (const float *)pr->bias.p + J->c0 : NULL;
+    for (int64_t ca = a; ca < e; ca += FWD_CHUNK) {
+        const int64_t ce = ca + FWD_CHUNK < e ? ca + FWD_CHUNK : e;
+        int64_t ldh;
+        const float *hist = history(pr, s, b, s0, ca, J->c0, J->n, J->ld, J->hbuf, &ldh);
+        J->k->fwd(pr->W, pr->silu, ce - ca, J->n, x + ca * pr->x.s[1], pr->x.s[1], hist, ldh,
+                  J->wt, J->ld, bias, out + ca * pr->out.s[1], pr->out.s[1]);
+    }
+}
+
+static void fwd_task(void *arg, int64_t task, int thread) {
+    fwd_job J = *(const fwd_job *)arg; /* a private copy: the per-task fields below */
+    const m2_conv1d_problem *pr = J.pr;
+    const int64_t cb = task % J.ncb, blk = (task / J.ncb) % J.nblk, r = task / (J.ncb * J.nblk);
+    float wt[MAXW * CB], hbuf[(MAXW - 1) * CB]; /* 30 KiB of stack at most */
+    J.c0 = cb * CB;
+    J.n = pr->C - J.c0 < CB ? pr->C - J.c0 : CB;
+    pack_weights(pr, J.c0, J.n, J.ld, wt, NULL);
+    J.wt = wt;
+    J.hbuf = hbuf;
+    const int64_t A = blk * J.block, E = A + J.block < pr->L ? A + J.block : pr->L;
+    for_each_segment(pr, r, A, E, fwd_segment, &J);
+}
+
+/* final[s, c, i] = u_{len-W+1+i}: x inside the sequence, the initial state (or 0) before. */
+static void final_task(void *arg, int64_t s, int thread) {
+    const m2_conv1d_problem *pr = (const m2_conv1d_problem *)arg;
+    const int64_t W1 = pr->W - 1;
+    int64_t b, s0, s1;
+    m2_conv1d_seq(pr, s, &b, &s0, &s1);
+    const float *x = (const float *)pr->x.p + b * pr->x.s[0];
+    const float *init = (const float *)pr->init.p;
+    float *fin = (float *)pr->final.p + s * pr->final.s[0];
+    for (int64_t c = 0; c < pr->C; c++)
+        for (int64_t i = 0; i < W1; i++) {
+            const int64_t r = s1 - s0 - W1 + i; /* position relative to s0 */
+            float v;
+            if (r >= 0)
+                v = x[(s0 + r) * pr->x.s[1] + c];
+            else
+                v = init ? init[s * pr->init.s[0] + c * pr->init.s[1] + W1 + r] : 0.0f;
+            fin[c * pr->final.s[1] + i] = v;
+        }
+}
+
+mamba2_status_t m2_cpu_conv1d_forward(mamba2_context_t *ctx, const m2_conv1d_problem *pr) {
+    fwd_job J;
+    memset(&J, 0, sizeof J);
+    J.pr = pr;
+    J.k = kernels_for(ctx);
+    J.ncb = ceil_div(pr->C, CB);
+    J.ld = pack_width(pr);
+    J.block = FWD_BLOCK;
+    J.nblk = ceil_div(pr->L, J.block);
+    run_tasks(ctx, nrows(pr) * J.nblk * J.ncb, fwd_task, &J);
+    if (pr->final.p && pr->W > 1) run_tasks(ctx, pr->nseq, final_task, (void *)pr);
+    return MAMBA2_STATUS_OK;
+}
+
+/* ---- backward ----------------------------------------------------------------------- */
+
+typedef struct bwd_plan {
+    int64_t block, nblk, ncb, ld; /* tokens per block, blocks per row, channel blocks,
+                                     row length of the packed buffers                    */
+    int64_t nparts;               /* partial rows: nrows * nblk (0: no dweight / dbias)   */
+    int nthreads;
+    size_t parts_bytes, scratch_floats; /* workspace: partial rows, then per-thread scratch */
+} bwd_plan;
+
+/* Per-thread scratch (floats, rows of ld): g with W-1 zero rows before and after the chunk
+ * and its look-ahead, history, the dinit rows, float sums of dweight and dbias, the packed
+ * and the flipped weights. */
+enum { S_G = 0 };
+static int64_t off_hist(int64_t ld) { return (BWD_CHUNK + 2 * (MAXW - 1)) * ld; }
+static int64_t off_tmp(int64_t ld) { return off_hist(ld) + (MAXW - 1) * ld; }
+static int64_t off_dw(int64_t ld) { return off_tmp(ld) + (MAXW - 1) * ld; }
+static int64_t off_db(int64_t ld) { return off_dw(ld) + MAXW * ld; }
+static int64_t off_wt(int64_t ld) { return off_db(ld) + ld; }
+static int64_t off_wflip(int64_t ld) { return off_wt(ld) + MAXW * ld; }
+static int64_t scratch_floats(int64_t ld) { return ceil_div(off_wflip(ld) + MAXW * ld, 16) * 16; }
+
+/* The token blocks depend on B and L only (never on the thread count): about
+ * BWD_MAX_BLOCKS blocks over all B*L tokens, each a multiple of BWD_CHUNK and >= 64 tokens. */
+static bwd_plan plan_bwd(const mamba2_context_t *ctx, const m2_conv1d_problem *pr) {
+    bwd_plan p;
+    const int64_t total = nrows(pr) * pr->L;
+    int64_t block = ceil_div(total, BWD_MAX_BLOCKS);
+    block = ceil_div(block, BWD_CHUNK) * BWD_CHUNK;
+    if (block < 64) block = 64;
+    p.block = block;
+    p.nblk = ceil_div(pr->L, block);
+    p.ncb = ceil_div(pr->C, CB);
+    p.ld = pack_width(pr);
+    p.nparts = (pr->dweight.p || pr->dbias.p) ? nrows(pr) * p.nblk : 0;
+    p.nthreads = plan_threads(ctx);
+    p.parts_bytes = (size_t)(ceil_div(p.nparts * (pr->W + 1) * pr->C, 8) * 8) * sizeof(double);
+    p.scratch_floats = (size_t)scratch_floats(p.ld);
+    return p;
+}
+
+mamba2_status_t m2_cpu_conv1d_backward_workspace(const mamba2_context_t *ctx,
+                                                 const m2_conv1d_problem *pr, size_t *bytes) {
+    const bwd_plan p = plan_bwd(ctx, pr);
+    /* [nparts][W+1][C] doubles (k < W: dweight, k == W: dbias), then the threads' scratch */
+    *bytes = p.parts_bytes + (size_t)p.nthreads * p.scratch_floats * sizeof(float);
+    return MAMBA2_STATUS_OK;
+}
+
+typedef struct bwd_job {
+    const m2_conv1d_problem *pr;
+    const m2_conv1d_kernels *k;
+    bwd_plan p;
+    double *parts;
+    float *scratch;
+    /* per task */
+    int64_t c0, n;
+    float *sc;    /* this thread's scratch */
+    double *part; /* this task's partial row: part[k*C + c] for c in [c0, c0+n) */
+} bwd_job;
+
+static void bwd_segment(void *arg, int64_t b, int64_t s, int64_t s0, int64_t s1, int64_t a,
+                        int64_t e) {
+    const bwd_job *J = (const bwd_job *)arg;
+    const m2_conv1d_problem *pr = J->pr;
+    const int64_t W = pr->W, W1 = W - 1, n = J->n, c0 = J->c0, C = pr->C, ld = J->p.ld;
+    float *G = J->sc + S_G, *hbuf = J->sc + off_hist(ld), *tmp = J->sc + off_tmp(ld);
+    float *dwc = J->sc + off_dw(ld), *dbc = J->sc + off_db(ld);
+    const float *wt = J->sc + off_wt(ld), *wflip = J->sc + off_wflip(ld);
+    const float *x = (const float *)pr->x.p + b * pr->x.s[0] + c0;
+    const float *dout = (const float *)pr->dout.p + b * pr->dout.s[0] + c0;
+    const float *bias = pr->bias.p ? (const float *)pr->bias.p + c0 : NULL;
+    const float *dfin = pr->dfinal.p ? (const float *)pr->dfinal.p + s * pr->dfinal.s[0] +
+                                           c0 * pr->dfinal.s[1]
+                                     : NULL;
+    const int64_t fs = s1 - W1; /* first position the final state holds */
+    for (int64_t ca = a; ca < e; ca += BWD_CHUNK) {
+        const int64_t ce = ca + BWD_CHUNK < e ? ca + BWD_CHUNK : e;
+        const int64_t gend = ce + W1 < s1 ? ce + W1 : s1; /* g needed for [ca, gend) */
+        const int64_t Tg = gend - ca, Tc = ce - ca;
+        /* G row W-1+i holds g_{ca+i}; the rows around the computed ones are zero */
+        for (int64_t i = 0; i < W1; i++) memset(G + i * ld, 0, (size_t)n * sizeof(float));
+        for (int64_t i = W1 + Tg; i < Tc + 2 * W1; i++)
+            memset(G + i * ld, 0, (size_t)n * sizeof(float));
+        if ((ca - a) % FLUSH_TOKENS == 0) { /* a new float partial sum */
+            for (int64_t k = 0; k < W; k++) memset(dwc + k * ld, 0, (size_t)n * sizeof(float));
+            memset(dbc, 0, (size_t)n * sizeof(float));
+        }
+        int64_t ldh;
+        const float *hist = history(pr, s, b, s0, ca, c0, n, ld, hbuf, &ldh);
+        J->k->bwd_g(W, pr->silu, Tg, Tc, n, x + ca * pr->x.s[1], pr->x.s[1], hist, ldh, wt, ld,
+                    bias, dout + ca * pr->dout.s[1], pr->dout.s[1], G + W1 * ld, ld, dwc, dbc);
+        if (J->part && ((ce - a) % FLUSH_TOKENS == 0 || ce == e))
+            for (int64_t c = 0; c < n; c++) {
+                for (int64_t k = 0; k < W; k++) J->part[k * C + c0 + c] += (double)dwc[k * ld + c];
+                J->part[W * C + c0 + c] += (double)dbc[c];
+            }
+        /* dx_j = Σ_k w_k g_{j+W-1-k} = Σ_k wflip_k g_{j+k}: the forward kernel on g */
+        if (pr->dx.p) {
+            float *dx = (float *)pr->dx.p + b * pr->dx.s[0] + c0;
+            J->k->fwd(W, 0, Tc, n, G + 2 * W1 * ld, ld, G + W1 * ld, ld, wflip, ld, NULL,
+                      dx + ca * pr->dx.s[1], pr->dx.s[1]);
+            if (dfin)
+                for (int64_t j = ca > fs ? ca : fs; j < ce; j++)
+                    for (int64_t c = 0; c < n; c++)
+                        dx[j * pr->dx.s[1] + c] += dfin[c * pr->dfinal.s[1] + (j - fs)];
+        }
+        /* dinit: positions s0-W+1 .. s0-1, from the chunk at the sequence start */
+        if (ca == s0 && pr->dinit.p && W1 > 0) {
+            J->k->fwd(W, 0, W1, n, G + W1 * ld, ld, G, ld, wflip, ld, NULL, tmp, ld);
+            float *di = (float *)pr->dinit.p + s * pr->dinit.s[0] + c0 * pr->dinit.s[1];
+            for (int64_t c = 0; c < n; c++)
+                for (int64_t i = 0; i < W1; i++) {
+                    const int64_t j = s0 - W1 + i;
+                    float v = tmp[i * ld + c];
+                    if (dfin && j >= fs) v += dfin[c * pr->dfinal.s[1] + (j - fs)];
+                    di[c * pr->dinit.s[1] + i] = v;
+                }
+        }
+    }
+}
+
+static void bwd_task(void *arg, int64_t task, int thread) {
+    bwd_job J = *(const bwd_job *)arg; /* a private copy: the per-task fields below */
+    const m2_conv1d_problem *pr = J.pr;
+    const int64_t ncb = J.p.ncb, nblk = J.p.nblk, ld = J.p.ld;
+    const int64_t cb = task % ncb, blk = (task / ncb) % nblk, r = task / (ncb * nblk);
+    J.sc = J.scratch + (size_t)thread * J.p.scratch_floats;
+    J.c0 = cb * CB;
+    J.n = pr->C - J.c0 < CB ? pr->C - J.c0 : CB;
+    pack_weights(pr, J.c0, J.n, ld, J.sc + off_wt(ld), J.sc + off_wflip(ld));
+    J.part = NULL;
+    if (J.parts) {
+        J.part = J.parts + (r * nblk + blk) * (pr->W + 1) * pr->C;
+        for (int64_t k = 0; k <= pr->W; k++)
+            memset(J.part + k * pr->C + J.c0, 0, (size_t)J.n * sizeof(double));
+    }
+    const int64_t A = blk * J.p.block, E = A + J.p.block < pr->L ? A + J.p.block : pr->L;
+    for_each_segment(pr, r, A, E, bwd_segment, &J);
+}
+
+/* dweight / dbias of channel block `task`: the partial rows added in block order. */
+static void reduce_task(void *arg, int64_t task, int thread) {
+    const bwd_job *J = (const bwd_job *)arg;
+    const m2_conv1d_problem *pr = J->pr;
+    const int64_t W = pr->W, C = pr->C, c0 = task * CB, c1 = c0 + CB < C ? c0 + CB : C;
+    for (int64_t c = c0; c < c1; c++)
+        for (int64_t k = 0; k <= W; k++) {
+            double acc = 0.0;
+            for (int64_t p = 0; p < J->p.nparts; p++) acc += J->parts[(p * (W + 1) + k) * C + c];
+            if (k < W && pr->dweight.p)
+                ((float *)pr->dweight.p)[c * pr->dweight.s[0] + k] = (float)acc;
+            if (k == W && pr->dbias.p) ((float *)pr->dbias.p)[c] = (float)acc;
+        }
+}
+
+mamba2_status_t m2_cpu_conv1d_backward(mamba2_context_t *ctx, const m2_conv1d_problem *pr,
+                                       void *ws) {
+    bwd_job J;
+    memset(&J, 0, sizeof J);
+    J.pr = pr;
+    J.k = kernels_for(ctx);
+    J.p = plan_bwd(ctx, pr);
+    J.parts = J.p.nparts ? (double *)ws : NULL;
+    J.scratch = (float *)((unsigned char *)ws + J.p.parts_bytes);
+    const int any = pr->dx.p || pr->dweight.p || pr->dbias.p || pr->dinit.p;
+    if (!any) return MAMBA2_STATUS_OK;
+    run_tasks(ctx, nrows(pr) * J.p.nblk * J.p.ncb, bwd_task, &J);
+    if (pr->dweight.p || pr->dbias.p) run_tasks(ctx, J.p.ncb, reduce_task, &J);
+    /* empty sequences: no task saw them; final = init there, so dinit = dfinal (or 0) */
+    if (pr->dinit.p && pr->W > 1)
+        for (int64_t s = 0; s < pr->nseq; s++) {
+            int64_t b, s0, s1;
+            m2_conv1d_seq(pr, s, &b, &s0, &s1);
+            if (s1 > s0) continue;
+            float *di = (float *)pr->dinit.p + s * pr->dinit.s[0];
+            const float *df = pr->dfinal.p ? (const float *)pr->dfinal.p + s * pr->dfinal.s[0] : NULL;
+            for (int64_t c = 0; c < pr->C; c++)
+                for (int64_t i = 0; i < pr->W - 1; i++)
+                    di[c * pr->dinit.s[1] + i] = df ? df[c * pr->dfinal.s[1] + i] : 0.0f;
+        }
+    return MAMBA2_STATUS_OK;
+}
+
+/* ---- decode step -------------------------------------------------------------------- */
+
+typedef struct step_job {
+    const m2_conv1d_problem *pr;
+    const m2_conv1d_kernels *k;
+    int64_t ncb, ld;
+} step_job;
+
+/* Row b, channel block cb: the forward over the T tokens with the cache slot as history,
+ * then the slot receives the last W-1 of [old slot, T tokens] (the history was copied out
+ * first, so the in-place update reads nothing it has overwritten). */
+static void step_task(void *arg, int64_t task, int thread) {
+    const step_job *J = (const step_job *)arg;
+    const m2_conv1d_problem *pr = J->pr;
+    const int64_t b = task / J->ncb, cb = task % J->ncb;
+    const int64_t q = m2_conv1d_slot(pr, b);
+    if (q < 0) return; /* padding row: out and cache untouched */
+    const int64_t W1 = pr->W - 1, T = pr->L, c0 = cb * CB;
+    const int64_t n = pr->C - c0 < CB ? pr->C - c0 : CB;
+    const int64_t ld = J->ld;
+    float wt[MAXW * CB], hist[(MAXW - 1) * CB]; /* 30 KiB of stack at most */
+    pack_weights(pr, c0, n, ld, wt, NULL);
+    pack_state(pr, &pr->cache, q, c0, n, ld, hist);
+    const float *x = (const float *)pr->x.p + b * pr->x.s[0] + c0;
+    float *out = (float *)pr->out.p + b * pr->out.s[0] + c0;
+    const float *bias = pr->bias.p ? (const float *)pr->bias.p + c0 : NULL;
+    J->k->fwd(pr->W, pr->silu, T, n, x, pr->x.s[1], hist, ld, wt, ld, bias, out, pr->out.s[1]);
+    float *cache = (float *)pr->cache.p + q * pr->cache.s[0] + c0 * pr->cache.s[1];
+    for (int64_t c = 0; c < n; c++)
+        for (int64_t i = 0; i < W1; i++) {
+            const int64_t j = T + i; /* index into [old slot (W-1 rows), x (T rows)] */
+            cache[c * pr->cache.s[1] + i] = j < W1 ? hist[j * ld + c] : x[(j - W1) * pr->x.s[1] + c];
+        }
+}
+
+mamba2_status_t m2_cpu_conv1d_step(mamba2_context_t *ctx, const m2_conv1d_problem *pr) {
+    step_job J;
+    J.pr = pr;
+    J.k = kernels_for(ctx);
+    J.ncb = ceil_div(pr->C, CB);
+    J.ld = pack_width(pr);
+    run_tasks(ctx, pr->B * J.ncb, step_task, &J);
+    return MAMBA2_STATUS_OK;
+}

@@ -1,0 +1,38 @@
+/*
+ * cpu.h — entry points of the optimized CPU backend (src/cpu/), one block per operator.
+ * The backend's function table (src/cpu/backend.c) points at these. Each op dispatches on
+ * ctx->isa to its per-ISA kernel files (scalar, avx2+fma).
+ */
+#ifndef MAMBA2C_CPU_H
+#define MAMBA2C_CPU_H
+
+#include "core/internal.h"
+
+/* SSD fused scan (ssd_cpu.c) */
+mamba2_status_t m2_cpu_ssd_forward_workspace(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
+                                             size_t *bytes);
+mamba2_status_t m2_cpu_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws);
+mamba2_status_t m2_cpu_ssd_backward_workspace(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
+                                              size_t *bytes);
+mamba2_status_t m2_cpu_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws);
+
+/* gated RMSNorm (rmsnorm_cpu.c) */
+mamba2_status_t m2_cpu_rmsnorm_forward_workspace(const mamba2_context_t *ctx,
+                                                 const m2_rmsnorm_problem *pr, size_t *bytes);
+mamba2_status_t m2_cpu_rmsnorm_forward(mamba2_context_t *ctx, const m2_rmsnorm_problem *pr,
+                                       void *ws);
+mamba2_status_t m2_cpu_rmsnorm_backward_workspace(const mamba2_context_t *ctx,
+                                                  const m2_rmsnorm_problem *pr, size_t *bytes);
+mamba2_status_t m2_cpu_rmsnorm_backward(mamba2_context_t *ctx, const m2_rmsnorm_problem *pr,
+                                        void *ws);
+
+/* causal depthwise conv1d and its decode step (conv1d_cpu.c) */
+mamba2_status_t m2_cpu_conv1d_forward(mamba2_context_t *ctx, const m2_conv1d_problem *pr);
+mamba2_status_t m2_cpu_conv1d_backward_workspace(const mamba2_context_t *ctx,
+                                                 const m2_conv1d_problem *pr, size_t *bytes);
+mamba2_status_t m2_cpu_conv1d_backward(mamba2_context_t *ctx, const m2_conv1d_problem *pr,
+                                       void *ws);
+mamba2_status_t m2_cpu_conv1d_step(mamba2_context_t *ctx, const m2_conv1d_problem *pr);
+/* @@ more cpu ops are declared above this line @@ */
+
+#endif /* MAMBA2C_CPU_H */

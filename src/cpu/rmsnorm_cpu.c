@@ -1,0 +1,208 @@
+/*
+ * rmsnorm_cpu.c — the CPU backend of the gated RMSNorm (SPEC §5): row blocks, threads and
+ * the fixed-order dweight/dbias reduction. The arithmetic on a group of channels lives in
+ * the per-ISA kernel sets (rmsnorm_kernels.h), picked from ctx->isa at every call.
+ *
+ * Forward: one task per FWD_ROWS rows; each row is independent, so no workspace.
+ *
+ * Backward: the rows are cut into blocks whose size depends on M alone (bwd_block_rows), one
+ * task per block. A task writes dx and dz of its rows and accumulates its rows' dweight and
+ * dbias contributions, in row order, into its own partial row of the workspace. A second
+ * pass over column chunks adds the partial rows in block order. Every float operation and
+ * its order is fixed by (M, D, group_size): results are bitwise identical for any thread
+ * count, and no float atomics are used.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/internal.h"
+#include "core/rmsnorm.h"
+#include "cpu/cpu.h"
+#include "cpu/rmsnorm_kernels.h"
+
+/* Rows per forward task (scheduling only; a row's result does not depend on it). */
+#define FWD_ROWS 8
+/* Backward blocks: at most BWD_MAX_BLOCKS partial rows of D floats (so the reduction reads
+ * little next to the M*D traffic of the op), blocks of at least BWD_MIN_ROWS rows. */
+#define BWD_MAX_BLOCKS 64
+#define BWD_MIN_ROWS 8
+/* Columns per reduction task. */
+#define RED_COLS 1024
+
+static const m2_rmsnorm_kernels *kernels_for(const mamba2_context_t *ctx) {
+    return ctx->isa == M2_ISA_AVX2 ? &m2_rmsnorm_kernels_avx2 : &m2_rmsnorm_kernels_scalar;
+}
+
+/* Per-thread scratch is indexed by the pool's worker id, so plan for every worker. */
+static int plan_threads(const mamba2_context_t *ctx) {
+    int n = ctx->pool ? m2_pool_num_threads(ctx->pool) : 1;
+    if (ctx->num_threads > n) n = ctx->num_threads;
+    return n < 1 ? 1 : n;
+}
+
+static void run_tasks(mamba2_context_t *ctx, int64_t ntasks, m2_task_fn fn, void *arg) {
+    if (ntasks <= 0) return;
+    if (ctx->pool)
+        m2_pool_run(ctx->pool, ntasks, fn, arg);
+    else
+        for (int64_t t = 0; t < ntasks; t++) fn(arg, t, 0);
+}
+
+static size_t round64(size_t x) { return (x + 63) & ~(size_t)63; }
+
+/* Rows per backward block: a function of M only (never of the thread count). */
+static int64_t bwd_block_rows(int64_t M) {
+    int64_t rows = (M + BWD_MAX_BLOCKS - 1) / BWD_MAX_BLOCKS;
+    return rows < BWD_MIN_ROWS ? BWD_MIN_ROWS : rows;
+}
+
+/* ---- forward ------------------------------------------------------------------------ */
+
+typedef struct fwd_arg {
+    const m2_rmsnorm_problem *pr;
+    const m2_rmsnorm_kernels *k;
+} fwd_arg;
+
+static void fwd_task(void *arg_, int64_t task, int thread) {
+    (void)thread;
+    const fwd_arg *a = arg_;
+    const m2_rmsnorm_problem *pr = a->pr;
+    const int64_t S = pr->S;
+    const float *w = (const float *)pr->weight.p, *b = (const float *)pr->bias.p;
+    const int64_t m1 = (task + 1) * FWD_ROWS < pr->M ? (task + 1) * FWD_ROWS : pr->M;
+    for (int64_t m = task * FWD_ROWS; m < m1; m++) {
+        const float *x = (const float *)pr->x.p + m * pr->x.s[0];
+        const float *z = pr->z.p ? (const float *)pr->z.p + m * pr->z.s[0] : NULL;
+        float *out = (float *)pr->out.p + m * pr->out.s[0];
+        float *rstd = pr->rstd.p ? (float *)pr->rstd.p + m * pr->rstd.s[0] : NULL;
+        for (int64_t g = 0; g < pr->G; g++) {
+            const int64_t c = g * S;
+            const float r = a->k->fwd_group(S, pr->eps, pr->norm_before_gate, x + c,
+                                            z ? z + c : NULL, w + c, b ? b + c : NULL, out + c);
+            if (rstd) rstd[g] = r;
+        }
+    }
+}
+
+mamba2_status_t m2_cpu_rmsnorm_forward_workspace(const mamba2_context_t *ctx,
+                                                 const m2_rmsnorm_problem *pr, size_t *bytes) {
+    (void)ctx;
+    (void)pr;
+    *bytes = 0;
+    return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t m2_cpu_rmsnorm_forward(mamba2_context_t *ctx, const m2_rmsnorm_problem *pr,
+                                       void *ws) {
+    (void)ws;
+    fwd_arg a = {pr, kernels_for(ctx)};
+    run_tasks(ctx, (pr->M + FWD_ROWS - 1) / FWD_ROWS, fwd_task, &a);
+    return MAMBA2_STATUS_OK;
+}
+
+/* ---- backward ----------------------------------------------------------------------- */
+
+typedef struct bwd_layout {
+    int64_t rows, nblk; /* rows per block, number of blocks                               */
+    size_t dw, db, scr; /* byte offsets of the partial rows [nblk][D] and the scratch      */
+    size_t scr_stride;  /* bytes of scratch per thread (2 S floats, rounded to 64)         */
+    size_t total;
+} bwd_layout;
+
+static bwd_layout bwd_plan(const mamba2_context_t *ctx, const m2_rmsnorm_problem *pr) {
+    bwd_layout L;
+    memset(&L, 0, sizeof L);
+    L.rows = bwd_block_rows(pr->M);
+    L.nblk = (pr->M + L.rows - 1) / L.rows;
+    const size_t part = round64((size_t)L.nblk * (size_t)pr->D * sizeof(float));
+    size_t off = 0;
+    if (pr->dweight.p) {
+        L.dw = off;
+        off += part;
+    }
+    if (pr->dbias.p) {
+        L.db = off;
+        off += part;
+    }
+    L.scr = off;
+    L.scr_stride = round64((size_t)(2 * pr->S) * sizeof(float));
+    L.total = off + (size_t)plan_threads(ctx) * L.scr_stride;
+    return L;
+}
+
+typedef struct bwd_arg {
+    const m2_rmsnorm_problem *pr;
+    const m2_rmsnorm_kernels *k;
+    bwd_layout L;
+    unsigned char *ws;
+} bwd_arg;
+
+static void bwd_task(void *arg_, int64_t task, int thread) {
+    const bwd_arg *a = arg_;
+    const m2_rmsnorm_problem *pr = a->pr;
+    const int64_t S = pr->S, D = pr->D;
+    const float *w = (const float *)pr->weight.p, *b = (const float *)pr->bias.p;
+    float *dw = pr->dweight.p ? (float *)(a->ws + a->L.dw) + task * D : NULL;
+    float *db = pr->dbias.p ? (float *)(a->ws + a->L.db) + task * D : NULL;
+    float *scr = (float *)(a->ws + a->L.scr + (size_t)thread * a->L.scr_stride);
+    if (dw) memset(dw, 0, (size_t)D * sizeof(float));
+    if (db) memset(db, 0, (size_t)D * sizeof(float));
+    const int64_t m0 = task * a->L.rows;
+    const int64_t m1 = m0 + a->L.rows < pr->M ? m0 + a->L.rows : pr->M;
+    for (int64_t m = m0; m < m1; m++) {
+        const float *x = (const float *)pr->x.p + m * pr->x.s[0];
+        const float *z = pr->z.p ? (const float *)pr->z.p + m * pr->z.s[0] : NULL;
+        const float *dout = (const float *)pr->dout.p + m * pr->dout.s[0];
+        const float *rin = pr->rstd_in.p ? (const float *)pr->rstd_in.p + m * pr->rstd_in.s[0] : NULL;
+        float *dx = pr->dx.p ? (float *)pr->dx.p + m * pr->dx.s[0] : NULL;
+        float *dz = pr->dz.p ? (float *)pr->dz.p + m * pr->dz.s[0] : NULL;
+        for (int64_t g = 0; g < pr->G; g++) {
+            const int64_t c = g * S;
+            a->k->bwd_group(S, pr->eps, pr->norm_before_gate, rin ? rin + g : NULL, x + c,
+                            z ? z + c : NULL, w + c, b ? b + c : NULL, dout + c,
+                            dx ? dx + c : NULL, dz ? dz + c : NULL, dw ? dw + c : NULL,
+                            db ? db + c : NULL, scr);
+        }
+    }
+}
+
+/* dweight[c] = ((part[0][c] + part[1][c]) + part[2][c]) + ...: block order, fixed. */
+static void reduce_task(void *arg_, int64_t task, int thread) {
+    (void)thread;
+    const bwd_arg *a = arg_;
+    const m2_rmsnorm_problem *pr = a->pr;
+    const int64_t D = pr->D, c0 = task * RED_COLS;
+    const int64_t nc = c0 + RED_COLS < D ? RED_COLS : D - c0;
+    for (int which = 0; which < 2; which++) {
+        float *dst = (float *)(which ? pr->dbias.p : pr->dweight.p);
+        if (!dst) continue;
+        const float *part = (const float *)(a->ws + (which ? a->L.db : a->L.dw));
+        float acc[RED_COLS];
+        memcpy(acc, part + c0, (size_t)nc * sizeof(float));
+        for (int64_t blk = 1; blk < a->L.nblk; blk++) {
+            const float *row = part + blk * D + c0;
+            for (int64_t j = 0; j < nc; j++) acc[j] += row[j];
+        }
+        memcpy(dst + c0, acc, (size_t)nc * sizeof(float));
+    }
+}
+
+mamba2_status_t m2_cpu_rmsnorm_backward_workspace(const mamba2_context_t *ctx,
+                                                  const m2_rmsnorm_problem *pr, size_t *bytes) {
+    *bytes = bwd_plan(ctx, pr).total;
+    return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t m2_cpu_rmsnorm_backward(mamba2_context_t *ctx, const m2_rmsnorm_problem *pr,
+                                        void *ws) {
+    bwd_arg a = {pr, kernels_for(ctx), bwd_plan(ctx, pr), (unsigned char *)ws};
+    if (a.L.nblk == 0) { /* M == 0: the sums over no rows */
+        if (pr->dweight.p) memset(pr->dweight.p, 0, (size_t)pr->D * sizeof(float));
+        if (pr->dbias.p) memset(pr->dbias.p, 0, (size_t)pr->D * sizeof(float));
+        return MAMBA2_STATUS_OK;
+    }
+    run_tasks(ctx, a.L.nblk, bwd_task, &a);
+    if (pr->dweight.p || pr->dbias.p) run_tasks(ctx, (pr->D + RED_COLS - 1) / RED_COLS, reduce_task, &a);
+    return MAMBA2_STATUS_OK;
+}

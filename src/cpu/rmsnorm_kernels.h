@@ -1,0 +1,41 @@
+/*
+ * rmsnorm_kernels.h — the CPU backend's gated RMSNorm kernels: one table per instruction
+ * set, same signatures (the arrangement of kernels.h for the SSD).
+ *
+ * rmsnorm_cpu.c (row blocks, threads, the fixed-order dweight/dbias reduction) calls these
+ * through an m2_rmsnorm_kernels table chosen from ctx->isa. A kernel handles one group of
+ * n contiguous channels of one row; every pointer is already offset to that group. The
+ * arithmetic is float32; the reductions over n (mean square, the backward's c1) run in an
+ * order fixed by n alone, so results never depend on the thread that runs them.
+ */
+#ifndef MAMBA2C_CPU_RMSNORM_KERNELS_H
+#define MAMBA2C_CPU_RMSNORM_KERNELS_H
+
+#include <stdint.h>
+
+typedef struct m2_rmsnorm_kernels {
+    const char *isa;
+
+    /*
+     * Forward of one group; returns r = 1/sqrt(mean(v²) + eps).
+     *   nbg == 0: v = x * silu(z) (x when z == NULL); out = v r w (+ b)
+     *   nbg != 0: v = x;                              out = (x r w (+ b)) * silu(z)
+     * z and b may be NULL.
+     */
+    float (*fwd_group)(int64_t n, double eps, int nbg, const float *x, const float *z,
+                       const float *w, const float *b, float *out);
+
+    /*
+     * Backward of one group. r_in: the forward's r, or NULL to recompute it.
+     * Writes dx, dz (each may be NULL); ACCUMULATES dw += dy ∘ xhat and db += dy (each may
+     * be NULL), where dy is the gradient w.r.t. y = xhat w + b. scr: 2n floats of scratch.
+     */
+    void (*bwd_group)(int64_t n, double eps, int nbg, const float *r_in, const float *x,
+                      const float *z, const float *w, const float *b, const float *dout,
+                      float *dx, float *dz, float *dw, float *db, float *scr);
+} m2_rmsnorm_kernels;
+
+extern const m2_rmsnorm_kernels m2_rmsnorm_kernels_scalar; /* rmsnorm_kernels_scalar.c      */
+extern const m2_rmsnorm_kernels m2_rmsnorm_kernels_avx2;   /* rmsnorm_kernels_avx2.c, -mavx2 */
+
+#endif /* MAMBA2C_CPU_RMSNORM_KERNELS_H */

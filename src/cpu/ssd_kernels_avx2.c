@@ -1,0 +1,21 @@
+/*
+ * ssd_kernels_avx2.c — the SSD kernels for x86-64 with AVX2 and FMA (8 float lanes).
+ *
+ * This is the only file of the CPU backend compiled with -mavx2 -mfma (see CMakeLists.txt);
+ * ssd_cpu.c calls it only when run-time CPU detection found both (ctx->isa == M2_ISA_AVX2),
+ * so the rest of the library stays runnable on any x86-64. The kernel text itself is
+ * ssd_kernels_impl.h, written against the m2v_* layer of simd.h.
+ */
+#define M2_SIMD_AVX2 1
+#define M2_KSUFFIX __avx2
+#include "cpu/ssd_kernels_impl.h"
+
+const m2_cpu_kernels m2_cpu_kernels_avx2 = {
+    "avx2+fma",
+    fwd_block_4xN__avx2,
+    bwd_block_4xN__avx2,
+    scale__avx2,
+    fwd_out__avx2,
+    bwd_dy__avx2,
+    bwd_dxdz__avx2,
+};
