@@ -234,7 +234,7 @@ def _bind(lib) -> None:
     # Ops that newer libraries export (SPEC §4-§6): bound when present, see has_op().
     optional = {
         # ctx, out, rstd, x, z, weight, bias, opts, workspace, workspace_size
-        "mamba2_rmsnorm_gated_forward": [_VP] * 8 + [sz],
+        "mamba2_rmsnorm_gated_forward": [_VP] * 9 + [sz],
         # ctx, grads, dout, x, z, weight, bias, rstd, opts, workspace, workspace_size
         "mamba2_rmsnorm_gated_backward": [_VP] * 10 + [sz],
         # ctx, out, final_conv_state, x, weight, opts
@@ -326,7 +326,7 @@ _T = struct.Struct("@Pii6q6q")
 _O = struct.Struct("@q5Pidd")
 _G = struct.Struct("@9P")
 _TSZ = _T.size
-_NSLOTS = 24  # tensor descriptors per call (backward uses 19 at most)
+_NSLOTS = 24  # tensor descriptor slots per call (the SSD backward uses 21)
 
 
 def _check_abi(lib) -> None:
@@ -354,7 +354,7 @@ def _check_abi(lib) -> None:
 class _Scratch:
     """Per-thread descriptor memory: tensor slots, one options struct, one grads struct."""
 
-    __slots__ = ("buf", "base", "opt_off", "grd_off", "keep")
+    __slots__ = ("buf", "base", "opt_off", "grd_off")
 
     def __init__(self):
         self.opt_off = _NSLOTS * _TSZ

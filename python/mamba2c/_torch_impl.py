@@ -107,7 +107,7 @@ def ssd_step(state: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, A: torch.Te
     A [H] or [H,P,N], D [H] or [H,P], dt_bias [H] or [H,P]; x, z [B,H,P]; B, C [B,G,N].
     A negative state index marks a padding row: its state is untouched, its output 0."""
     Bsz, H, P = x.shape
-    G, N = B.shape[1], B.shape[2]
+    G = B.shape[1]
     acc = torch.float64 if torch.float64 in (x.dtype, state.dtype) else torch.float32
     idx, valid = _rows(Bsz, state_indices, x.device)
     if idx is None:

@@ -11,7 +11,6 @@ with the same argument names, defaults and return conventions. Where mamba2c's c
 """
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch

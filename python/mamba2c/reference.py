@@ -17,7 +17,7 @@ the state at every boundary, with initial/final states of shape [nseq, ...].
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import Tuple
 
 import torch
 import torch.nn.functional as F

@@ -6,7 +6,6 @@ dt_bias ~ 0.1·N(0,1), initial_states ~ N(0,1)/5 — signed, not positive-only.
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -15,7 +14,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run without installing
 
-import mamba2c  # noqa: E402
 from mamba2c import _native  # noqa: E402
 
 torch.set_num_threads(min(2, torch.get_num_threads()))

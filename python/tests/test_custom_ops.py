@@ -139,3 +139,30 @@ def test_torch_compile_mamba2_layer_fullgraph():
     torch.testing.assert_close(yc, ye, rtol=1e-5, atol=1e-6)
     for a, b in zip(gc, ge):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+needs_c = pytest.mark.skipif(
+    not all(mamba2c.ops.backend_of(n) == "C" for n in ("rmsnorm_gated", "conv1d", "conv1d_step")),
+    reason="the loaded libmamba2c does not export the gated RMSNorm / conv1d entry points")
+
+
+@needs_c
+def test_opcheck_rmsnorm_and_conv1d_ops():
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(6, 8, generator=g, requires_grad=True)
+    z = torch.randn(6, 8, generator=g, requires_grad=True)
+    w = torch.randn(8, generator=g, requires_grad=True)
+    b = torch.randn(8, generator=g, requires_grad=True)
+    torch.library.opcheck(torch.ops.mamba2c.rmsnorm_gated_fwd.default, (x, z, w, b, 1e-5, 4, False))
+    torch.library.opcheck(torch.ops.mamba2c.rmsnorm_gated_fwd.default, (x, None, w, None, 1e-5, 0, True))
+    xc = torch.randn(2, 7, 5, generator=g, requires_grad=True)
+    wc = torch.randn(5, 4, generator=g, requires_grad=True)
+    bc = torch.randn(5, generator=g, requires_grad=True)
+    init = torch.randn(2, 5, 3, generator=g, requires_grad=True)
+    torch.library.opcheck(torch.ops.mamba2c.conv1d_fwd.default, (xc, wc, bc, init, None, True))
+    torch.library.opcheck(torch.ops.mamba2c.conv1d_fwd.default,
+                          (xc[:1], wc, None, None, torch.tensor([0, 3, 7]), False))
+    cache = torch.randn(3, 5, 3, generator=g)
+    torch.library.opcheck(torch.ops.mamba2c.conv1d_step.default,
+                          (torch.randn(2, 5, generator=g), cache, wc.detach(), bc.detach(), True,
+                           torch.tensor([2, 0])))

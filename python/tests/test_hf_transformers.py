@@ -9,7 +9,6 @@ import random
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

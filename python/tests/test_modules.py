@@ -8,7 +8,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import mamba2c
 from mamba2c import reference as R
 from mamba2c.models import VisionMamba2, VisionMamba2Config
 from mamba2c.models.vision_mamba2 import VisionMamba2Mixer, cross_merge, cross_scan

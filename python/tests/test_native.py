@@ -2,7 +2,6 @@
 and the per-call overhead of the binding."""
 from __future__ import annotations
 
-import ctypes
 import os
 import subprocess
 import sys

@@ -1,19 +1,17 @@
-"""conv1d, gated RMSNorm and the decode steps (torch implementations until the C ops
-land; mamba2c.ops dispatches), through their mamba_ssm / causal-conv1d names: against the
-loop-based oracles in mamba2c.reference, gradcheck in float64, and decoding = scanning."""
+"""conv1d, gated RMSNorm and the decode steps (C ops when the library exports them, torch
+implementations otherwise; mamba2c.ops dispatches), through their mamba_ssm /
+causal-conv1d names: against the loop-based oracles in mamba2c.reference, gradcheck in
+float64, and decoding = scanning."""
 from __future__ import annotations
-
-import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import mamba2c
 from mamba2c import ops, reference as R
 from mamba2c.reference import normalized_error as nerr
 
-from conftest import TOL_F32, as64, make_ssd_inputs
+from conftest import TOL_F32, make_ssd_inputs
 
 f64 = torch.float64
 
@@ -239,3 +237,18 @@ def test_backend_of():
     assert ops.backend_of("ssd", "cuda") == "torch"
     for name in ("conv1d", "rmsnorm_gated", "ssd_step", "conv1d_step"):
         assert ops.backend_of(name) in ("C", "torch")
+
+
+def test_conv1d_update_gradcheck_f64():
+    """With inputs that need gradients the decode step takes the differentiable path."""
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(2, 3, generator=g, dtype=f64, requires_grad=True)
+    w = torch.randn(3, 4, generator=g, dtype=f64, requires_grad=True)
+    b = torch.randn(3, generator=g, dtype=f64, requires_grad=True)
+    st0 = torch.randn(2, 3, 3, generator=g, dtype=f64, requires_grad=True)
+
+    def f(x, w, b, st0):
+        st = st0.clone()
+        return mamba2c.causal_conv1d_update(x, st, w, b, "silu"), st
+
+    assert torch.autograd.gradcheck(f, (x, w, b, st0))
