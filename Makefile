@@ -1,11 +1,12 @@
 # Convenience wrapper around CMake: the README's two commands.
 #   make demo   build (Release) and run the demo: Mamba-2 SSD forward + backward, accuracy + speed
-#   make test   build and run the whole test suite, normally and under ASan + UBSan
+#   make test   build and run the whole test suite: the C tests normally and under ASan + UBSan,
+#               then the Python suite (creates .venv with torch from PyPI on first use)
 BUILD ?= build
 SAN_BUILD ?= build-san
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all demo test test-fast test-san install clean
+.PHONY: all demo test test-fast test-san test-python install clean
 
 all:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
@@ -22,7 +23,11 @@ test-san:
 	cmake --build $(SAN_BUILD) -j $(JOBS)
 	cd $(SAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
 
-test: test-san test-fast
+test-python: all
+	MAMBA2C_SKIP_BUILD=1 bash python/setup_env.sh
+	MAMBA2C_LIBRARY=$(CURDIR)/$(BUILD)/libmamba2c.so .venv/bin/python -m pytest python/tests -q
+
+test: test-san test-fast test-python
 
 install: all
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)

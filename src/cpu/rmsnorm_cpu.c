@@ -7,8 +7,8 @@
  *
  * Backward: the rows are cut into blocks whose size depends on M alone (bwd_block_rows), one
  * task per block. A task writes dx and dz of its rows and accumulates its rows' dweight and
- * dbias contributions, in row order, into its own partial row of the workspace. A second
- * pass over column chunks adds the partial rows in block order. Every float operation and
+ * dbias contributions, in row order (two rows per kernel call), into its own partial row of
+ * the workspace. A second pass over column chunks adds the partial rows in block order. Every float operation and
  * its order is fixed by (M, D, group_size): results are bitwise identical for any thread
  * count, and no float atomics are used.
  */
@@ -57,6 +57,14 @@ static int64_t bwd_block_rows(int64_t M) {
     return rows < BWD_MIN_ROWS ? BWD_MIN_ROWS : rows;
 }
 
+/* Element (m, c) of a [M,D] (or [M,G]) view, or NULL when the view is absent. */
+static const float *at_in(const m2_view *v, int64_t m, int64_t c) {
+    return v->p ? (const float *)v->p + m * v->s[0] + c : NULL;
+}
+static float *at_out(const m2_view *v, int64_t m, int64_t c) {
+    return v->p ? (float *)v->p + m * v->s[0] + c : NULL;
+}
+
 /* ---- forward ------------------------------------------------------------------------ */
 
 typedef struct fwd_arg {
@@ -72,14 +80,12 @@ static void fwd_task(void *arg_, int64_t task, int thread) {
     const float *w = (const float *)pr->weight.p, *b = (const float *)pr->bias.p;
     const int64_t m1 = (task + 1) * FWD_ROWS < pr->M ? (task + 1) * FWD_ROWS : pr->M;
     for (int64_t m = task * FWD_ROWS; m < m1; m++) {
-        const float *x = (const float *)pr->x.p + m * pr->x.s[0];
-        const float *z = pr->z.p ? (const float *)pr->z.p + m * pr->z.s[0] : NULL;
-        float *out = (float *)pr->out.p + m * pr->out.s[0];
-        float *rstd = pr->rstd.p ? (float *)pr->rstd.p + m * pr->rstd.s[0] : NULL;
+        float *rstd = at_out(&pr->rstd, m, 0);
         for (int64_t g = 0; g < pr->G; g++) {
             const int64_t c = g * S;
-            const float r = a->k->fwd_group(S, pr->eps, pr->norm_before_gate, x + c,
-                                            z ? z + c : NULL, w + c, b ? b + c : NULL, out + c);
+            const float r = a->k->fwd_group(S, pr->eps, pr->norm_before_gate, at_in(&pr->x, m, c),
+                                            at_in(&pr->z, m, c), w + c, b ? b + c : NULL,
+                                            at_out(&pr->out, m, c));
             if (rstd) rstd[g] = r;
         }
     }
@@ -106,7 +112,7 @@ mamba2_status_t m2_cpu_rmsnorm_forward(mamba2_context_t *ctx, const m2_rmsnorm_p
 typedef struct bwd_layout {
     int64_t rows, nblk; /* rows per block, number of blocks                               */
     size_t dw, db, scr; /* byte offsets of the partial rows [nblk][D] and the scratch      */
-    size_t scr_stride;  /* bytes of scratch per thread (2 S floats, rounded to 64)         */
+    size_t scr_stride;  /* bytes of scratch per thread (4 S floats, rounded to 64)         */
     size_t total;
 } bwd_layout;
 
@@ -126,7 +132,7 @@ static bwd_layout bwd_plan(const mamba2_context_t *ctx, const m2_rmsnorm_problem
         off += part;
     }
     L.scr = off;
-    L.scr_stride = round64((size_t)(2 * pr->S) * sizeof(float));
+    L.scr_stride = round64((size_t)(4 * pr->S) * sizeof(float)); /* 2 rows x 2 S floats */
     L.total = off + (size_t)plan_threads(ctx) * L.scr_stride;
     return L;
 }
@@ -150,19 +156,26 @@ static void bwd_task(void *arg_, int64_t task, int thread) {
     if (db) memset(db, 0, (size_t)D * sizeof(float));
     const int64_t m0 = task * a->L.rows;
     const int64_t m1 = m0 + a->L.rows < pr->M ? m0 + a->L.rows : pr->M;
-    for (int64_t m = m0; m < m1; m++) {
-        const float *x = (const float *)pr->x.p + m * pr->x.s[0];
-        const float *z = pr->z.p ? (const float *)pr->z.p + m * pr->z.s[0] : NULL;
-        const float *dout = (const float *)pr->dout.p + m * pr->dout.s[0];
-        const float *rin = pr->rstd_in.p ? (const float *)pr->rstd_in.p + m * pr->rstd_in.s[0] : NULL;
-        float *dx = pr->dx.p ? (float *)pr->dx.p + m * pr->dx.s[0] : NULL;
-        float *dz = pr->dz.p ? (float *)pr->dz.p + m * pr->dz.s[0] : NULL;
+    /* rows in pairs (the kernel shares w, b and the dw, db update between them); the
+     * pairing starts at the block's first row, so it depends on M alone */
+    for (int64_t m = m0; m < m1; m += 2) {
+        const int nrows = m + 1 < m1 ? 2 : 1;
         for (int64_t g = 0; g < pr->G; g++) {
             const int64_t c = g * S;
-            a->k->bwd_group(S, pr->eps, pr->norm_before_gate, rin ? rin + g : NULL, x + c,
-                            z ? z + c : NULL, w + c, b ? b + c : NULL, dout + c,
-                            dx ? dx + c : NULL, dz ? dz + c : NULL, dw ? dw + c : NULL,
-                            db ? db + c : NULL, scr);
+            m2_rms_row rows[2];
+            for (int q = 0; q < nrows; q++) {
+                const int64_t mm = m + q;
+                const float *rin = at_in(&pr->rstd_in, mm, 0);
+                rows[q].x = at_in(&pr->x, mm, c);
+                rows[q].z = at_in(&pr->z, mm, c);
+                rows[q].dout = at_in(&pr->dout, mm, c);
+                rows[q].dx = at_out(&pr->dx, mm, c);
+                rows[q].dz = at_out(&pr->dz, mm, c);
+                rows[q].r_in = rin ? rin + g : NULL;
+                rows[q].scr = scr + q * 2 * S;
+            }
+            a->k->bwd_group(S, pr->eps, pr->norm_before_gate, nrows, rows, w + c,
+                            b ? b + c : NULL, dw ? dw + c : NULL, db ? db + c : NULL);
         }
     }
 }

@@ -13,6 +13,14 @@
 
 #include <stdint.h>
 
+/* One row's group for the backward; every pointer already offset to the group. */
+typedef struct m2_rms_row {
+    const float *x, *z, *dout; /* z may be NULL                                       */
+    float *dx, *dz;            /* may be NULL (not wanted)                            */
+    const float *r_in;         /* the forward's r, or NULL to recompute it            */
+    float *scr;                /* 2n floats of scratch                                */
+} m2_rms_row;
+
 typedef struct m2_rmsnorm_kernels {
     const char *isa;
 
@@ -26,13 +34,13 @@ typedef struct m2_rmsnorm_kernels {
                        const float *w, const float *b, float *out);
 
     /*
-     * Backward of one group. r_in: the forward's r, or NULL to recompute it.
-     * Writes dx, dz (each may be NULL); ACCUMULATES dw += dy ∘ xhat and db += dy (each may
-     * be NULL), where dy is the gradient w.r.t. y = xhat w + b. scr: 2n floats of scratch.
+     * Backward of one group in nrows (1 or 2) rows at once: the rows share the loads of w
+     * and b and the update of dw and db. Per row: writes dx, dz (each may be NULL). Then
+     * ACCUMULATES dw += dy ∘ xhat and db += dy (each may be NULL; row 0 first, then row 1),
+     * where dy is the gradient w.r.t. y = xhat w + b.
      */
-    void (*bwd_group)(int64_t n, double eps, int nbg, const float *r_in, const float *x,
-                      const float *z, const float *w, const float *b, const float *dout,
-                      float *dx, float *dz, float *dw, float *db, float *scr);
+    void (*bwd_group)(int64_t n, double eps, int nbg, int nrows, const m2_rms_row *rows,
+                      const float *w, const float *b, float *dw, float *db);
 } m2_rmsnorm_kernels;
 
 extern const m2_rmsnorm_kernels m2_rmsnorm_kernels_scalar; /* rmsnorm_kernels_scalar.c      */

@@ -7,12 +7,15 @@
  * Structure: a group is walked twice, forward and backward. Pass 1 reads the inputs once
  * from memory and takes the sums that need the whole group: Σ v² (for r) and, in the
  * backward, Σ v w dy, since c1 = Σ xhat w dy / n = r Σ v w dy / n needs no r in advance.
- * Values pass 2 would recompute with an exp (v = x silu(z), σ(z), dy) are kept in `out` or
- * in per-thread scratch. Pass 2 applies r and writes every output. A group of a Mamba-2 row
- * is at most a few thousand floats, so pass 2 reads L1/L2: memory traffic is one read of
- * every input and one write of every output. Every loop has a vector body and a scalar
- * tail; a sum over n uses two vector accumulators (pairs of vectors), then one, then lanes,
- * then the tail: an order fixed by n.
+ * What pass 2 would otherwise recompute with an exp is kept: v = x silu(z) in `out`
+ * (forward), silu(z) or dy and silu'(z) in per-thread scratch (backward). Pass 2 applies r
+ * and writes every output. A group of a Mamba-2 row is at most a few thousand floats, so
+ * pass 2 reads L1/L2: memory traffic is one read of every input and one write of every
+ * output. The backward's pass 2 runs two rows at once, sharing the loads of w, b and the
+ * read-modify-write of the dw, db partial sums (the op is at the FMA-port limit in cache, so
+ * every saved load and store shows). Every loop has a vector body and a scalar tail; a sum
+ * over n uses two vector accumulators (pairs of vectors), then one, then lanes, then the
+ * tail: an order fixed by n.
  */
 #ifndef M2_KSUFFIX
 #error "define M2_KSUFFIX before including rmsnorm_kernels_impl.h"
@@ -139,140 +142,181 @@ static float M2R(rms_fwd_group)(int64_t n, double eps, int nbg, const float *x, 
 enum { GATE_NONE = 0, GATE_FIRST = 1, GATE_AFTER = 2 };
 
 /*
- * Pass 1: Σ v² into *ss and Σ v w dy into *svd, where
- *   GATE_NONE:  v = x, dy = dout;
- *   GATE_FIRST: v = x silu(z) (stored to sv), dy = dout; σ(z) stored to sg;
- *   GATE_AFTER: v = x, dy = dout silu(z) (stored to sv); σ(z) stored to sg.
+ * Pass 1, one vector of one row: with
+ *   GATE_NONE:  v = x,          dy = dout
+ *   GATE_FIRST: v = x silu(z),  dy = dout;          stores silu(z) to s0, silu'(z) to s1
+ *   GATE_AFTER: v = x,          dy = dout silu(z);  stores dy to s0,      silu'(z) to s1
+ * (silu(z) = z σ(z), silu'(z) = σ(z) (1 + z (1 - σ(z)))) adds v² to *q and v w dy to *d.
  */
+M2_INLINE void p1_vec(int64_t j, const float *x, const float *z, const float *w,
+                      const float *dout, float *s0, float *s1, m2v *q, m2v *d, const int mode) {
+    const m2v one = m2v_set1(1.0f);
+    m2v v = m2v_load(x + j), g = m2v_load(dout + j);
+    if (mode != GATE_NONE) {
+        const m2v zz = m2v_load(z + j), s = sigm_v(zz), sl = m2v_mul(zz, s);
+        m2v_store(s1 + j, m2v_mul(s, m2v_fma(zz, m2v_sub(one, s), one)));
+        if (mode == GATE_FIRST) {
+            v = m2v_mul(v, sl);
+            m2v_store(s0 + j, sl);
+        } else {
+            g = m2v_mul(g, sl);
+            m2v_store(s0 + j, g);
+        }
+    }
+    *q = m2v_fma(v, v, *q);
+    *d = m2v_fma(m2v_mul(v, m2v_load(w + j)), g, *d);
+}
+
+/* p1_vec for one element (the scalar tail) */
+M2_INLINE void p1_one(int64_t j, const float *x, const float *z, const float *w,
+                      const float *dout, float *s0, float *s1, float *q, float *d, const int mode) {
+    float v = x[j], g = dout[j];
+    if (mode != GATE_NONE) {
+        const float s = sigm_s(z[j]), sl = z[j] * s;
+        s1[j] = s * (z[j] * (1.0f - s) + 1.0f);
+        if (mode == GATE_FIRST) {
+            v = v * sl;
+            s0[j] = sl;
+        } else {
+            g = g * sl;
+            s0[j] = g;
+        }
+    }
+    *q += v * v;
+    *d += (v * w[j]) * g;
+}
+
+/* Pass 1 over one row: Σ v² into *ss, Σ v w dy into *svd. Two accumulators (even and odd
+ * vectors of each pair), then one, then lanes, then the scalar tail: an order fixed by n. */
 M2_INLINE void bwd_pass1(int64_t n, const float *x, const float *z, const float *w,
-                         const float *dout, float *sv, float *sg, float *ss, float *svd,
+                         const float *dout, float *s0, float *s1, float *ss, float *svd,
                          const int mode) {
     m2v q0 = m2v_zero(), q1 = m2v_zero(), d0 = m2v_zero(), d1 = m2v_zero();
     int64_t i = 0;
-    for (; i + M2V_LEN <= n; i += M2V_LEN) {
-        m2v v = m2v_load(x + i), g = m2v_load(dout + i);
-        if (mode != GATE_NONE) {
-            const m2v zz = m2v_load(z + i), s = sigm_v(zz), sl = m2v_mul(zz, s);
-            m2v_store(sg + i, s);
-            if (mode == GATE_FIRST) {
-                v = m2v_mul(v, sl);
-                m2v_store(sv + i, v);
-            } else {
-                g = m2v_mul(g, sl);
-                m2v_store(sv + i, g);
-            }
-        }
-        /* two accumulators, alternating by vector index: order fixed by n */
-        if (((i / M2V_LEN) & 1) == 0) {
-            q0 = m2v_fma(v, v, q0);
-            d0 = m2v_fma(m2v_mul(v, m2v_load(w + i)), g, d0);
-        } else {
-            q1 = m2v_fma(v, v, q1);
-            d1 = m2v_fma(m2v_mul(v, m2v_load(w + i)), g, d1);
-        }
+    for (; i + 2 * M2V_LEN <= n; i += 2 * M2V_LEN) {
+        p1_vec(i, x, z, w, dout, s0, s1, &q0, &d0, mode);
+        p1_vec(i + M2V_LEN, x, z, w, dout, s0, s1, &q1, &d1, mode);
     }
+    for (; i + M2V_LEN <= n; i += M2V_LEN) p1_vec(i, x, z, w, dout, s0, s1, &q0, &d0, mode);
     float a = m2v_reduce(m2v_add(q0, q1)), c = m2v_reduce(m2v_add(d0, d1));
-    for (; i < n; i++) {
-        float v = x[i], g = dout[i];
-        if (mode != GATE_NONE) {
-            const float s = sigm_s(z[i]), sl = z[i] * s;
-            sg[i] = s;
-            if (mode == GATE_FIRST) {
-                v = v * sl;
-                sv[i] = v;
-            } else {
-                g = g * sl;
-                sv[i] = g;
-            }
-        }
-        a += v * v;
-        c += (v * w[i]) * g;
-    }
+    for (; i < n; i++) p1_one(i, x, z, w, dout, s0, s1, &a, &c, mode);
     *ss = a;
     *svd = c;
 }
 
+/* One row of pass 2: its pointers, its scratch rows s0, s1 and its constants r, c1. */
+typedef struct bwd_rowc {
+    const m2_rms_row *R;
+    const float *s0, *s1;
+    float r, c1;
+} bwd_rowc;
+
 /*
- * Pass 2, with xh = v r, dv = (w dy - xh c1) r, silu'(z) = σ (1 + z (1 - σ)):
- *   dw += dy xh, db += dy (each when non-NULL);
- *   GATE_NONE:  dx = dv;
- *   GATE_FIRST: dx = dv silu(z), dz = dv x silu'(z);
- *   GATE_AFTER: dx = dv, dz = dout (xh w + b) silu'(z).
- * v and dy are x or sv, dout or sv, as pass 1 left them.
+ * Pass 2, one vector of one row. With xh = v r and dv = (w dy - xh c1) r:
+ *   GATE_NONE:  v = x, dy = dout:              dx = dv
+ *   GATE_FIRST: v = x silu(z), dy = dout:      dx = dv silu(z),  dz = dv x silu'(z)
+ *   GATE_AFTER: v = x, dy = dout silu(z):      dx = dv,          dz = dout (xh w + b) silu'(z)
+ * and the row's dw, db terms are added to the accumulators: gw += dy xh, gb += dy.
  */
-M2_INLINE void bwd_pass2(int64_t n, float r, float c1, const float *x, const float *z,
-                         const float *w, const float *b, const float *dout, const float *sv,
-                         const float *sg, float *dx, float *dz, float *dw, float *db,
-                         const int mode) {
-    const float *vp = mode == GATE_FIRST ? sv : x;
-    const float *dyp = mode == GATE_AFTER ? sv : dout;
-    const m2v rv = m2v_set1(r), cv = m2v_set1(c1), one = m2v_set1(1.0f);
+M2_INLINE void p2_vec(int64_t j, const bwd_rowc *k, m2v wv, m2v bv, m2v *gw, m2v *gb,
+                      const int mode) {
+    const m2_rms_row *R = k->R;
+    const m2v r = m2v_set1(k->r), c1 = m2v_set1(k->c1);
+    const m2v xv = m2v_load(R->x + j);
+    m2v v = xv, dy, sl = m2v_zero();
+    if (mode == GATE_FIRST) {
+        sl = m2v_load(k->s0 + j);
+        v = m2v_mul(xv, sl);
+    }
+    dy = mode == GATE_AFTER ? m2v_load(k->s0 + j) : m2v_load(R->dout + j);
+    const m2v xh = m2v_mul(v, r);
+    *gw = m2v_fma(dy, xh, *gw);
+    *gb = m2v_add(*gb, dy);
+    const m2v dv = m2v_mul(m2v_sub(m2v_mul(wv, dy), m2v_mul(xh, c1)), r);
+    if (mode == GATE_FIRST) {
+        if (R->dx) m2v_store(R->dx + j, m2v_mul(dv, sl));
+        if (R->dz) m2v_store(R->dz + j, m2v_mul(m2v_mul(dv, xv), m2v_load(k->s1 + j)));
+    } else {
+        if (R->dx) m2v_store(R->dx + j, dv);
+        if (mode == GATE_AFTER && R->dz) {
+            const m2v y = m2v_add(m2v_mul(xh, wv), bv);
+            m2v_store(R->dz + j, m2v_mul(m2v_mul(m2v_load(R->dout + j), y), m2v_load(k->s1 + j)));
+        }
+    }
+}
+
+/* p2_vec for one element (the scalar tail) */
+M2_INLINE void p2_one(int64_t j, const bwd_rowc *k, float wv, float bv, float *gw, float *gb,
+                      const int mode) {
+    const m2_rms_row *R = k->R;
+    const float xv = R->x[j];
+    float v = xv, sl = 0.0f;
+    if (mode == GATE_FIRST) {
+        sl = k->s0[j];
+        v = xv * sl;
+    }
+    const float dy = mode == GATE_AFTER ? k->s0[j] : R->dout[j];
+    const float xh = v * k->r;
+    *gw = dy * xh + *gw;
+    *gb = *gb + dy;
+    const float dv = (wv * dy - xh * k->c1) * k->r;
+    if (mode == GATE_FIRST) {
+        if (R->dx) R->dx[j] = dv * sl;
+        if (R->dz) R->dz[j] = (dv * xv) * k->s1[j];
+    } else {
+        if (R->dx) R->dx[j] = dv;
+        if (mode == GATE_AFTER && R->dz) R->dz[j] = (R->dout[j] * (xh * wv + bv)) * k->s1[j];
+    }
+}
+
+/* Pass 2 over NR rows (1 or 2) sharing the loads of w, b and the update of dw, db; row 0's
+ * terms are added before row 1's, as two single-row calls in row order would add them. */
+M2_INLINE void bwd_pass2(int64_t n, const bwd_rowc *k, const float *w, const float *b, float *dw,
+                         float *db, const int NR, const int mode) {
     int64_t i = 0;
     for (; i + M2V_LEN <= n; i += M2V_LEN) {
-        const m2v xh = m2v_mul(m2v_load(vp + i), rv), dy = m2v_load(dyp + i), wv = m2v_load(w + i);
-        if (dw) m2v_store(dw + i, m2v_fma(dy, xh, m2v_load(dw + i)));
-        if (db) m2v_store(db + i, m2v_add(m2v_load(db + i), dy));
-        const m2v dv = m2v_mul(m2v_sub(m2v_mul(wv, dy), m2v_mul(xh, cv)), rv);
-        if (mode == GATE_NONE) {
-            if (dx) m2v_store(dx + i, dv);
-        } else {
-            const m2v zz = m2v_load(z + i), s = m2v_load(sg + i);
-            const m2v ds = m2v_mul(s, m2v_fma(zz, m2v_sub(one, s), one));
-            if (mode == GATE_FIRST) {
-                if (dx) m2v_store(dx + i, m2v_mul(dv, m2v_mul(zz, s)));
-                if (dz) m2v_store(dz + i, m2v_mul(m2v_mul(dv, m2v_load(x + i)), ds));
-            } else {
-                if (dx) m2v_store(dx + i, dv);
-                if (dz) {
-                    m2v y = m2v_mul(xh, wv);
-                    if (b) y = m2v_add(y, m2v_load(b + i));
-                    m2v_store(dz + i, m2v_mul(m2v_mul(m2v_load(dout + i), y), ds));
-                }
-            }
-        }
+        const m2v wv = m2v_load(w + i);
+        const m2v bv = b ? m2v_load(b + i) : m2v_zero();
+        m2v gw = dw ? m2v_load(dw + i) : m2v_zero();
+        m2v gb = db ? m2v_load(db + i) : m2v_zero();
+        for (int q = 0; q < NR; q++) p2_vec(i, &k[q], wv, bv, &gw, &gb, mode);
+        if (dw) m2v_store(dw + i, gw);
+        if (db) m2v_store(db + i, gb);
     }
     for (; i < n; i++) {
-        const float xh = vp[i] * r, dy = dyp[i];
-        if (dw) dw[i] = dy * xh + dw[i];
-        if (db) db[i] = db[i] + dy;
-        const float dv = (w[i] * dy - xh * c1) * r;
-        if (mode == GATE_NONE) {
-            if (dx) dx[i] = dv;
-        } else {
-            const float s = sg[i], ds = s * (z[i] * (1.0f - s) + 1.0f);
-            if (mode == GATE_FIRST) {
-                if (dx) dx[i] = dv * (z[i] * s);
-                if (dz) dz[i] = (dv * x[i]) * ds;
-            } else {
-                if (dx) dx[i] = dv;
-                if (dz) {
-                    float y = xh * w[i];
-                    if (b) y += b[i];
-                    dz[i] = (dout[i] * y) * ds;
-                }
-            }
-        }
+        const float wv = w[i], bv = b ? b[i] : 0.0f;
+        float gw = dw ? dw[i] : 0.0f, gb = db ? db[i] : 0.0f;
+        for (int q = 0; q < NR; q++) p2_one(i, &k[q], wv, bv, &gw, &gb, mode);
+        if (dw) dw[i] = gw;
+        if (db) db[i] = gb;
     }
 }
 
-M2_INLINE void bwd_mode(int64_t n, double eps, const float *r_in, const float *x, const float *z,
-                        const float *w, const float *b, const float *dout, float *dx, float *dz,
-                        float *dw, float *db, float *scr, const int mode) {
-    float ss, svd;
-    float *sv = scr, *sg = scr + n;
-    bwd_pass1(n, x, z, w, dout, sv, sg, &ss, &svd, mode);
-    const float r = r_in ? *r_in : rstd_of(ss, n, eps);
-    const float c1 = r * svd / (float)n; /* Σ xh w dy / n */
-    bwd_pass2(n, r, c1, x, z, w, b, dout, sv, sg, dx, dz, dw, db, mode);
+M2_INLINE void bwd_mode(int64_t n, double eps, int nrows, const m2_rms_row *rows, const float *w,
+                        const float *b, float *dw, float *db, const int mode) {
+    bwd_rowc k[2];
+    for (int q = 0; q < nrows; q++) {
+        const m2_rms_row *R = &rows[q];
+        float ss, svd;
+        k[q].R = R;
+        k[q].s0 = R->scr;
+        k[q].s1 = R->scr + n;
+        bwd_pass1(n, R->x, R->z, w, R->dout, R->scr, R->scr + n, &ss, &svd, mode);
+        k[q].r = R->r_in ? *R->r_in : rstd_of(ss, n, eps);
+        k[q].c1 = k[q].r * svd / (float)n; /* Σ xh w dy / n */
+    }
+    if (nrows == 2)
+        bwd_pass2(n, k, w, b, dw, db, 2, mode);
+    else
+        bwd_pass2(n, k, w, b, dw, db, 1, mode);
 }
 
-static void M2R(rms_bwd_group)(int64_t n, double eps, int nbg, const float *r_in, const float *x,
-                               const float *z, const float *w, const float *b, const float *dout,
-                               float *dx, float *dz, float *dw, float *db, float *scr) {
-    if (!z)
-        bwd_mode(n, eps, r_in, x, NULL, w, b, dout, dx, NULL, dw, db, scr, GATE_NONE);
+static void M2R(rms_bwd_group)(int64_t n, double eps, int nbg, int nrows, const m2_rms_row *rows,
+                               const float *w, const float *b, float *dw, float *db) {
+    if (!rows[0].z)
+        bwd_mode(n, eps, nrows, rows, w, b, dw, db, GATE_NONE);
     else if (!nbg)
-        bwd_mode(n, eps, r_in, x, z, w, b, dout, dx, dz, dw, db, scr, GATE_FIRST);
+        bwd_mode(n, eps, nrows, rows, w, b, dw, db, GATE_FIRST);
     else
-        bwd_mode(n, eps, r_in, x, z, w, b, dout, dx, dz, dw, db, scr, GATE_AFTER);
+        bwd_mode(n, eps, nrows, rows, w, b, dw, db, GATE_AFTER);
 }
