@@ -55,8 +55,12 @@
  * floats (32 KiB at N = 128) stay near L1. */
 #define FWD_BLOCK 32
 /* Backward block: bwd_block recomputes a 4-row tile's states for the whole block
- * (BWD_BLOCK * 4 * N floats, 16 KiB at N = 128) and consumes them while they are in L1. */
+ * (BWD_BLOCK * 4 * N floats, 16 KiB at N = 128) and consumes them while they are in L1.
+ * Measured on the 2-core dev VM, 8/16/32 differ by < 5% end to end; overridable with -D
+ * for such experiments: results are bitwise the same for any block size. */
+#ifndef BWD_BLOCK
 #define BWD_BLOCK 8
+#endif
 /* Per-thread bytes of backward checkpoints (one state per block) above which the backward
  * switches to two-level checkpointing. */
 #ifndef M2_CPU_CKPT_BUDGET
@@ -307,7 +311,7 @@ typedef struct bwd_plan {
     int64_t T;        /* token block of the reverse pass                          */
     int64_t ck_every; /* blocks per checkpoint (m): 1, or ~sqrt(blocks) when long  */
     int nthr, mode, want_y;
-    int64_t nD;      /* dD partial length per (sequence, head): P or 1           */
+    int64_t nD;       /* dD partial length per (sequence, head): P or 1           */
     /* global region (offsets from the aligned base) */
     size_t o_pA, o_pbias, o_pD, o_hB, o_hC, glob;
     /* per-thread region (offsets inside one thread's scratch) */
@@ -359,7 +363,8 @@ static void bwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
 
     off = 0;
     pl->o_ck = carve(&off, (size_t)nck * PN * f);      /* checkpoints              */
-    pl->o_sub = carve(&off, pl->ck_every > 1 ? (size_t)pl->ck_every * PN * f : 0); /* segment */
+    /* the states of one segment (two-level only) */
+    pl->o_sub = carve(&off, pl->ck_every > 1 ? (size_t)pl->ck_every * PN * f : 0);
     pl->o_St = carve(&off, T * 4 * N * f);             /* S_t of one 4-row tile    */
     pl->o_G = carve(&off, PN * f);                     /* dL/dS, carried backwards */
     pl->o_d = carve(&off, T * f);
@@ -439,6 +444,7 @@ static void bwd_head(const bwd_job *J, unsigned char *ws, int64_t s, int64_t h) 
      * with m > 1 the blocks in between run in place in sub[0] */
     load_state(&pr->init, s, h, P, N, ck);
     for (int64_t j = 0; j + 1 < nb; j++) {
+        if (j + 2 < nb) prefetch_rows(row3(&pr->x, b, t0 + (j + 1) * T, h), pr->x.s[1], T, P, 0);
         block_prep(pr, K, &q, b, t0 + j * T, T, h, g, d, a, NULL, xd, Bp);
         const float *src = j % m == 0 ? ck + (j / m) * PN : sub;
         float *dst = (j + 1) % m == 0 ? ck + ((j + 1) / m) * PN : sub;

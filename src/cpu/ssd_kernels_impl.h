@@ -2,15 +2,19 @@
  * ssd_kernels_impl.h — the SSD kernel text, compiled once per instruction set.
  *
  * Included only by ssd_kernels_<isa>.c, after cpu/simd.h has mapped m2v_* onto that ISA and
- * M2_KSUFFIX names it (e.g. __avx2). It defines static kernels and the table
- * m2_cpu_kernels<M2_KSUFFIX> (m2_cpu_kernels__avx2), which the .c file exports.
+ * M2_KSUFFIX names it (e.g. __avx2). It defines static kernels named <kernel><M2_KSUFFIX>;
+ * the .c file puts them in its m2_cpu_kernels table.
  *
  * Structure (why it looks like this):
  *  - The state recurrence is tiled 4 rows of P at a time with the token loop inside the
- *    tile: a 4 x N tile (2 KiB at N = 128) stays in L1 for a whole block of tokens while
- *    B_t and C_t (shared by the 4 rows, loaded once per vector) stream past. A near-peak
- *    kernel (register tile, rescaled state) can replace fwd_block / bwd_block without
- *    touching the planner.
+ *    tile (fwd_tile4): a 4 x N tile (2 KiB at N = 128) stays in L1 for a whole block of
+ *    tokens while B_t and C_t (shared by the 4 rows, loaded once per vector) stream past.
+ *  - The backward (bwd_block) works on the same tiles: the rows of S and of G evolve
+ *    independently, so per tile it recomputes the block's states from the checkpoint into
+ *    an L1-sized buffer and runs the reverse recurrence (rev_tile4) right after; only the
+ *    sums over p (dBm, dCm, the decay gradient) combine tiles, in p order.
+ *  - A near-peak kernel (register tile, rescaled state, or the chunked GEMM form) can
+ *    replace fwd_block / bwd_block without touching the planner in ssd_cpu.c.
  *  - N is the vector dimension: rows of the state, B_t and C_t are contiguous over N. Every
  *    loop over N has a vector body and a scalar tail (N = 5 runs the tail only); rows of P
  *    left over from the 4-row tiles go through a 1-row version of the same loop.
