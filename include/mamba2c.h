@@ -158,6 +158,8 @@ typedef struct mamba2_ssd_options {
     const mamba2_tensor_t *dt_bias;       /* [H], or NULL                              */
     const mamba2_tensor_t *initial_state; /* [S,H,P,N], or NULL (zeros)                */
     const mamba2_tensor_t *cu_seqlens;    /* [nseq+1] int32/int64, or NULL             */
+    const mamba2_tensor_t *state_positions; /* [npos] int32/int64, or NULL; see
+                                             mamba2_ssd_forward_states              */
     int32_t dt_softplus;                  /* nonzero: dt = softplus(dt + dt_bias)      */
     double dt_limit_lo;                   /* clamp of the processed dt, always applied */
     double dt_limit_hi;                   /* default (0, +inf)                         */
@@ -181,6 +183,22 @@ MAMBA2_API mamba2_status_t mamba2_ssd_forward(
     const mamba2_tensor_t *x, const mamba2_tensor_t *dt, const mamba2_tensor_t *A,
     const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm, const mamba2_ssd_options_t *opts,
     void *workspace, size_t workspace_size);
+
+/*
+ * Forward that also returns the states after chosen tokens, so that a serving engine can
+ * cache prefixes at arbitrary boundaries in one prefill call.
+ * opts->state_positions[npos] (int32 or int64, strictly increasing) are flat token indices
+ * into the B x L token grid: b*L + t (with cu_seqlens, B == 1 and the index is the packed
+ * token index t). position_states[npos,H,P,N] (the state dtype) receives, for each
+ * position, S_t: the state of that token's sequence after token t (token t included).
+ * With position_states == NULL this is mamba2_ssd_forward. Workspace: the size that
+ * mamba2_ssd_forward_workspace_size reports for the same opts.
+ */
+MAMBA2_API mamba2_status_t mamba2_ssd_forward_states(
+    mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *final_state,
+    const mamba2_tensor_t *position_states, const mamba2_tensor_t *x, const mamba2_tensor_t *dt,
+    const mamba2_tensor_t *A, const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
+    const mamba2_ssd_options_t *opts, void *workspace, size_t workspace_size);
 
 /*
  * Backward outputs. Each pointer may be NULL (that gradient is not wanted). Every
@@ -271,6 +289,22 @@ MAMBA2_API mamba2_status_t mamba2_rmsnorm_gated_forward(
     size_t workspace_size);
 
 /*
+ * Forward that also returns the states after chosen tokens, so that a serving engine can
+ * cache prefixes at arbitrary boundaries in one prefill call.
+ * opts->state_positions[npos] (int32 or int64, strictly increasing) are flat token indices
+ * into the B x L token grid: b*L + t (with cu_seqlens, B == 1 and the index is the packed
+ * token index t). position_states[npos,H,P,N] (the state dtype) receives, for each
+ * position, S_t: the state of that token's sequence after token t (token t included).
+ * With position_states == NULL this is mamba2_ssd_forward. Workspace: the size that
+ * mamba2_ssd_forward_workspace_size reports for the same opts.
+ */
+MAMBA2_API mamba2_status_t mamba2_ssd_forward_states(
+    mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *final_state,
+    const mamba2_tensor_t *position_states, const mamba2_tensor_t *x, const mamba2_tensor_t *dt,
+    const mamba2_tensor_t *A, const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
+    const mamba2_ssd_options_t *opts, void *workspace, size_t workspace_size);
+
+/*
  * Backward outputs. Each pointer may be NULL (that gradient is not wanted). Every
  * gradient given is OVERWRITTEN (never accumulated into):
  *   dx[M,D]  dz[M,D] (only when z is given)
@@ -347,6 +381,22 @@ MAMBA2_API mamba2_status_t mamba2_conv1d_forward(mamba2_context_t *ctx, const ma
                                                  const mamba2_conv1d_options_t *opts);
 
 /*
+ * Forward that also returns the states after chosen tokens, so that a serving engine can
+ * cache prefixes at arbitrary boundaries in one prefill call.
+ * opts->state_positions[npos] (int32 or int64, strictly increasing) are flat token indices
+ * into the B x L token grid: b*L + t (with cu_seqlens, B == 1 and the index is the packed
+ * token index t). position_states[npos,H,P,N] (the state dtype) receives, for each
+ * position, S_t: the state of that token's sequence after token t (token t included).
+ * With position_states == NULL this is mamba2_ssd_forward. Workspace: the size that
+ * mamba2_ssd_forward_workspace_size reports for the same opts.
+ */
+MAMBA2_API mamba2_status_t mamba2_ssd_forward_states(
+    mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *final_state,
+    const mamba2_tensor_t *position_states, const mamba2_tensor_t *x, const mamba2_tensor_t *dt,
+    const mamba2_tensor_t *A, const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
+    const mamba2_ssd_options_t *opts, void *workspace, size_t workspace_size);
+
+/*
  * Backward outputs. Each pointer may be NULL (that gradient is not wanted). Every gradient
  * given is OVERWRITTEN (never accumulated into):
  *   dx[B,L,C]  dweight[C,W]  dbias[C]  dinitial_conv_state[S,C,W-1]
@@ -403,6 +453,132 @@ MAMBA2_API mamba2_status_t mamba2_conv1d_step(mamba2_context_t *ctx, const mamba
                                               const mamba2_tensor_t *x,
                                               const mamba2_tensor_t *weight,
                                               const mamba2_conv1d_step_options_t *opts);
+
+/* ------------------------------------------------------------------------- */
+/* SSD decode step (SPEC §6)                                                 */
+/* ------------------------------------------------------------------------- */
+/*
+ * T new tokens per sequence against a state cache updated in place: T = 1 is the decode
+ * step, T > 1 e.g. speculative verification. Shapes (PyTorch order), one form for all:
+ *   T = 1:  x[B,H,P]    dt[B,H]    Bm[B,G,N]    Cm[B,G,N]    -> out[B,H,P]
+ *   T >= 0: x[B,T,H,P]  dt[B,T,H]  Bm[B,T,G,N]  Cm[B,T,G,N]  -> out[B,T,H,P]
+ *   A[H]; H % G == 0, head h reads group h / (H/G).
+ * state_cache[S,H,P,N] is IN/OUT: slot state_indices[b] (or b) holds row b's state S_{-1};
+ * the call runs SPEC §1 steps 1-4 for the row's T tokens in order, starting from that state,
+ * then stores the state after the last token back into the slot. So one call with T tokens,
+ * T calls with one token, and mamba2_ssd_forward over the same tokens with the slot as
+ * initial_state and final_state all agree (SPEC §8 tolerance).
+ * all_states (optional output): [B,T,H,P,N] ([B,H,P,N] for the T = 1 form), the state after
+ * every token; all_states[b,T-1] equals the slot afterwards.
+ * Options: D[H] or D[H,P], z (shape of x), dt_bias[H], dt_softplus, dt_limit exactly as for
+ * mamba2_ssd_forward; state_indices[B] (int32/int64, optional): NULL means row b uses slot b,
+ * and then B <= S is required. A negative index marks a padding row: its rows of out and
+ * all_states are left untouched and no slot changes. Non-negative indices must be < S and
+ * distinct.
+ * dtypes: x, dt, Bm, Cm, z, out share one dtype, F32 (CPU backend) or F32/F64 (reference
+ * backend); A, D, dt_bias, state_cache and all_states are F32 (F64 with F64 activations).
+ * out and all_states are overwritten (padding rows excepted); state_cache may overlap no
+ * other tensor, and no output may overlap an input. Needs no workspace.
+ */
+typedef struct mamba2_ssd_step_options {
+    const mamba2_tensor_t *D;             /* [H] or [H,P], or NULL                       */
+    const mamba2_tensor_t *z;             /* shape of x, or NULL: out = y * silu(z)      */
+    const mamba2_tensor_t *dt_bias;       /* [H], or NULL                                */
+    const mamba2_tensor_t *state_indices; /* [B] int32/int64, or NULL (row b -> slot b)  */
+    int32_t dt_softplus;                  /* nonzero: dt = softplus(dt + dt_bias)        */
+    double dt_limit_lo;                   /* clamp of the processed dt, always applied   */
+    double dt_limit_hi;                   /* default (0, +inf)                           */
+} mamba2_ssd_step_options_t;
+
+/* Defaults: no optional tensors, identity slots, no softplus, dt_limit (0, +inf). */
+MAMBA2_API mamba2_ssd_step_options_t mamba2_ssd_step_options_default(void);
+
+/* state_cache (in/out) comes first among the outputs; all_states may be NULL; opts may be
+ * NULL (defaults). */
+MAMBA2_API mamba2_status_t mamba2_ssd_step(mamba2_context_t *ctx,
+                                           const mamba2_tensor_t *state_cache,
+                                           const mamba2_tensor_t *out,
+                                           const mamba2_tensor_t *all_states,
+                                           const mamba2_tensor_t *x, const mamba2_tensor_t *dt,
+                                           const mamba2_tensor_t *A, const mamba2_tensor_t *Bm,
+                                           const mamba2_tensor_t *Cm,
+                                           const mamba2_ssd_step_options_t *opts);
+
+/* ------------------------------------------------------------------------- */
+/* SSD staged chunk pipeline (SPEC §3), forward only                         */
+/* ------------------------------------------------------------------------- */
+/*
+ * mamba2_ssd_forward split into the five stages mamba_ssm and CANN ops-transformer run, each
+ * its own entry point, so an engine can call them one by one and keep or reuse the staged
+ * tensors (e.g. chunk states for prefix caching). Batch form only: there is no packed
+ * (cu_seqlens) variant, and opts->cu_seqlens must be NULL; run packed sequences through
+ * mamba2_ssd_forward. Every stage takes the fused op's options (NULL: the defaults) and reads
+ * only the fields listed with it; the same chunk_size must be used for all stages.
+ *
+ * Q = chunk_size, K = ceil(L/Q): chunk k holds tokens [kQ, min(kQ+Q, L)); the last chunk may
+ * be shorter, and its missing positions ("padding") hold zeros in the staged tensors, except
+ * dA_cumsum (see 1). Below, for chunk k of row b and head h (group g = h / (H/G)), i and j
+ * index positions within the chunk, d = dt_out[b,h,k,:], cs = dA_cumsum[b,h,k,:], and
+ * cs_last = cs[Q-1].
+ *
+ * 1. chunk_cumsum   dt[B,L,H], A[H]; opts: chunk_size, dt_bias, dt_softplus, dt_limit
+ *    -> dt_out[B,H,K,Q]     d_i = clamp(softplus(dt + dt_bias)) (SPEC §1 step 1); 0 in padding
+ *       dA_cumsum[B,H,K,Q]  cs_i = Σ_{j<=i} d_j A[h] (inclusive, restarting in every chunk);
+ *                           flat over the padding, so cs[Q-1] is always the chunk's total
+ * 2. bmm_chunk      Bm[B,L,G,N], Cm[B,L,G,N]; opts: chunk_size
+ *    -> CB[B,K,G,Q,Q]       CB[b,k,g,i,j] = Cm_{kQ+i} · Bm_{kQ+j} (the full Q x Q block;
+ *                           0 where i or j is padding)
+ * 3. chunk_state    x[B,L,H,P], Bm, dt_out, dA_cumsum; opts: chunk_size
+ *    -> states[B,K,H,P,N]   Σ_j exp(cs_last - cs_j) d_j x_j ⊗ Bm_j: the chunk's state from a
+ *                           zero initial state
+ * 4. state_passing  states, dA_cumsum; opts: chunk_size, initial_state[B,H,P,N]
+ *    -> states_start[B,K,H,P,N]  S_start[0] = initial_state (or 0);
+ *                                S_start[k+1] = exp(cs_last[k]) S_start[k] + states[k]
+ *       final_state[B,H,P,N] (optional): the state after the last chunk (initial_state or 0
+ *                           when L = 0); equals mamba2_ssd_forward's final_state
+ * 5. chunk_scan     CB, x, dt_out, dA_cumsum, Cm, states_start; opts: chunk_size, D, z
+ *    -> out[B,L,H,P]        y_i = Σ_{j<=i} CB[i,j] exp(cs_i - cs_j) d_j x_j
+ *                                 + exp(cs_i) Cm_i · S_start[k] + D x_i;
+ *                           out_i = y_i * silu(z_i) (y_i without z)
+ * Composing 1-5 equals mamba2_ssd_forward within the SPEC §8 tolerance.
+ * dtypes: x, dt, Bm, Cm, z, out share one dtype, F32 (CPU backend) or F32/F64 (reference);
+ * A, D, dt_bias, initial_state and every staged tensor (dt_out, dA_cumsum, CB, states,
+ * states_start, final_state) are F32, F64 with F64 activations. Every output is overwritten;
+ * no output may overlap an input or another output. They need no workspace.
+ */
+MAMBA2_API mamba2_status_t mamba2_ssd_chunk_cumsum(mamba2_context_t *ctx,
+                                                   const mamba2_tensor_t *dt_out,
+                                                   const mamba2_tensor_t *dA_cumsum,
+                                                   const mamba2_tensor_t *dt,
+                                                   const mamba2_tensor_t *A,
+                                                   const mamba2_ssd_options_t *opts);
+
+MAMBA2_API mamba2_status_t mamba2_ssd_bmm_chunk(mamba2_context_t *ctx, const mamba2_tensor_t *CB,
+                                                const mamba2_tensor_t *Bm,
+                                                const mamba2_tensor_t *Cm,
+                                                const mamba2_ssd_options_t *opts);
+
+MAMBA2_API mamba2_status_t mamba2_ssd_chunk_state(mamba2_context_t *ctx,
+                                                  const mamba2_tensor_t *states,
+                                                  const mamba2_tensor_t *x,
+                                                  const mamba2_tensor_t *Bm,
+                                                  const mamba2_tensor_t *dt_out,
+                                                  const mamba2_tensor_t *dA_cumsum,
+                                                  const mamba2_ssd_options_t *opts);
+
+/* final_state may be NULL. */
+MAMBA2_API mamba2_status_t mamba2_ssd_state_passing(mamba2_context_t *ctx,
+                                                    const mamba2_tensor_t *states_start,
+                                                    const mamba2_tensor_t *final_state,
+                                                    const mamba2_tensor_t *states,
+                                                    const mamba2_tensor_t *dA_cumsum,
+                                                    const mamba2_ssd_options_t *opts);
+
+MAMBA2_API mamba2_status_t mamba2_ssd_chunk_scan(
+    mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *CB,
+    const mamba2_tensor_t *x, const mamba2_tensor_t *dt_out, const mamba2_tensor_t *dA_cumsum,
+    const mamba2_tensor_t *Cm, const mamba2_tensor_t *states_start,
+    const mamba2_ssd_options_t *opts);
 /* @@ more operators go above this line @@ */
 
 #ifdef __cplusplus

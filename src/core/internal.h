@@ -53,6 +53,12 @@ typedef struct m2_ssd_problem {
     m2_view out;    /* [B,L,H,P]                                                      */
     m2_view final;  /* [S,H,P,N], optional                                            */
 
+    /* states after chosen tokens (mamba2_ssd_forward_states); npos == 0 when absent */
+    const void *positions;  /* [npos] flat token indices b*L + t, strictly increasing */
+    mamba2_dtype_t pos_dtype;
+    int64_t npos;
+    m2_view pos_states;     /* [npos,H,P,N], like a state tensor                      */
+
     /* backward inputs */
     m2_view dout;   /* [B,L,H,P]                                                      */
     m2_view dfinal; /* [S,H,P,N], optional (zero when absent)                         */
@@ -85,7 +91,25 @@ static inline void m2_ssd_seq(const m2_ssd_problem *pr, int64_t s, int64_t *b, i
  * and are only forward-declared here. */
 typedef struct m2_rmsnorm_problem m2_rmsnorm_problem; /* gated RMSNorm: core/rmsnorm.h */
 typedef struct m2_conv1d_problem m2_conv1d_problem; /* causal conv1d + step: core/conv1d.h */
+typedef struct m2_ssd_step_problem m2_ssd_step_problem;   /* SSD decode step: core/ssd_step.h */
+typedef struct m2_ssd_chunk_problem m2_ssd_chunk_problem; /* staged SSD: core/ssd_chunked.h  */
 /* @@ more forward declarations go above this line @@ */
+
+/* Flat token index of state position i. */
+static inline int64_t m2_ssd_pos(const m2_ssd_problem *pr, int64_t i) {
+    return pr->pos_dtype == MAMBA2_DTYPE_I32 ? ((const int32_t *)pr->positions)[i]
+                                             : ((const int64_t *)pr->positions)[i];
+}
+/* Index of the first state position >= flat token index f (npos if none). */
+static inline int64_t m2_ssd_pos_lower_bound(const m2_ssd_problem *pr, int64_t f) {
+    int64_t lo = 0, hi = pr->npos;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (m2_ssd_pos(pr, mid) < f) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
 
 /* ---- thread pool (src/core/threadpool.c) ------------------------------------------ */
 
@@ -135,6 +159,15 @@ typedef struct m2_backend_ops {
     mamba2_status_t (*conv1d_backward)(mamba2_context_t *ctx, const m2_conv1d_problem *pr,
                                        void *ws);
     mamba2_status_t (*conv1d_step)(mamba2_context_t *ctx, const m2_conv1d_problem *pr);
+    /* SSD decode step (SPEC §6; core/ssd_step.h). Needs no workspace. */
+    mamba2_status_t (*ssd_step)(mamba2_context_t *ctx, const m2_ssd_step_problem *pr);
+    /* staged SSD chunk pipeline (SPEC §3; core/ssd_chunked.h), one entry per stage, forward
+     * only. Need no workspace. */
+    mamba2_status_t (*ssd_chunk_cumsum)(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
+    mamba2_status_t (*ssd_bmm_chunk)(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
+    mamba2_status_t (*ssd_chunk_state)(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
+    mamba2_status_t (*ssd_state_passing)(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
+    mamba2_status_t (*ssd_chunk_scan)(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
     /* @@ more ops' table entries go above this line @@ */
 } m2_backend_ops;
 

@@ -28,9 +28,11 @@ typedef struct ssd_call {
     const mamba2_ssd_options_t *opts;
     const mamba2_tensor_t *x, *dt, *A, *Bm, *Cm;
     const mamba2_tensor_t *out, *final_state;     /* forward outputs  */
+    const mamba2_tensor_t *position_states;       /* forward output (with positions) */
     const mamba2_ssd_grads_t *grads;              /* backward outputs */
     const mamba2_tensor_t *dout, *dfinal;         /* backward inputs  */
     int backward;
+    int query_only; /* a workspace query: state_positions may come without its output */
 } ssd_call;
 
 static m2_view view_of(const mamba2_tensor_t *t) {
@@ -40,6 +42,49 @@ static m2_view view_of(const mamba2_tensor_t *t) {
     v.p = t->data;
     for (int i = 0; i < t->rank && i < 4; i++) v.s[i] = t->stride[i];
     return v;
+}
+
+/* state_positions: rank 1, i32/i64, contiguous, strictly increasing, inside [0, ntok). */
+static mamba2_status_t check_positions(const mamba2_tensor_t *t, int64_t ntok, m2_ssd_problem *pr) {
+    if (!t)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "position_states is given but opts->state_positions is NULL");
+    if (t->rank != 1)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "state_positions has rank %d; expected rank 1 [npos]", (int)t->rank);
+    if (t->dtype != MAMBA2_DTYPE_I32 && t->dtype != MAMBA2_DTYPE_I64)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "state_positions has dtype %s; expected i32 or i64", m2_dtype_name(t->dtype));
+    const int64_t n = t->shape[0];
+    if (n < 0 || n > MAX_DIM)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "state_positions has %lld entries",
+                        (long long)n);
+    if (n > 1 && t->stride[0] != 1)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "state_positions has stride %lld; it must be contiguous",
+                        (long long)t->stride[0]);
+    if (n > 0 && !t->data)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "state_positions has a NULL data pointer");
+    int64_t prev = -1;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = t->dtype == MAMBA2_DTYPE_I32 ? ((const int32_t *)t->data)[i]
+                                                 : ((const int64_t *)t->data)[i];
+        if (v < 0 || v >= ntok)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "state_positions[%lld] is %lld; expected a flat token index in [0, "
+                            "B*L=%lld)",
+                            (long long)i, (long long)v, (long long)ntok);
+        if (v <= prev)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "state_positions is not strictly increasing at index %lld (%lld after "
+                            "%lld)",
+                            (long long)i, (long long)v, (long long)prev);
+        prev = v;
+    }
+    pr->positions = t->data;
+    pr->pos_dtype = t->dtype;
+    pr->npos = n;
+    return MAMBA2_STATUS_OK;
 }
 
 #define TRY(expr)                                                                          \
@@ -209,6 +254,16 @@ static mamba2_status_t validate(const ssd_call *c, m2_ssd_problem *pr) {
     if (!c->backward) {
         OUT("out", c->out, 4, sh_x, "[B,L,H,P]", adt, awhy);
         if (c->final_state) OUT("final_state", c->final_state, 4, sh_st, st_layout, pdt, pwhy);
+        if (c->position_states) {
+            TRY(check_positions(o->state_positions, B * L, pr));
+            ins[nin++] = (span){"state_positions", o->state_positions, pr->npos};
+            const int64_t sh_ps[4] = {pr->npos, H, P, N};
+            OUT("position_states", c->position_states, 4, sh_ps, "[npos,H,P,N]", pdt, pwhy);
+        } else if (o->state_positions && !c->query_only) {
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "state_positions is given but position_states is NULL; use "
+                            "mamba2_ssd_forward_states with an output for them");
+        }
     } else {
         IN("dout", c->dout, 4, sh_x, "[B,L,H,P]", adt, awhy);
         if (c->dfinal) IN("dfinal_state", c->dfinal, 4, sh_st, st_layout, pdt, pwhy);
@@ -285,6 +340,7 @@ static mamba2_status_t validate(const ssd_call *c, m2_ssd_problem *pr) {
     if (!c->backward) {
         pr->out = view_of(c->out);
         pr->final = view_of(c->final_state);
+        pr->pos_states = view_of(c->position_states);
     } else {
         const mamba2_ssd_grads_t *g = c->grads;
         pr->dout = view_of(c->dout);
@@ -380,6 +436,7 @@ mamba2_status_t mamba2_ssd_forward_workspace_size(
     *workspace_size = 0;
     mamba2_ssd_options_t defaults;
     ssd_call c = fwd_call(ctx, out, final_state, x, dt, A, Bm, Cm, opts, &defaults);
+    c.query_only = 1;
     m2_ssd_problem pr;
     return query(&c, &pr, workspace_size);
 }
@@ -393,6 +450,18 @@ mamba2_status_t mamba2_ssd_forward(mamba2_context_t *ctx, const mamba2_tensor_t 
     m2_clear_error();
     mamba2_ssd_options_t defaults;
     ssd_call c = fwd_call(ctx, out, final_state, x, dt, A, Bm, Cm, opts, &defaults);
+    return run(&c, workspace, workspace_size);
+}
+
+mamba2_status_t mamba2_ssd_forward_states(
+    mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *final_state,
+    const mamba2_tensor_t *position_states, const mamba2_tensor_t *x, const mamba2_tensor_t *dt,
+    const mamba2_tensor_t *A, const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
+    const mamba2_ssd_options_t *opts, void *workspace, size_t workspace_size) {
+    m2_clear_error();
+    mamba2_ssd_options_t defaults;
+    ssd_call c = fwd_call(ctx, out, final_state, x, dt, A, Bm, Cm, opts, &defaults);
+    c.position_states = position_states;
     return run(&c, workspace, workspace_size);
 }
 

@@ -256,9 +256,15 @@ static void fwd_task(void *arg, int64_t task, int thread) {
     int64_t b, t0, t1;
     m2_ssd_seq(pr, s, &b, &t0, &t1);
 
+    /* requested states (mamba2_ssd_forward_states): a block ends at each such token */
+    const int64_t flat0 = b * pr->L;
+    int64_t next = pr->npos ? m2_ssd_pos_lower_bound(pr, flat0 + t0) : 0;
+
     load_state(&pr->init, s, h, P, N, S);
-    for (int64_t u = t0; u < t1; u += T) {
-        const int64_t Tb = t1 - u < T ? t1 - u : T;
+    for (int64_t u = t0, Tb; u < t1; u += Tb) {
+        Tb = t1 - u < T ? t1 - u : T;
+        const int64_t tp = next < pr->npos ? m2_ssd_pos(pr, next) - flat0 : -1;
+        if (tp >= u && tp < u + Tb) Tb = tp - u + 1;
         if (u + Tb < t1) { /* the next block's streamed rows */
             const int64_t v = u + Tb, Tn = t1 - v < T ? t1 - v : T;
             prefetch_rows(row3(&pr->x, b, v, h), pr->x.s[1], Tn, P, 0);
@@ -276,6 +282,11 @@ static void fwd_task(void *arg, int64_t task, int thread) {
         for (int64_t i = 0; i < Tb; i++)
             K->fwd_out(P, y + i * P, row3(&pr->x, b, u + i, h), D,
                        pr->z.p ? row3(&pr->z, b, u + i, h) : NULL, row3(&pr->out, b, u + i, h));
+        if (tp == u + Tb - 1) { /* S is now the state after token tp */
+            for (int64_t p = 0; p < P; p++)
+                memcpy(row3(&pr->pos_states, next, h, p), S + p * N, (size_t)N * sizeof(float));
+            next++;
+        }
     }
     if (pr->final.p)
         for (int64_t p = 0; p < P; p++)

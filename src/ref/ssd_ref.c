@@ -206,13 +206,18 @@ mamba2_status_t m2_ref_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *
     for (int64_t s = 0; s < pr->nseq; s++) {
         int64_t b, t0, t1;
         m2_ssd_seq(pr, s, &b, &t0, &t1);
+        /* flat token index of (b, t) is b*L + t; states requested inside this sequence */
+        const int64_t pos0 = pr->npos ? m2_ssd_pos_lower_bound(pr, b * pr->L + t0) : 0;
         for (int64_t h = 0; h < H; h++) {
             const int64_t g = h / hpg;
+            int64_t next = pos0; /* next requested state position */
             load_head(pr, h, &hp);
             load_state(pr, &pr->init, s, h, S); /* S_{t0-1} = init[s,h] or 0 */
             for (int64_t t = t0; t < t1; t++) {
                 load_token(pr, &hp, b, t, h, g, &tk); /* step 1: d_t, exp(d_t A) */
                 state_update(pr, &tk, S, S);          /* step 2: S_t (in place)   */
+                if (next < pr->npos && m2_ssd_pos(pr, next) == b * pr->L + t)
+                    store_state(pr, &pr->pos_states, next++, h, S); /* S_t after token t */
                 readout(pr, &hp, &tk, S, y);          /* step 3: y_t              */
                 /* step 4: out_t = y_t ⊙ silu(z_t), or y_t without z */
                 for (int64_t p = 0; p < P; p++) {
