@@ -289,22 +289,6 @@ MAMBA2_API mamba2_status_t mamba2_rmsnorm_gated_forward(
     size_t workspace_size);
 
 /*
- * Forward that also returns the states after chosen tokens, so that a serving engine can
- * cache prefixes at arbitrary boundaries in one prefill call.
- * opts->state_positions[npos] (int32 or int64, strictly increasing) are flat token indices
- * into the B x L token grid: b*L + t (with cu_seqlens, B == 1 and the index is the packed
- * token index t). position_states[npos,H,P,N] (the state dtype) receives, for each
- * position, S_t: the state of that token's sequence after token t (token t included).
- * With position_states == NULL this is mamba2_ssd_forward. Workspace: the size that
- * mamba2_ssd_forward_workspace_size reports for the same opts.
- */
-MAMBA2_API mamba2_status_t mamba2_ssd_forward_states(
-    mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *final_state,
-    const mamba2_tensor_t *position_states, const mamba2_tensor_t *x, const mamba2_tensor_t *dt,
-    const mamba2_tensor_t *A, const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
-    const mamba2_ssd_options_t *opts, void *workspace, size_t workspace_size);
-
-/*
  * Backward outputs. Each pointer may be NULL (that gradient is not wanted). Every
  * gradient given is OVERWRITTEN (never accumulated into):
  *   dx[M,D]  dz[M,D] (only when z is given)
@@ -379,22 +363,6 @@ MAMBA2_API mamba2_status_t mamba2_conv1d_forward(mamba2_context_t *ctx, const ma
                                                  const mamba2_tensor_t *x,
                                                  const mamba2_tensor_t *weight,
                                                  const mamba2_conv1d_options_t *opts);
-
-/*
- * Forward that also returns the states after chosen tokens, so that a serving engine can
- * cache prefixes at arbitrary boundaries in one prefill call.
- * opts->state_positions[npos] (int32 or int64, strictly increasing) are flat token indices
- * into the B x L token grid: b*L + t (with cu_seqlens, B == 1 and the index is the packed
- * token index t). position_states[npos,H,P,N] (the state dtype) receives, for each
- * position, S_t: the state of that token's sequence after token t (token t included).
- * With position_states == NULL this is mamba2_ssd_forward. Workspace: the size that
- * mamba2_ssd_forward_workspace_size reports for the same opts.
- */
-MAMBA2_API mamba2_status_t mamba2_ssd_forward_states(
-    mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *final_state,
-    const mamba2_tensor_t *position_states, const mamba2_tensor_t *x, const mamba2_tensor_t *dt,
-    const mamba2_tensor_t *A, const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
-    const mamba2_ssd_options_t *opts, void *workspace, size_t workspace_size);
 
 /*
  * Backward outputs. Each pointer may be NULL (that gradient is not wanted). Every gradient
