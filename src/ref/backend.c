@@ -19,5 +19,11 @@ const m2_backend_ops m2_ref_backend = {
     .conv1d_backward_workspace = m2_ref_conv1d_backward_workspace,
     .conv1d_backward = m2_ref_conv1d_backward,
     .conv1d_step = m2_ref_conv1d_step,
+    .ssd_step = m2_ref_ssd_step,
+    .ssd_chunk_cumsum = m2_ref_ssd_chunk_cumsum,
+    .ssd_bmm_chunk = m2_ref_ssd_bmm_chunk,
+    .ssd_chunk_state = m2_ref_ssd_chunk_state,
+    .ssd_state_passing = m2_ref_ssd_state_passing,
+    .ssd_chunk_scan = m2_ref_ssd_chunk_scan,
     /* @@ more reference ops are registered above this line @@ */
 };

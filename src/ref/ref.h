@@ -32,6 +32,16 @@ mamba2_status_t m2_ref_conv1d_backward_workspace(const mamba2_context_t *ctx,
 mamba2_status_t m2_ref_conv1d_backward(mamba2_context_t *ctx, const m2_conv1d_problem *pr,
                                        void *ws);
 mamba2_status_t m2_ref_conv1d_step(mamba2_context_t *ctx, const m2_conv1d_problem *pr);
+
+/* SSD decode step (ssd_step_ref.c) */
+mamba2_status_t m2_ref_ssd_step(mamba2_context_t *ctx, const m2_ssd_step_problem *pr);
+
+/* staged SSD chunk pipeline (ssd_chunked_ref.c) */
+mamba2_status_t m2_ref_ssd_chunk_cumsum(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
+mamba2_status_t m2_ref_ssd_bmm_chunk(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
+mamba2_status_t m2_ref_ssd_chunk_state(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
+mamba2_status_t m2_ref_ssd_state_passing(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
+mamba2_status_t m2_ref_ssd_chunk_scan(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
 /* @@ more reference ops are declared above this line @@ */
 
 #endif /* MAMBA2C_REF_H */

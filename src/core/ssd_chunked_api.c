@@ -1,0 +1,442 @@
+/*
+ * ssd_chunked_api.c — public entry points of the staged SSD chunk pipeline (SPEC §3):
+ * chunk_cumsum, bmm_chunk, chunk_state, state_passing, chunk_scan. Argument validation and
+ * dispatch.
+ *
+ * Each stage is validated like the fused op (ssd_api.c): the sizes come from the stage's
+ * leading tensor (dt, Bm, x or states) and, for G and N, from Bm / Cm; Q from
+ * opts->chunk_size and K = ceil(L/Q) (state_passing, which sees no token tensor, takes K from
+ * states); every other tensor must then match exactly. Ranks, shapes, dtypes, strides, data
+ * pointers, option values and overlaps are all checked here, before anything is written. The
+ * batch form only: opts->cu_seqlens is rejected. The validated problem goes to the context's
+ * backend as an m2_ssd_chunk_problem (core/ssd_chunked.h).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ssd_chunked.h"
+
+typedef enum { ST_CUMSUM = 0, ST_BMM = 1, ST_STATE = 2, ST_PASSING = 3, ST_SCAN = 4 } stage_t;
+
+static const char *const stage_name[5] = {"ssd_chunk_cumsum", "ssd_bmm_chunk", "ssd_chunk_state",
+                                          "ssd_state_passing", "ssd_chunk_scan"};
+
+/* A tensor taking part in the overlap checks. */
+typedef struct span {
+    const char *name;
+    const mamba2_tensor_t *t;
+    int64_t numel;
+} span;
+
+typedef struct chunk_call {
+    stage_t stage;
+    mamba2_context_t *ctx;
+    const mamba2_ssd_options_t *opts;
+    const mamba2_tensor_t *x, *dt, *A, *Bm, *Cm;
+    const mamba2_tensor_t *dt_out, *dA_cumsum, *CB, *states, *states_start, *final_state, *out;
+} chunk_call;
+
+static m2_view view_of(const mamba2_tensor_t *t) {
+    m2_view v;
+    memset(&v, 0, sizeof v);
+    if (!t) return v;
+    v.p = t->data;
+    for (int i = 0; i < t->rank && i < 4; i++) v.s[i] = t->stride[i];
+    return v;
+}
+
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        mamba2_status_t st_ = (expr);                                                              \
+        if (st_ != MAMBA2_STATUS_OK) return st_;                                                   \
+    } while (0)
+
+/* The sizes of a tensor that defines some of the problem's sizes: rank, each in [0, 2^40]. */
+static mamba2_status_t sizes_of(const char *name, const mamba2_tensor_t *t, int rank,
+                                const char *layout) {
+    if (t->rank != rank)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "%s has rank %d; expected rank %d %s", name,
+                        (int)t->rank, rank, layout);
+    for (int i = 0; i < rank; i++)
+        if (t->shape[i] < 0 || t->shape[i] > MAX_DIM) {
+            char g[128];
+            m2_fmt_dims(g, sizeof g, rank, t->shape);
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "%s has shape %s = %s: sizes must be in [0, 2^40]", name, g, layout);
+        }
+    return MAMBA2_STATUS_OK;
+}
+
+static mamba2_status_t at_least_1(const char *name, const mamba2_tensor_t *t, const char *layout,
+                                  const char *which) {
+    char g[128];
+    m2_fmt_dims(g, sizeof g, t->rank, t->shape);
+    return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "%s has shape %s = %s: %s must be >= 1", name,
+                    g, layout, which);
+}
+
+static mamba2_status_t validate(const chunk_call *c, m2_ssd_chunk_problem *pr) {
+    memset(pr, 0, sizeof *pr);
+    if (!c->ctx) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+    const m2_backend_ops *ops = c->ctx->ops;
+    const int have[5] = {ops->ssd_chunk_cumsum != NULL, ops->ssd_bmm_chunk != NULL,
+                         ops->ssd_chunk_state != NULL, ops->ssd_state_passing != NULL,
+                         ops->ssd_chunk_scan != NULL};
+    const stage_t sg = c->stage;
+    if (!have[sg])
+        return m2_error(MAMBA2_STATUS_UNSUPPORTED, "the %s backend does not implement %s",
+                        ops->name, stage_name[sg]);
+    const mamba2_ssd_options_t *o = c->opts;
+
+    /* required tensors of the stage */
+    const char *rn[8];
+    const mamba2_tensor_t *rt[8];
+    int nr = 0;
+#define REQ(nm, t) (rn[nr] = nm, rt[nr++] = t)
+    switch (sg) {
+    case ST_CUMSUM:
+        REQ("dt_out", c->dt_out);
+        REQ("dA_cumsum", c->dA_cumsum);
+        REQ("dt", c->dt);
+        REQ("A", c->A);
+        break;
+    case ST_BMM:
+        REQ("CB", c->CB);
+        REQ("Bm", c->Bm);
+        REQ("Cm", c->Cm);
+        break;
+    case ST_STATE:
+        REQ("states", c->states);
+        REQ("x", c->x);
+        REQ("Bm", c->Bm);
+        REQ("dt_out", c->dt_out);
+        REQ("dA_cumsum", c->dA_cumsum);
+        break;
+    case ST_PASSING:
+        REQ("states_start", c->states_start);
+        REQ("states", c->states);
+        REQ("dA_cumsum", c->dA_cumsum);
+        break;
+    case ST_SCAN:
+        REQ("out", c->out);
+        REQ("CB", c->CB);
+        REQ("x", c->x);
+        REQ("dt_out", c->dt_out);
+        REQ("dA_cumsum", c->dA_cumsum);
+        REQ("Cm", c->Cm);
+        REQ("states_start", c->states_start);
+        break;
+    }
+#undef REQ
+    for (int i = 0; i < nr; i++)
+        if (!rt[i]) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "%s is NULL (required)", rn[i]);
+
+    /* options */
+    if (o->cu_seqlens)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "cu_seqlens is given, but the staged SSD pipeline (%s) has only the batch "
+                        "form; run packed sequences through mamba2_ssd_forward",
+                        stage_name[sg]);
+    if (o->chunk_size < 1 || o->chunk_size > MAX_DIM)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "chunk_size is %lld; expected 1..2^40",
+                        (long long)o->chunk_size);
+    if (sg == ST_CUMSUM) {
+        if (isnan(o->dt_limit_lo) || isnan(o->dt_limit_hi))
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "dt_limit is (%g, %g); NaN is not allowed", o->dt_limit_lo,
+                            o->dt_limit_hi);
+        if (o->dt_limit_lo > o->dt_limit_hi)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "dt_limit is (%g, %g); expected lo <= hi", o->dt_limit_lo,
+                            o->dt_limit_hi);
+    }
+
+    /* dtypes: the stage's leading tensor decides; the backend must support it */
+    const mamba2_tensor_t *lead = sg == ST_CUMSUM    ? c->dt
+                                  : sg == ST_BMM     ? c->Bm
+                                  : sg == ST_PASSING ? c->states
+                                                     : c->x;
+    const char *lead_name = sg == ST_CUMSUM    ? "dt"
+                            : sg == ST_BMM     ? "Bm"
+                            : sg == ST_PASSING ? "states"
+                                               : "x";
+    const mamba2_dtype_t ldt = lead->dtype;
+    if (ldt != MAMBA2_DTYPE_F32 && ldt != MAMBA2_DTYPE_F64 && ldt != MAMBA2_DTYPE_BF16 &&
+        ldt != MAMBA2_DTYPE_F16)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "%s has dtype %s; expected a floating-point dtype", lead_name,
+                        m2_dtype_name(ldt));
+    if (!(ops->act_dtypes & (1u << ldt)))
+        return m2_error(MAMBA2_STATUS_UNSUPPORTED,
+                        "%s has dtype %s, which the %s backend does not support for %s "
+                        "(supported: f32%s)",
+                        lead_name, m2_dtype_name(ldt), ops->name, stage_name[sg],
+                        (ops->act_dtypes & (1u << MAMBA2_DTYPE_F64)) ? ", f64" : "");
+    const mamba2_dtype_t adt = ldt;
+    const mamba2_dtype_t pdt = adt == MAMBA2_DTYPE_F64 ? MAMBA2_DTYPE_F64 : MAMBA2_DTYPE_F32;
+    const char *awhy = sg == ST_PASSING ? "the dtype of states" : "the activation dtype";
+    const char *pwhy = pdt == MAMBA2_DTYPE_F64 ? "staged tensors and parameters follow f64 "
+                                                 "activations"
+                                               : "staged tensors and parameters are f32";
+
+    /* sizes */
+    int64_t B = 0, L = 0, H = 0, P = 0, N = 0, G = 0, K = 0;
+    const int64_t Q = o->chunk_size;
+    if (sg == ST_CUMSUM) {
+        TRY(sizes_of("dt", c->dt, 3, "[B,L,H]"));
+        B = c->dt->shape[0], L = c->dt->shape[1], H = c->dt->shape[2];
+        if (B < 1 || H < 1) return at_least_1("dt", c->dt, "[B,L,H]", "B and H");
+    } else if (sg == ST_BMM) {
+        TRY(sizes_of("Bm", c->Bm, 4, "[B,L,G,N]"));
+        B = c->Bm->shape[0], L = c->Bm->shape[1], G = c->Bm->shape[2], N = c->Bm->shape[3];
+        if (B < 1 || G < 1 || N < 1) return at_least_1("Bm", c->Bm, "[B,L,G,N]", "B, G and N");
+    } else if (sg == ST_PASSING) {
+        TRY(sizes_of("states", c->states, 5, "[B,K,H,P,N]"));
+        B = c->states->shape[0], K = c->states->shape[1], H = c->states->shape[2];
+        P = c->states->shape[3], N = c->states->shape[4];
+        if (B < 1 || H < 1 || P < 1 || N < 1)
+            return at_least_1("states", c->states, "[B,K,H,P,N]", "B, H, P and N");
+    } else {
+        const mamba2_tensor_t *bc = sg == ST_STATE ? c->Bm : c->Cm;
+        const char *bcn = sg == ST_STATE ? "Bm" : "Cm";
+        TRY(sizes_of("x", c->x, 4, "[B,L,H,P]"));
+        TRY(sizes_of(bcn, bc, 4, "[B,L,G,N]"));
+        B = c->x->shape[0], L = c->x->shape[1], H = c->x->shape[2], P = c->x->shape[3];
+        G = bc->shape[2], N = bc->shape[3];
+        if (B < 1 || H < 1 || P < 1) return at_least_1("x", c->x, "[B,L,H,P]", "B, H and P");
+        if (G < 1 || N < 1) return at_least_1(bcn, bc, "[B,L,G,N]", "G and N");
+        if (H % G != 0)
+            return m2_error(
+                MAMBA2_STATUS_INVALID_ARGUMENT,
+                "x has H=%lld heads and %s has G=%lld groups; H must be a multiple of G",
+                (long long)H, bcn, (long long)G);
+    }
+    if (sg != ST_PASSING) K = L / Q + (L % Q != 0);
+
+    /* every tensor against its expected shape */
+    const int64_t sh_x[4] = {B, L, H, P}, sh_dt[3] = {B, L, H}, sh_h[1] = {H}, sh_hp[2] = {H, P};
+    const int64_t sh_bc[4] = {B, L, G, N}, sh_cs[4] = {B, H, K, Q}, sh_cb[5] = {B, K, G, Q, Q};
+    const int64_t sh_st[5] = {B, K, H, P, N}, sh_s1[4] = {B, H, P, N};
+    int64_t n;
+    span ins[12], outs[4];
+    int nin = 0, nout = 0;
+#define IN(nm, t, rk, sh, lay, dty, why)                                                           \
+    do {                                                                                           \
+        TRY(m2_check_tensor(nm, t, rk, sh, lay, dty, why, 0, &n));                                 \
+        ins[nin++] = (span){nm, t, n};                                                             \
+    } while (0)
+#define OUT(nm, t, rk, sh, lay, dty, why)                                                          \
+    do {                                                                                           \
+        TRY(m2_check_tensor(nm, t, rk, sh, lay, dty, why, 1, &n));                                 \
+        outs[nout++] = (span){nm, t, n};                                                           \
+    } while (0)
+    const char *cs_lay = "[B,H,K,Q] with K = ceil(L/Q)";
+    const char *cb_lay = "[B,K,G,Q,Q] with K = ceil(L/Q)";
+    const char *st_lay = "[B,K,H,P,N] with K = ceil(L/Q)";
+    const mamba2_tensor_t *D = NULL, *z = NULL, *bias = NULL, *init = NULL;
+    int D_per_channel = 0;
+    switch (sg) {
+    case ST_CUMSUM:
+        bias = o->dt_bias;
+        IN("dt", c->dt, 3, sh_dt, "[B,L,H]", adt, awhy);
+        IN("A", c->A, 1, sh_h, "[H]", pdt, pwhy);
+        if (bias) IN("dt_bias", bias, 1, sh_h, "[H]", pdt, pwhy);
+        OUT("dt_out", c->dt_out, 4, sh_cs, cs_lay, pdt, pwhy);
+        OUT("dA_cumsum", c->dA_cumsum, 4, sh_cs, cs_lay, pdt, pwhy);
+        break;
+    case ST_BMM:
+        IN("Bm", c->Bm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
+        IN("Cm", c->Cm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
+        OUT("CB", c->CB, 5, sh_cb, cb_lay, pdt, pwhy);
+        break;
+    case ST_STATE:
+        IN("x", c->x, 4, sh_x, "[B,L,H,P]", adt, awhy);
+        IN("Bm", c->Bm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
+        IN("dt_out", c->dt_out, 4, sh_cs, cs_lay, pdt, pwhy);
+        IN("dA_cumsum", c->dA_cumsum, 4, sh_cs, cs_lay, pdt, pwhy);
+        OUT("states", c->states, 5, sh_st, st_lay, pdt, pwhy);
+        break;
+    case ST_PASSING:
+        init = o->initial_state;
+        IN("states", c->states, 5, sh_st, "[B,K,H,P,N]", pdt, pwhy);
+        IN("dA_cumsum", c->dA_cumsum, 4, sh_cs, "[B,H,K,Q] (K from states, Q = chunk_size)", pdt,
+           pwhy);
+        if (init) IN("initial_state", init, 4, sh_s1, "[B,H,P,N]", pdt, pwhy);
+        OUT("states_start", c->states_start, 5, sh_st, "[B,K,H,P,N] (the shape of states)", pdt,
+            pwhy);
+        if (c->final_state) OUT("final_state", c->final_state, 4, sh_s1, "[B,H,P,N]", pdt, pwhy);
+        break;
+    case ST_SCAN:
+        D = o->D;
+        z = o->z;
+        IN("x", c->x, 4, sh_x, "[B,L,H,P]", adt, awhy);
+        IN("Cm", c->Cm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
+        IN("CB", c->CB, 5, sh_cb, cb_lay, pdt, pwhy);
+        IN("dt_out", c->dt_out, 4, sh_cs, cs_lay, pdt, pwhy);
+        IN("dA_cumsum", c->dA_cumsum, 4, sh_cs, cs_lay, pdt, pwhy);
+        IN("states_start", c->states_start, 5, sh_st, st_lay, pdt, pwhy);
+        if (D) {
+            if (D->rank == 2) {
+                D_per_channel = 1;
+                IN("D", D, 2, sh_hp, "[H,P]", pdt, pwhy);
+            } else {
+                if (D->rank != 1)
+                    return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                                    "D has rank %d; expected [H] or [H,P]", (int)D->rank);
+                IN("D", D, 1, sh_h, "[H]", pdt, pwhy);
+            }
+        }
+        if (z) IN("z", z, 4, sh_x, "[B,L,H,P]", adt, awhy);
+        OUT("out", c->out, 4, sh_x, "[B,L,H,P]", adt, awhy);
+        break;
+    }
+#undef IN
+#undef OUT
+
+    /* no output may share memory with an input or another output */
+    for (int i = 0; i < nout; i++) {
+        if (outs[i].numel == 0) continue;
+        for (int j = 0; j < nin; j++)
+            if (ins[j].numel > 0 && m2_may_overlap(outs[i].t, ins[j].t))
+                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                                "output %s overlaps input %s in memory", outs[i].name, ins[j].name);
+        for (int j = 0; j < i; j++)
+            if (outs[j].numel > 0 && m2_may_overlap(outs[i].t, outs[j].t))
+                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                                "output %s overlaps output %s in memory", outs[i].name,
+                                outs[j].name);
+    }
+
+    pr->B = B;
+    pr->L = L;
+    pr->H = H;
+    pr->P = P;
+    pr->N = N;
+    pr->G = G;
+    pr->Q = Q;
+    pr->K = K;
+    pr->act_dtype = adt;
+    pr->par_dtype = pdt;
+    pr->dt_softplus = o->dt_softplus != 0;
+    pr->dt_lo = o->dt_limit_lo;
+    pr->dt_hi = o->dt_limit_hi;
+    pr->D_per_channel = D_per_channel;
+    pr->x = view_of(c->x);
+    pr->dt = view_of(c->dt);
+    pr->A = view_of(c->A);
+    pr->Bm = view_of(c->Bm);
+    pr->Cm = view_of(c->Cm);
+    pr->D = view_of(D);
+    pr->z = view_of(z);
+    pr->dt_bias = view_of(bias);
+    pr->init = view_of(init);
+    pr->dt_out = view_of(c->dt_out);
+    pr->dA_cumsum = view_of(c->dA_cumsum);
+    pr->CB = view_of(c->CB);
+    pr->states = view_of(c->states);
+    pr->states_start = view_of(c->states_start);
+    pr->final = view_of(c->final_state);
+    pr->out = view_of(c->out);
+    return MAMBA2_STATUS_OK;
+}
+
+static mamba2_status_t run(chunk_call *c, const mamba2_ssd_options_t *opts) {
+    m2_clear_error();
+    const mamba2_ssd_options_t defaults = mamba2_ssd_options_default();
+    c->opts = opts ? opts : &defaults;
+    m2_ssd_chunk_problem pr;
+    TRY(validate(c, &pr));
+    const m2_backend_ops *ops = c->ctx->ops;
+    switch (c->stage) {
+    case ST_CUMSUM: return ops->ssd_chunk_cumsum(c->ctx, &pr);
+    case ST_BMM: return ops->ssd_bmm_chunk(c->ctx, &pr);
+    case ST_STATE: return ops->ssd_chunk_state(c->ctx, &pr);
+    case ST_PASSING: return ops->ssd_state_passing(c->ctx, &pr);
+    case ST_SCAN: return ops->ssd_chunk_scan(c->ctx, &pr);
+    }
+    return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "unknown SSD stage");
+}
+
+/* ---- public entry points ------------------------------------------------------------- */
+
+mamba2_status_t mamba2_ssd_chunk_cumsum(mamba2_context_t *ctx, const mamba2_tensor_t *dt_out,
+                                        const mamba2_tensor_t *dA_cumsum, const mamba2_tensor_t *dt,
+                                        const mamba2_tensor_t *A,
+                                        const mamba2_ssd_options_t *opts) {
+    chunk_call c;
+    memset(&c, 0, sizeof c);
+    c.stage = ST_CUMSUM;
+    c.ctx = ctx;
+    c.dt_out = dt_out;
+    c.dA_cumsum = dA_cumsum;
+    c.dt = dt;
+    c.A = A;
+    return run(&c, opts);
+}
+
+mamba2_status_t mamba2_ssd_bmm_chunk(mamba2_context_t *ctx, const mamba2_tensor_t *CB,
+                                     const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
+                                     const mamba2_ssd_options_t *opts) {
+    chunk_call c;
+    memset(&c, 0, sizeof c);
+    c.stage = ST_BMM;
+    c.ctx = ctx;
+    c.CB = CB;
+    c.Bm = Bm;
+    c.Cm = Cm;
+    return run(&c, opts);
+}
+
+mamba2_status_t mamba2_ssd_chunk_state(mamba2_context_t *ctx, const mamba2_tensor_t *states,
+                                       const mamba2_tensor_t *x, const mamba2_tensor_t *Bm,
+                                       const mamba2_tensor_t *dt_out,
+                                       const mamba2_tensor_t *dA_cumsum,
+                                       const mamba2_ssd_options_t *opts) {
+    chunk_call c;
+    memset(&c, 0, sizeof c);
+    c.stage = ST_STATE;
+    c.ctx = ctx;
+    c.states = states;
+    c.x = x;
+    c.Bm = Bm;
+    c.dt_out = dt_out;
+    c.dA_cumsum = dA_cumsum;
+    return run(&c, opts);
+}
+
+mamba2_status_t mamba2_ssd_state_passing(mamba2_context_t *ctx, const mamba2_tensor_t *states_start,
+                                         const mamba2_tensor_t *final_state,
+                                         const mamba2_tensor_t *states,
+                                         const mamba2_tensor_t *dA_cumsum,
+                                         const mamba2_ssd_options_t *opts) {
+    chunk_call c;
+    memset(&c, 0, sizeof c);
+    c.stage = ST_PASSING;
+    c.ctx = ctx;
+    c.states_start = states_start;
+    c.final_state = final_state;
+    c.states = states;
+    c.dA_cumsum = dA_cumsum;
+    return run(&c, opts);
+}
+
+mamba2_status_t mamba2_ssd_chunk_scan(mamba2_context_t *ctx, const mamba2_tensor_t *out,
+                                      const mamba2_tensor_t *CB, const mamba2_tensor_t *x,
+                                      const mamba2_tensor_t *dt_out,
+                                      const mamba2_tensor_t *dA_cumsum, const mamba2_tensor_t *Cm,
+                                      const mamba2_tensor_t *states_start,
+                                      const mamba2_ssd_options_t *opts) {
+    chunk_call c;
+    memset(&c, 0, sizeof c);
+    c.stage = ST_SCAN;
+    c.ctx = ctx;
+    c.out = out;
+    c.CB = CB;
+    c.x = x;
+    c.dt_out = dt_out;
+    c.dA_cumsum = dA_cumsum;
+    c.Cm = Cm;
+    c.states_start = states_start;
+    return run(&c, opts);
+}

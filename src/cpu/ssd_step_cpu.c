@@ -1,0 +1,105 @@
+/*
+ * ssd_step_cpu.c — the CPU backend of the SSD decode step (SPEC §6): slots, dt processing
+ * and threading. The arithmetic on the state lives in the per-ISA kernel sets
+ * (ssd_step_kernels.h), picked from ctx->isa.
+ *
+ * One task per (batch row, head), static in content, handed to the context's pool: the task
+ * looks up the row's slot (a padding row's tasks return at once), processes dt for a block of
+ * up to TOK_BLOCK tokens (bias, softplus, clamp, decay exp(d A), in double and rounded once, as
+ * the fused forward does), runs the row kernel on the slot's [P,N] state in place — writing the
+ * raw y_t into the out rows and, when asked, every S_t into all_states — and then turns each y_t
+ * into out_t = (y_t + D x_t) * silu(z_t) in place. Tasks touch disjoint slots (the entry point
+ * rejects duplicate indices) and disjoint out rows, and each does the same float operations
+ * whatever thread runs it: results are bitwise identical for any thread count. No workspace:
+ * the per-task scratch (decays and steps of one token block) lives on the stack.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include "core/ssd_step.h"
+#include "cpu/cpu.h"
+#include "cpu/ssd_step_kernels.h"
+
+#define TOK_BLOCK 64 /* tokens whose dt is processed at once (stack scratch: 2 x 256 bytes) */
+
+static const m2_ssd_step_kernels *kernels_for(const mamba2_context_t *ctx) {
+    return ctx->isa == M2_ISA_AVX2 ? &m2_ssd_step_kernels_avx2 : &m2_ssd_step_kernels_scalar;
+}
+
+static void run_tasks(mamba2_context_t *ctx, int64_t ntasks, m2_task_fn fn, void *arg) {
+    if (ntasks <= 0) return;
+    if (ctx->pool)
+        m2_pool_run(ctx->pool, ntasks, fn, arg);
+    else
+        for (int64_t t = 0; t < ntasks; t++) fn(arg, t, 0);
+}
+
+typedef struct step_job {
+    const m2_ssd_step_problem *pr;
+    const m2_ssd_step_kernels *k;
+} step_job;
+
+static void step_task(void *arg, int64_t task, int thread) {
+    (void)thread;
+    const step_job *job = (const step_job *)arg;
+    const m2_ssd_step_problem *pr = job->pr;
+    const m2_ssd_step_kernels *k = job->k;
+    const int64_t b = task / pr->H, h = task % pr->H, g = h / (pr->H / pr->G);
+    const int64_t q = m2_ssd_step_slot(pr, b);
+    if (q < 0) return; /* padding row */
+
+    /* per-head parameters (SPEC §1 step 1) */
+    const double A = (double)((const float *)pr->A.p)[h];
+    const double bias = pr->dt_bias.p ? (double)((const float *)pr->dt_bias.p)[h] : 0.0;
+    const float *D = NULL;
+    int64_t Ds = 0;
+    if (pr->D.p) {
+        D = pr->D_per_channel ? (const float *)pr->D.p + h * pr->D.s[0]
+                              : (const float *)pr->D.p + h;
+        Ds = pr->D_per_channel ? 1 : 0;
+    }
+
+    float *S = (float *)pr->cache.p + q * pr->cache.s[0] + h * pr->cache.s[1];
+    const float *dt = (const float *)pr->dt.p + b * pr->dt.s[0] + h;
+    const float *x = (const float *)pr->x.p + b * pr->x.s[0] + h * pr->x.s[2];
+    const float *z = pr->z.p ? (const float *)pr->z.p + b * pr->z.s[0] + h * pr->z.s[2] : NULL;
+    const float *Bm = (const float *)pr->Bm.p + b * pr->Bm.s[0] + g * pr->Bm.s[2];
+    const float *Cm = (const float *)pr->Cm.p + b * pr->Cm.s[0] + g * pr->Cm.s[2];
+    float *out = (float *)pr->out.p + b * pr->out.s[0] + h * pr->out.s[2];
+    float *all = pr->all_states.p
+                     ? (float *)pr->all_states.p + b * pr->all_states.s[0] + h * pr->all_states.s[2]
+                     : NULL;
+
+    float a[TOK_BLOCK], d[TOK_BLOCK];
+    for (int64_t t0 = 0; t0 < pr->T; t0 += TOK_BLOCK) {
+        const int64_t nt = pr->T - t0 < TOK_BLOCK ? pr->T - t0 : TOK_BLOCK;
+        for (int64_t i = 0; i < nt; i++) {
+            double v = (double)dt[(t0 + i) * pr->dt.s[1]] + bias;
+            if (pr->dt_softplus && v <= 20.0) v = log1p(exp(v));
+            if (v < pr->dt_lo) v = pr->dt_lo;
+            if (v > pr->dt_hi) v = pr->dt_hi;
+            d[i] = (float)v;
+            a[i] = (float)exp(v * A);
+        }
+        float *o = out + t0 * pr->out.s[1];
+        const float *xb = x + t0 * pr->x.s[1];
+        k->rows(nt, pr->P, pr->N, a, d, xb, pr->x.s[1], Bm + t0 * pr->Bm.s[1], pr->Bm.s[1],
+                Cm + t0 * pr->Cm.s[1], pr->Cm.s[1], S, pr->cache.s[2], o, pr->out.s[1],
+                all ? all + t0 * pr->all_states.s[1] : NULL, pr->all_states.s[1],
+                pr->all_states.s[3]);
+        for (int64_t i = 0; i < nt; i++) {
+            float *ot = o + i * pr->out.s[1];
+            k->epilogue(pr->P, ot, xb + i * pr->x.s[1], D, Ds, z ? z + (t0 + i) * pr->z.s[1] : NULL,
+                        ot);
+        }
+    }
+}
+
+mamba2_status_t m2_cpu_ssd_step(mamba2_context_t *ctx, const m2_ssd_step_problem *pr) {
+    if (pr->act_dtype != MAMBA2_DTYPE_F32 || pr->par_dtype != MAMBA2_DTYPE_F32)
+        return m2_error(MAMBA2_STATUS_UNSUPPORTED, "the cpu backend runs ssd_step in f32 only");
+    if (pr->T == 0) return MAMBA2_STATUS_OK;
+    step_job job = {pr, kernels_for(ctx)};
+    run_tasks(ctx, pr->B * pr->H, step_task, &job);
+    return MAMBA2_STATUS_OK;
+}
