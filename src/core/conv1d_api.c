@@ -37,15 +37,6 @@ typedef struct conv_call {
     const mamba2_tensor_t *cache;
 } conv_call;
 
-static m2_view view_of(const mamba2_tensor_t *t) {
-    m2_view v;
-    memset(&v, 0, sizeof v);
-    if (!t) return v;
-    v.p = t->data;
-    for (int i = 0; i < t->rank && i < 4; i++) v.s[i] = t->stride[i];
-    return v;
-}
-
 #define TRY(expr)                                                                          \
     do {                                                                                   \
         mamba2_status_t st_ = (expr);                                                      \
@@ -55,95 +46,6 @@ static m2_view view_of(const mamba2_tensor_t *t) {
 static const char *call_name(call_kind k) {
     return k == CALL_FORWARD ? "conv1d_forward" : k == CALL_BACKWARD ? "conv1d_backward"
                                                                      : "conv1d_step";
-}
-
-static int64_t index_at(const mamba2_tensor_t *t, int64_t i) {
-    return t->dtype == MAMBA2_DTYPE_I32 ? ((const int32_t *)t->data)[i * t->stride[0]]
-                                        : ((const int64_t *)t->data)[i * t->stride[0]];
-}
-
-/* cu_seqlens[nseq+1]: rank 1, i32/i64, contiguous, 0 = c[0] <= c[1] <= ... <= c[nseq] = L. */
-static mamba2_status_t check_cu_seqlens(const mamba2_tensor_t *cu, int64_t B, int64_t L,
-                                        int64_t *nseq) {
-    if (cu->rank != 1)
-        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                        "cu_seqlens has rank %d; expected rank 1 [nseq+1]", (int)cu->rank);
-    if (cu->dtype != MAMBA2_DTYPE_I32 && cu->dtype != MAMBA2_DTYPE_I64)
-        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "cu_seqlens has dtype %s; expected i32 or i64",
-                        m2_dtype_name(cu->dtype));
-    if (cu->shape[0] < 2 || cu->shape[0] > MAX_DIM)
-        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                        "cu_seqlens has %lld entries; expected nseq+1 >= 2", (long long)cu->shape[0]);
-    if (cu->stride[0] != 1)
-        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                        "cu_seqlens has stride %lld; it must be contiguous", (long long)cu->stride[0]);
-    if (!cu->data) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "cu_seqlens has a NULL data pointer");
-    if (B != 1)
-        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                        "cu_seqlens is given but x has batch B=%lld; packed sequences need B == 1",
-                        (long long)B);
-    int64_t prev = 0;
-    for (int64_t i = 0; i < cu->shape[0]; i++) {
-        int64_t v = index_at(cu, i);
-        if (i == 0 && v != 0)
-            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "cu_seqlens[0] is %lld; expected 0",
-                            (long long)v);
-        if (v < prev)
-            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                            "cu_seqlens is not non-decreasing: cu_seqlens[%lld]=%lld < "
-                            "cu_seqlens[%lld]=%lld",
-                            (long long)i, (long long)v, (long long)(i - 1), (long long)prev);
-        prev = v;
-    }
-    if (prev != L)
-        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                        "cu_seqlens ends at %lld; expected the token count L=%lld", (long long)prev,
-                        (long long)L);
-    *nseq = cu->shape[0] - 1;
-    return MAMBA2_STATUS_OK;
-}
-
-/* state_indices[B]: i32/i64, every value < S, the non-negative ones distinct. */
-static mamba2_status_t check_state_indices(const mamba2_tensor_t *ix, int64_t B, int64_t S) {
-    int64_t n;
-    const int64_t want[1] = {B};
-    if (ix->dtype != MAMBA2_DTYPE_I32 && ix->dtype != MAMBA2_DTYPE_I64)
-        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                        "state_indices has dtype %s; expected i32 or i64", m2_dtype_name(ix->dtype));
-    TRY(m2_check_tensor("state_indices", ix, 1, want, "[B]", ix->dtype, "an index dtype", 0, &n));
-    /* duplicates: a bitmap over the slots (on the stack for up to 32768 slots) */
-    unsigned char stack_bits[4096];
-    unsigned char *bits = stack_bits;
-    size_t nbytes = (size_t)((S + 7) / 8);
-    if (nbytes > sizeof stack_bits) {
-        bits = (unsigned char *)malloc(nbytes);
-        if (!bits)
-            return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY,
-                            "cannot allocate %zu bytes to check state_indices for duplicates", nbytes);
-    }
-    memset(bits, 0, nbytes);
-    mamba2_status_t st = MAMBA2_STATUS_OK;
-    for (int64_t b = 0; b < B; b++) {
-        int64_t v = index_at(ix, b);
-        if (v < 0) continue; /* padding row */
-        if (v >= S) {
-            st = m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                          "state_indices[%lld] is %lld; expected < S=%lld (conv_cache slots) or "
-                          "negative (padding)",
-                          (long long)b, (long long)v, (long long)S);
-            break;
-        }
-        if (bits[v >> 3] & (1u << (v & 7))) {
-            st = m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                          "state_indices[%lld] is %lld, a slot an earlier row already uses; "
-                          "slots must be distinct",
-                          (long long)b, (long long)v);
-            break;
-        }
-        bits[v >> 3] |= (unsigned char)(1u << (v & 7));
-    }
-    if (bits != stack_bits) free(bits);
-    return st;
 }
 
 static mamba2_status_t validate(const conv_call *c, m2_conv1d_problem *pr) {
@@ -240,7 +142,7 @@ static mamba2_status_t validate(const conv_call *c, m2_conv1d_problem *pr) {
         init = c->opts->initial_conv_state;
         cu = c->opts->cu_seqlens;
         if (cu) {
-            TRY(check_cu_seqlens(cu, B, L, &S));
+            TRY(m2_check_cu_seqlens(cu, B, L, &S));
             pr->cu_seqlens = cu->data;
             pr->cu_dtype = cu->dtype;
         }
@@ -311,7 +213,7 @@ static mamba2_status_t validate(const conv_call *c, m2_conv1d_problem *pr) {
         const span cache_span = {"conv_cache", cc, n};
         const mamba2_tensor_t *ix = c->sopts->state_indices;
         if (ix) {
-            TRY(check_state_indices(ix, B, S));
+            TRY(m2_check_state_indices(ix, B, S, "conv_cache"));
             ins[nin++] = (span){"state_indices", ix, B};
             pr->state_indices = ix->data;
             pr->idx_dtype = ix->dtype;
@@ -358,29 +260,29 @@ static mamba2_status_t validate(const conv_call *c, m2_conv1d_problem *pr) {
     pr->act_dtype = adt;
     pr->par_dtype = pdt;
     pr->silu = act == MAMBA2_ACTIVATION_SILU;
-    pr->x = view_of(c->x);
-    pr->weight = view_of(c->weight);
-    pr->bias = view_of(bias);
+    pr->x = m2_view_of(c->x);
+    pr->weight = m2_view_of(c->weight);
+    pr->bias = m2_view_of(bias);
     if (xrank == 2) { /* [B,C] as [B,1,C] */
         pr->x.s[2] = 0;
         pr->x.s[1] = 0;
     }
     if (c->kind == CALL_FORWARD) {
-        pr->init = view_of(init);
-        pr->out = view_of(c->out);
-        pr->final = view_of(c->final_state);
+        pr->init = m2_view_of(init);
+        pr->out = m2_view_of(c->out);
+        pr->final = m2_view_of(c->final_state);
     } else if (c->kind == CALL_BACKWARD) {
         const mamba2_conv1d_grads_t *g = c->grads;
-        pr->init = view_of(init);
-        pr->dout = view_of(c->dout);
-        pr->dfinal = view_of(c->dfinal);
-        pr->dx = view_of(g->dx);
-        pr->dweight = view_of(g->dweight);
-        pr->dbias = view_of(g->dbias);
-        pr->dinit = view_of(g->dinitial_conv_state);
+        pr->init = m2_view_of(init);
+        pr->dout = m2_view_of(c->dout);
+        pr->dfinal = m2_view_of(c->dfinal);
+        pr->dx = m2_view_of(g->dx);
+        pr->dweight = m2_view_of(g->dweight);
+        pr->dbias = m2_view_of(g->dbias);
+        pr->dinit = m2_view_of(g->dinitial_conv_state);
     } else {
-        pr->cache = view_of(c->cache);
-        pr->out = view_of(c->out);
+        pr->cache = m2_view_of(c->cache);
+        pr->out = m2_view_of(c->out);
         if (xrank == 2) {
             pr->out.s[1] = 0;
         }
@@ -390,13 +292,11 @@ static mamba2_status_t validate(const conv_call *c, m2_conv1d_problem *pr) {
 
 /* ---- workspace and dispatch --------------------------------------------------------- */
 
-#define WS_ALIGN 64
-
 static mamba2_status_t query(const conv_call *c, m2_conv1d_problem *pr, size_t *bytes) {
     TRY(validate(c, pr));
     size_t b = 0;
     if (c->kind == CALL_BACKWARD) TRY(c->ctx->ops->conv1d_backward_workspace(c->ctx, pr, &b));
-    *bytes = b ? b + WS_ALIGN : 0; /* room to align the caller's pointer */
+    *bytes = m2_workspace_padded(b);
     return MAMBA2_STATUS_OK;
 }
 
@@ -406,23 +306,8 @@ static mamba2_status_t run(const conv_call *c, void *workspace, size_t workspace
     TRY(query(c, &pr, &need));
     if (c->kind == CALL_FORWARD) return c->ctx->ops->conv1d_forward(c->ctx, &pr);
     if (c->kind == CALL_STEP) return c->ctx->ops->conv1d_step(c->ctx, &pr);
-    void *owned = NULL;
-    if (need > 0 && !workspace) {
-        owned = malloc(need);
-        if (!owned)
-            return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "cannot allocate %zu bytes of workspace", need);
-        workspace = owned;
-        workspace_size = need;
-    }
-    if (workspace_size < need) {
-        free(owned);
-        return m2_error(MAMBA2_STATUS_WORKSPACE_TOO_SMALL,
-                        "workspace is %zu bytes; this call needs %zu (see "
-                        "mamba2_conv1d_backward_workspace_size)",
-                        workspace_size, need);
-    }
-    void *ws = workspace;
-    if (ws) ws = (void *)(((uintptr_t)ws + WS_ALIGN - 1) & ~(uintptr_t)(WS_ALIGN - 1));
+    void *ws, *owned;
+    TRY(m2_workspace_acquire(need, workspace, workspace_size, &ws, &owned));
     mamba2_status_t st = c->ctx->ops->conv1d_backward(c->ctx, &pr, ws);
     free(owned);
     return st;

@@ -208,5 +208,24 @@ mamba2_status_t m2_check_tensor(const char *name, const mamba2_tensor_t *t, int 
                                 const char *dtype_why, int is_output, int64_t *numel);
 /* 0 only when the two tensors provably share no byte (see validate.c). */
 int m2_may_overlap(const mamba2_tensor_t *a, const mamba2_tensor_t *b);
+/* The m2_view of a tensor (NULL -> absent view). */
+m2_view m2_view_of(const mamba2_tensor_t *t);
+/* Element i of a rank-1 i32/i64 index tensor. */
+int64_t m2_index_at(const mamba2_tensor_t *t, int64_t i);
+/* cu_seqlens[nseq+1]: rank 1, i32/i64, contiguous, 0 = c[0] <= ... <= c[nseq] = L, B == 1. */
+mamba2_status_t m2_check_cu_seqlens(const mamba2_tensor_t *cu, int64_t B, int64_t L, int64_t *nseq);
+/* state_indices[B]: i32/i64, each < S (slots of cache_name) or negative (padding), the
+ * non-negative ones distinct. */
+mamba2_status_t m2_check_state_indices(const mamba2_tensor_t *ix, int64_t B, int64_t S,
+                                       const char *cache_name);
+
+/* Workspace: a backend's byte count is padded by M2_WS_ALIGN so that any caller pointer can
+ * be aligned; workspace == NULL with need > 0 allocates (*owned, free it after the call). */
+#define M2_WS_ALIGN 64
+static inline size_t m2_workspace_padded(size_t backend_bytes) {
+    return backend_bytes ? backend_bytes + M2_WS_ALIGN : 0;
+}
+mamba2_status_t m2_workspace_acquire(size_t need, void *workspace, size_t workspace_size,
+                                     void **aligned, void **owned);
 
 #endif /* MAMBA2C_INTERNAL_H */

@@ -22,8 +22,6 @@
         if (st_ != MAMBA2_STATUS_OK) return st_;                                           \
     } while (0)
 
-#define WS_ALIGN 64
-
 /* A tensor taking part in the overlap checks. */
 typedef struct span {
     const char *name;
@@ -40,15 +38,6 @@ typedef struct rms_call {
     const mamba2_tensor_t *dout, *rstd_in;          /* backward inputs  */
     int backward;
 } rms_call;
-
-static m2_view view_of(const mamba2_tensor_t *t) {
-    m2_view v;
-    memset(&v, 0, sizeof v);
-    if (!t) return v;
-    v.p = t->data;
-    for (int i = 0; i < t->rank && i < 4; i++) v.s[i] = t->stride[i];
-    return v;
-}
 
 static mamba2_status_t validate(const rms_call *c, m2_rmsnorm_problem *pr) {
     memset(pr, 0, sizeof *pr);
@@ -177,20 +166,20 @@ static mamba2_status_t validate(const rms_call *c, m2_rmsnorm_problem *pr) {
     pr->norm_before_gate = o->norm_before_gate != 0;
     pr->act_dtype = adt;
     pr->par_dtype = pdt;
-    pr->x = view_of(c->x);
-    pr->z = view_of(c->z);
-    pr->weight = view_of(c->weight);
-    pr->bias = view_of(c->bias);
+    pr->x = m2_view_of(c->x);
+    pr->z = m2_view_of(c->z);
+    pr->weight = m2_view_of(c->weight);
+    pr->bias = m2_view_of(c->bias);
     if (!c->backward) {
-        pr->out = view_of(c->out);
-        pr->rstd = view_of(c->rstd);
+        pr->out = m2_view_of(c->out);
+        pr->rstd = m2_view_of(c->rstd);
     } else {
-        pr->dout = view_of(c->dout);
-        pr->rstd_in = view_of(c->rstd_in);
-        pr->dx = view_of(c->grads->dx);
-        pr->dz = view_of(c->grads->dz);
-        pr->dweight = view_of(c->grads->dweight);
-        pr->dbias = view_of(c->grads->dbias);
+        pr->dout = m2_view_of(c->dout);
+        pr->rstd_in = m2_view_of(c->rstd_in);
+        pr->dx = m2_view_of(c->grads->dx);
+        pr->dz = m2_view_of(c->grads->dz);
+        pr->dweight = m2_view_of(c->grads->dweight);
+        pr->dbias = m2_view_of(c->grads->dbias);
     }
     return MAMBA2_STATUS_OK;
 }
@@ -202,7 +191,7 @@ static mamba2_status_t query(const rms_call *c, m2_rmsnorm_problem *pr, size_t *
     size_t b = 0;
     TRY(c->backward ? c->ctx->ops->rmsnorm_backward_workspace(c->ctx, pr, &b)
                     : c->ctx->ops->rmsnorm_forward_workspace(c->ctx, pr, &b));
-    *bytes = b ? b + WS_ALIGN : 0; /* room to align the caller's pointer */
+    *bytes = m2_workspace_padded(b);
     return MAMBA2_STATUS_OK;
 }
 
@@ -210,22 +199,8 @@ static mamba2_status_t run(const rms_call *c, void *workspace, size_t workspace_
     m2_rmsnorm_problem pr;
     size_t need;
     TRY(query(c, &pr, &need));
-    void *owned = NULL;
-    if (need > 0 && !workspace) {
-        owned = malloc(need);
-        if (!owned)
-            return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "cannot allocate %zu bytes of workspace", need);
-        workspace = owned;
-        workspace_size = need;
-    }
-    if (workspace_size < need) {
-        free(owned);
-        return m2_error(MAMBA2_STATUS_WORKSPACE_TOO_SMALL,
-                        "workspace is %zu bytes; this call needs %zu (see the *_workspace_size query)",
-                        workspace_size, need);
-    }
-    void *ws = workspace;
-    if (ws) ws = (void *)(((uintptr_t)ws + WS_ALIGN - 1) & ~(uintptr_t)(WS_ALIGN - 1));
+    void *ws, *owned;
+    TRY(m2_workspace_acquire(need, workspace, workspace_size, &ws, &owned));
     mamba2_status_t st = c->backward ? c->ctx->ops->rmsnorm_backward(c->ctx, &pr, ws)
                                      : c->ctx->ops->rmsnorm_forward(c->ctx, &pr, ws);
     free(owned);

@@ -35,15 +35,6 @@ typedef struct ssd_call {
     int query_only; /* a workspace query: state_positions may come without its output */
 } ssd_call;
 
-static m2_view view_of(const mamba2_tensor_t *t) {
-    m2_view v;
-    memset(&v, 0, sizeof v);
-    if (!t) return v;
-    v.p = t->data;
-    for (int i = 0; i < t->rank && i < 4; i++) v.s[i] = t->stride[i];
-    return v;
-}
-
 /* state_positions: rank 1, i32/i64, contiguous, strictly increasing, inside [0, ntok). */
 static mamba2_status_t check_positions(const mamba2_tensor_t *t, int64_t ntok, m2_ssd_problem *pr) {
     if (!t)
@@ -169,44 +160,7 @@ static mamba2_status_t validate(const ssd_call *c, m2_ssd_problem *pr) {
     int64_t S = B;
     if (o->cu_seqlens) {
         const mamba2_tensor_t *cu = o->cu_seqlens;
-        if (cu->rank != 1)
-            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                            "cu_seqlens has rank %d; expected rank 1 [nseq+1]", (int)cu->rank);
-        if (cu->dtype != MAMBA2_DTYPE_I32 && cu->dtype != MAMBA2_DTYPE_I64)
-            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                            "cu_seqlens has dtype %s; expected i32 or i64", m2_dtype_name(cu->dtype));
-        if (cu->shape[0] < 2 || cu->shape[0] > MAX_DIM)
-            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                            "cu_seqlens has %lld entries; expected nseq+1 >= 2",
-                            (long long)cu->shape[0]);
-        if (cu->stride[0] != 1)
-            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                            "cu_seqlens has stride %lld; it must be contiguous",
-                            (long long)cu->stride[0]);
-        if (!cu->data) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "cu_seqlens has a NULL data pointer");
-        if (B != 1)
-            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                            "cu_seqlens is given but x has batch B=%lld; packed sequences need B == 1",
-                            (long long)B);
-        int64_t prev = 0;
-        for (int64_t i = 0; i < cu->shape[0]; i++) {
-            int64_t v = cu->dtype == MAMBA2_DTYPE_I32 ? ((const int32_t *)cu->data)[i]
-                                                      : ((const int64_t *)cu->data)[i];
-            if (i == 0 && v != 0)
-                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                                "cu_seqlens[0] is %lld; expected 0", (long long)v);
-            if (v < prev)
-                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                                "cu_seqlens is not non-decreasing: cu_seqlens[%lld]=%lld < "
-                                "cu_seqlens[%lld]=%lld",
-                                (long long)i, (long long)v, (long long)(i - 1), (long long)prev);
-            prev = v;
-        }
-        if (prev != L)
-            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                            "cu_seqlens ends at %lld; expected the token count L=%lld",
-                            (long long)prev, (long long)L);
-        S = cu->shape[0] - 1;
+        TRY(m2_check_cu_seqlens(cu, B, L, &S));
         pr->cu_seqlens = cu->data;
         pr->cu_dtype = cu->dtype;
     }
@@ -328,46 +282,44 @@ static mamba2_status_t validate(const ssd_call *c, m2_ssd_problem *pr) {
     pr->dt_lo = o->dt_limit_lo;
     pr->dt_hi = o->dt_limit_hi;
     pr->D_per_channel = D_per_channel;
-    pr->x = view_of(c->x);
-    pr->dt = view_of(c->dt);
-    pr->A = view_of(c->A);
-    pr->Bm = view_of(c->Bm);
-    pr->Cm = view_of(c->Cm);
-    pr->D = view_of(o->D);
-    pr->z = view_of(o->z);
-    pr->dt_bias = view_of(o->dt_bias);
-    pr->init = view_of(o->initial_state);
+    pr->x = m2_view_of(c->x);
+    pr->dt = m2_view_of(c->dt);
+    pr->A = m2_view_of(c->A);
+    pr->Bm = m2_view_of(c->Bm);
+    pr->Cm = m2_view_of(c->Cm);
+    pr->D = m2_view_of(o->D);
+    pr->z = m2_view_of(o->z);
+    pr->dt_bias = m2_view_of(o->dt_bias);
+    pr->init = m2_view_of(o->initial_state);
     if (!c->backward) {
-        pr->out = view_of(c->out);
-        pr->final = view_of(c->final_state);
-        pr->pos_states = view_of(c->position_states);
+        pr->out = m2_view_of(c->out);
+        pr->final = m2_view_of(c->final_state);
+        pr->pos_states = m2_view_of(c->position_states);
     } else {
         const mamba2_ssd_grads_t *g = c->grads;
-        pr->dout = view_of(c->dout);
-        pr->dfinal = view_of(c->dfinal);
-        pr->dx = view_of(g->dx);
-        pr->ddt = view_of(g->ddt);
-        pr->dA = view_of(g->dA);
-        pr->dBm = view_of(g->dBm);
-        pr->dCm = view_of(g->dCm);
-        pr->dD = view_of(g->dD);
-        pr->dz = view_of(g->dz);
-        pr->ddt_bias = view_of(g->ddt_bias);
-        pr->dinit = view_of(g->dinitial_state);
+        pr->dout = m2_view_of(c->dout);
+        pr->dfinal = m2_view_of(c->dfinal);
+        pr->dx = m2_view_of(g->dx);
+        pr->ddt = m2_view_of(g->ddt);
+        pr->dA = m2_view_of(g->dA);
+        pr->dBm = m2_view_of(g->dBm);
+        pr->dCm = m2_view_of(g->dCm);
+        pr->dD = m2_view_of(g->dD);
+        pr->dz = m2_view_of(g->dz);
+        pr->ddt_bias = m2_view_of(g->ddt_bias);
+        pr->dinit = m2_view_of(g->dinitial_state);
     }
     return MAMBA2_STATUS_OK;
 }
 
 /* ---- workspace and dispatch --------------------------------------------------------- */
 
-#define WS_ALIGN 64
-
 static mamba2_status_t query(const ssd_call *c, m2_ssd_problem *pr, size_t *bytes) {
     TRY(validate(c, pr));
     size_t b = 0;
     TRY(c->backward ? c->ctx->ops->ssd_backward_workspace(c->ctx, pr, &b)
                     : c->ctx->ops->ssd_forward_workspace(c->ctx, pr, &b));
-    *bytes = b ? b + WS_ALIGN : 0; /* room to align the caller's pointer */
+    *bytes = m2_workspace_padded(b);
     return MAMBA2_STATUS_OK;
 }
 
@@ -375,22 +327,8 @@ static mamba2_status_t run(const ssd_call *c, void *workspace, size_t workspace_
     m2_ssd_problem pr;
     size_t need;
     TRY(query(c, &pr, &need));
-    void *owned = NULL;
-    if (need > 0 && !workspace) {
-        owned = malloc(need);
-        if (!owned)
-            return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "cannot allocate %zu bytes of workspace", need);
-        workspace = owned;
-        workspace_size = need;
-    }
-    if (workspace_size < need) {
-        free(owned);
-        return m2_error(MAMBA2_STATUS_WORKSPACE_TOO_SMALL,
-                        "workspace is %zu bytes; this call needs %zu (see the *_workspace_size query)",
-                        workspace_size, need);
-    }
-    void *ws = workspace;
-    if (ws) ws = (void *)(((uintptr_t)ws + WS_ALIGN - 1) & ~(uintptr_t)(WS_ALIGN - 1));
+    void *ws, *owned;
+    TRY(m2_workspace_acquire(need, workspace, workspace_size, &ws, &owned));
     mamba2_status_t st = c->backward ? c->ctx->ops->ssd_backward(c->ctx, &pr, ws)
                                      : c->ctx->ops->ssd_forward(c->ctx, &pr, ws);
     free(owned);

@@ -37,15 +37,6 @@ typedef struct chunk_call {
     const mamba2_tensor_t *dt_out, *dA_cumsum, *CB, *states, *states_start, *final_state, *out;
 } chunk_call;
 
-static m2_view view_of(const mamba2_tensor_t *t) {
-    m2_view v;
-    memset(&v, 0, sizeof v);
-    if (!t) return v;
-    v.p = t->data;
-    for (int i = 0; i < t->rank && i < 4; i++) v.s[i] = t->stride[i];
-    return v;
-}
-
 #define TRY(expr)                                                                                  \
     do {                                                                                           \
         mamba2_status_t st_ = (expr);                                                              \
@@ -322,22 +313,22 @@ static mamba2_status_t validate(const chunk_call *c, m2_ssd_chunk_problem *pr) {
     pr->dt_lo = o->dt_limit_lo;
     pr->dt_hi = o->dt_limit_hi;
     pr->D_per_channel = D_per_channel;
-    pr->x = view_of(c->x);
-    pr->dt = view_of(c->dt);
-    pr->A = view_of(c->A);
-    pr->Bm = view_of(c->Bm);
-    pr->Cm = view_of(c->Cm);
-    pr->D = view_of(D);
-    pr->z = view_of(z);
-    pr->dt_bias = view_of(bias);
-    pr->init = view_of(init);
-    pr->dt_out = view_of(c->dt_out);
-    pr->dA_cumsum = view_of(c->dA_cumsum);
-    pr->CB = view_of(c->CB);
-    pr->states = view_of(c->states);
-    pr->states_start = view_of(c->states_start);
-    pr->final = view_of(c->final_state);
-    pr->out = view_of(c->out);
+    pr->x = m2_view_of(c->x);
+    pr->dt = m2_view_of(c->dt);
+    pr->A = m2_view_of(c->A);
+    pr->Bm = m2_view_of(c->Bm);
+    pr->Cm = m2_view_of(c->Cm);
+    pr->D = m2_view_of(D);
+    pr->z = m2_view_of(z);
+    pr->dt_bias = m2_view_of(bias);
+    pr->init = m2_view_of(init);
+    pr->dt_out = m2_view_of(c->dt_out);
+    pr->dA_cumsum = m2_view_of(c->dA_cumsum);
+    pr->CB = m2_view_of(c->CB);
+    pr->states = m2_view_of(c->states);
+    pr->states_start = m2_view_of(c->states_start);
+    pr->final = m2_view_of(c->final_state);
+    pr->out = m2_view_of(c->out);
     return MAMBA2_STATUS_OK;
 }
 

@@ -30,15 +30,6 @@ typedef struct step_call {
     const mamba2_tensor_t *x, *dt, *A, *Bm, *Cm;
 } step_call;
 
-static m2_view view_of(const mamba2_tensor_t *t) {
-    m2_view v;
-    memset(&v, 0, sizeof v);
-    if (!t) return v;
-    v.p = t->data;
-    for (int i = 0; i < t->rank && i < 4; i++) v.s[i] = t->stride[i];
-    return v;
-}
-
 /* The view of a T = 1 form tensor as its multi-token form: a T dimension of stride 0 is
  * inserted after the batch dimension. */
 static m2_view view_add_T(const mamba2_tensor_t *t) {
@@ -57,56 +48,6 @@ static m2_view view_add_T(const mamba2_tensor_t *t) {
         mamba2_status_t st_ = (expr);                                                              \
         if (st_ != MAMBA2_STATUS_OK) return st_;                                                   \
     } while (0)
-
-static int64_t index_at(const mamba2_tensor_t *t, int64_t i) {
-    return t->dtype == MAMBA2_DTYPE_I32 ? ((const int32_t *)t->data)[i * t->stride[0]]
-                                        : ((const int64_t *)t->data)[i * t->stride[0]];
-}
-
-/* state_indices[B]: i32/i64, every value < S, the non-negative ones distinct. */
-static mamba2_status_t check_state_indices(const mamba2_tensor_t *ix, int64_t B, int64_t S) {
-    int64_t n;
-    const int64_t want[1] = {B};
-    if (ix->dtype != MAMBA2_DTYPE_I32 && ix->dtype != MAMBA2_DTYPE_I64)
-        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                        "state_indices has dtype %s; expected i32 or i64",
-                        m2_dtype_name(ix->dtype));
-    TRY(m2_check_tensor("state_indices", ix, 1, want, "[B]", ix->dtype, "an index dtype", 0, &n));
-    /* duplicates: a bitmap over the slots (on the stack for up to 32768 slots) */
-    unsigned char stack_bits[4096];
-    unsigned char *bits = stack_bits;
-    const size_t nbytes = (size_t)((S + 7) / 8);
-    if (nbytes > sizeof stack_bits) {
-        bits = (unsigned char *)malloc(nbytes);
-        if (!bits)
-            return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY,
-                            "cannot allocate %zu bytes to check state_indices for duplicates",
-                            nbytes);
-    }
-    memset(bits, 0, nbytes);
-    mamba2_status_t st = MAMBA2_STATUS_OK;
-    for (int64_t b = 0; b < B; b++) {
-        const int64_t v = index_at(ix, b);
-        if (v < 0) continue; /* padding row */
-        if (v >= S) {
-            st = m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                          "state_indices[%lld] is %lld; expected < S=%lld (state_cache slots) or "
-                          "negative (padding)",
-                          (long long)b, (long long)v, (long long)S);
-            break;
-        }
-        if (bits[v >> 3] & (1u << (v & 7))) {
-            st = m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                          "state_indices[%lld] is %lld, a slot an earlier row already uses; "
-                          "slots must be distinct",
-                          (long long)b, (long long)v);
-            break;
-        }
-        bits[v >> 3] |= (unsigned char)(1u << (v & 7));
-    }
-    if (bits != stack_bits) free(bits);
-    return st;
-}
 
 static mamba2_status_t validate(const step_call *c, m2_ssd_step_problem *pr) {
     memset(pr, 0, sizeof *pr);
@@ -239,7 +180,7 @@ static mamba2_status_t validate(const step_call *c, m2_ssd_step_problem *pr) {
     if (o->dt_bias) IN("dt_bias", o->dt_bias, 1, sh_h, "[H]", pdt, pwhy);
     const mamba2_tensor_t *ix = o->state_indices;
     if (ix) {
-        TRY(check_state_indices(ix, B, S));
+        TRY(m2_check_state_indices(ix, B, S, "state_cache"));
         ins[nin++] = (span){"state_indices", ix, B};
         pr->state_indices = ix->data;
         pr->idx_dtype = ix->dtype;
@@ -301,18 +242,18 @@ static mamba2_status_t validate(const step_call *c, m2_ssd_step_problem *pr) {
     pr->dt_lo = o->dt_limit_lo;
     pr->dt_hi = o->dt_limit_hi;
     pr->D_per_channel = D_per_channel;
-    pr->A = view_of(c->A);
-    pr->D = view_of(o->D);
-    pr->dt_bias = view_of(o->dt_bias);
-    pr->cache = view_of(c->cache);
+    pr->A = m2_view_of(c->A);
+    pr->D = m2_view_of(o->D);
+    pr->dt_bias = m2_view_of(o->dt_bias);
+    pr->cache = m2_view_of(c->cache);
     if (multi) {
-        pr->x = view_of(c->x);
-        pr->dt = view_of(c->dt);
-        pr->Bm = view_of(c->Bm);
-        pr->Cm = view_of(c->Cm);
-        pr->z = view_of(o->z);
-        pr->out = view_of(c->out);
-        pr->all_states = view_of(c->all_states); /* the four outer strides of the rank-5 tensor */
+        pr->x = m2_view_of(c->x);
+        pr->dt = m2_view_of(c->dt);
+        pr->Bm = m2_view_of(c->Bm);
+        pr->Cm = m2_view_of(c->Cm);
+        pr->z = m2_view_of(o->z);
+        pr->out = m2_view_of(c->out);
+        pr->all_states = m2_view_of(c->all_states); /* the four outer strides of the rank-5 tensor */
     } else {
         pr->x = view_add_T(c->x);
         pr->dt = view_add_T(c->dt);

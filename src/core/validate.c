@@ -2,7 +2,9 @@
  * validate.c — checks shared by every public entry point: one tensor against its expected
  * rank, shape, dtype and strides; whether two tensors may share memory; message helpers.
  */
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/internal.h"
@@ -166,3 +168,125 @@ int m2_may_overlap(const mamba2_tensor_t *a, const mamba2_tensor_t *b) {
     return 1;
 }
 
+/* ---- helpers shared by the entry points ----------------------------------------------- */
+
+m2_view m2_view_of(const mamba2_tensor_t *t) {
+    m2_view v;
+    memset(&v, 0, sizeof v);
+    if (!t) return v;
+    v.p = t->data;
+    for (int i = 0; i < t->rank && i < 4; i++) v.s[i] = t->stride[i];
+    return v;
+}
+
+int64_t m2_index_at(const mamba2_tensor_t *t, int64_t i) {
+    return t->dtype == MAMBA2_DTYPE_I32 ? ((const int32_t *)t->data)[i * t->stride[0]]
+                                        : ((const int64_t *)t->data)[i * t->stride[0]];
+}
+
+/* cu_seqlens[nseq+1]: rank 1, i32/i64, contiguous, 0 = c[0] <= c[1] <= ... <= c[nseq] = L. */
+mamba2_status_t m2_check_cu_seqlens(const mamba2_tensor_t *cu, int64_t B, int64_t L,
+                                        int64_t *nseq) {
+    if (cu->rank != 1)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "cu_seqlens has rank %d; expected rank 1 [nseq+1]", (int)cu->rank);
+    if (cu->dtype != MAMBA2_DTYPE_I32 && cu->dtype != MAMBA2_DTYPE_I64)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "cu_seqlens has dtype %s; expected i32 or i64",
+                        m2_dtype_name(cu->dtype));
+    if (cu->shape[0] < 2 || cu->shape[0] > MAX_DIM)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "cu_seqlens has %lld entries; expected nseq+1 >= 2", (long long)cu->shape[0]);
+    if (cu->stride[0] != 1)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "cu_seqlens has stride %lld; it must be contiguous", (long long)cu->stride[0]);
+    if (!cu->data) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "cu_seqlens has a NULL data pointer");
+    if (B != 1)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "cu_seqlens is given but x has batch B=%lld; packed sequences need B == 1",
+                        (long long)B);
+    int64_t prev = 0;
+    for (int64_t i = 0; i < cu->shape[0]; i++) {
+        int64_t v = m2_index_at(cu, i);
+        if (i == 0 && v != 0)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "cu_seqlens[0] is %lld; expected 0",
+                            (long long)v);
+        if (v < prev)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "cu_seqlens is not non-decreasing: cu_seqlens[%lld]=%lld < "
+                            "cu_seqlens[%lld]=%lld",
+                            (long long)i, (long long)v, (long long)(i - 1), (long long)prev);
+        prev = v;
+    }
+    if (prev != L)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "cu_seqlens ends at %lld; expected the token count L=%lld", (long long)prev,
+                        (long long)L);
+    *nseq = cu->shape[0] - 1;
+    return MAMBA2_STATUS_OK;
+}
+
+/* state_indices[B]: i32/i64, every value < S, the non-negative ones distinct. */
+mamba2_status_t m2_check_state_indices(const mamba2_tensor_t *ix, int64_t B, int64_t S,
+                                       const char *cache_name) {
+    int64_t n;
+    const int64_t want[1] = {B};
+    if (ix->dtype != MAMBA2_DTYPE_I32 && ix->dtype != MAMBA2_DTYPE_I64)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "state_indices has dtype %s; expected i32 or i64", m2_dtype_name(ix->dtype));
+    mamba2_status_t cst = m2_check_tensor("state_indices", ix, 1, want, "[B]", ix->dtype, "an index dtype", 0, &n);
+    if (cst != MAMBA2_STATUS_OK) return cst;
+    /* duplicates: a bitmap over the slots (on the stack for up to 32768 slots) */
+    unsigned char stack_bits[4096];
+    unsigned char *bits = stack_bits;
+    size_t nbytes = (size_t)((S + 7) / 8);
+    if (nbytes > sizeof stack_bits) {
+        bits = (unsigned char *)malloc(nbytes);
+        if (!bits)
+            return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY,
+                            "cannot allocate %zu bytes to check state_indices for duplicates", nbytes);
+    }
+    memset(bits, 0, nbytes);
+    mamba2_status_t st = MAMBA2_STATUS_OK;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t v = m2_index_at(ix, b);
+        if (v < 0) continue; /* padding row */
+        if (v >= S) {
+            st = m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                          "state_indices[%lld] is %lld; expected < S=%lld (%s slots) or "
+                          "negative (padding)",
+                          (long long)b, (long long)v, (long long)S, cache_name);
+            break;
+        }
+        if (bits[v >> 3] & (1u << (v & 7))) {
+            st = m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                          "state_indices[%lld] is %lld, a slot an earlier row already uses; "
+                          "slots must be distinct",
+                          (long long)b, (long long)v);
+            break;
+        }
+        bits[v >> 3] |= (unsigned char)(1u << (v & 7));
+    }
+    if (bits != stack_bits) free(bits);
+    return st;
+}
+
+mamba2_status_t m2_workspace_acquire(size_t need, void *workspace, size_t workspace_size,
+                                     void **aligned, void **owned) {
+    *aligned = NULL;
+    *owned = NULL;
+    if (need > 0 && !workspace) {
+        *owned = malloc(need);
+        if (!*owned)
+            return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "cannot allocate %zu bytes of workspace", need);
+        workspace = *owned;
+        workspace_size = need;
+    }
+    if (workspace_size < need) {
+        return m2_error(MAMBA2_STATUS_WORKSPACE_TOO_SMALL,
+                        "workspace is %zu bytes; this call needs %zu (see the *_workspace_size query)",
+                        workspace_size, need);
+    }
+    if (workspace)
+        *aligned = (void *)(((uintptr_t)workspace + M2_WS_ALIGN - 1) & ~(uintptr_t)(M2_WS_ALIGN - 1));
+    return MAMBA2_STATUS_OK;
+}
