@@ -7,12 +7,13 @@
 Layers:   mamba2c.nn.Mamba2, mamba2c.nn.RMSNormGated
 Models:   mamba2c.models.VisionMamba2
 Ops:      mamba2c.ops (one function per operator, the C contract's form)
+Staged:   mamba2c.chunked (the SSD pipeline stage by stage, forward only)
 Oracle:   mamba2c.reference (pure torch)
-The SSD scan runs in the C library (CPU tensors, float32; float64 on the reference
-backend; bf16/f16 computed in float32). conv1d, gated RMSNorm and the decode steps run in
-torch until their C ops exist (mamba2c.ops.backend_of tells which).
+Every op runs in the C library for CPU tensors (float32; float64 on the reference backend;
+bf16/f16 computed in float32); mamba2c.ops.backend_of tells which, and each op's docstring
+lists the cases that fall back to torch.
 """
-from . import ops, reference
+from . import chunked, ops, reference
 from ._native import (DeviceError, LibraryNotFoundError, Mamba2Error, available, get_backend,
                       library_path, set_backend, use_backend)
 from .interface import (RMSNormGated, causal_conv1d_fn, causal_conv1d_update,
@@ -22,7 +23,7 @@ from .interface import (RMSNormGated, causal_conv1d_fn, causal_conv1d_update,
 __version__ = "0.1.0"
 
 __all__ = [
-    "ops", "reference", "nn", "models",
+    "ops", "reference", "chunked", "nn", "models",
     "mamba_chunk_scan_combined", "mamba_split_conv1d_scan_combined", "selective_state_update",
     "causal_conv1d_fn", "causal_conv1d_update", "rmsnorm_fn", "RMSNormGated",
     "seq_idx_to_cu_seqlens",

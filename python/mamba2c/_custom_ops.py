@@ -122,6 +122,75 @@ class SSDFunction(torch.autograd.Function):
                 None, None, None, None)
 
 
+# ---- SSD forward that also returns the states after chosen tokens ------------------------
+
+@torch.library.custom_op("mamba2c::ssd_fwd_states", mutates_args=())
+def ssd_fwd_states(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,
+                   D: Optional[Tensor], z: Optional[Tensor], dt_bias: Optional[Tensor],
+                   initial_states: Optional[Tensor], cu_seqlens: Optional[Tensor],
+                   dt_softplus: bool, dt_lo: float, dt_hi: float,
+                   positions: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """(out, final_state, position_states [npos,H,P,N]) — mamba2_ssd_forward_states."""
+    return _native.ssd_forward_states(x, dt, A, B, C, chunk_size, positions, D, z, dt_bias,
+                                      initial_states, cu_seqlens, dt_softplus, dt_lo, dt_hi)
+
+
+@ssd_fwd_states.register_fake
+def _ssd_fwd_states_fake(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
+                         cu_seqlens, dt_softplus, dt_lo, dt_hi, positions):
+    out, final = _ssd_fwd_fake(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
+                               cu_seqlens, dt_softplus, dt_lo, dt_hi)
+    return out, final, final.new_empty((positions.shape[0],) + tuple(final.shape[1:]))
+
+
+def _states_setup_context(ctx, inputs, output):
+    _setup_context(ctx, inputs[:14], output[:2])
+    ctx.mark_non_differentiable(output[2])
+
+
+def _states_backward(ctx, dout, dfinal, _dpos):
+    return _backward(ctx, dout, dfinal) + (None,)
+
+
+ssd_fwd_states.register_autograd(_states_backward, setup_context=_states_setup_context)
+
+
+class SSDStatesFunction(torch.autograd.Function):
+    """Eager autograd wrapper of mamba2_ssd_forward_states: out and final_state are
+    differentiable (the backward is mamba2_ssd_backward's); position_states is not (the C
+    library has no backward for it)."""
+
+    @staticmethod
+    def forward(ctx, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
+                dt_softplus, dt_lo, dt_hi, positions):
+        out, final, pos = _native.ssd_forward_states(x, dt, A, B, C, chunk_size, positions, D,
+                                                     z, dt_bias, initial_states, cu_seqlens,
+                                                     dt_softplus, dt_lo, dt_hi)
+        ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, cu_seqlens)
+        ctx.args = (chunk_size, dt_softplus, dt_lo, dt_hi)
+        ctx.set_materialize_grads(False)
+        ctx.mark_non_differentiable(pos)
+        return out, final, pos
+
+    @staticmethod
+    def backward(ctx, dout, dfinal, _dpos):
+        return SSDFunction.backward(ctx, dout, dfinal) + (None,)
+
+
+def ssd_states(x, dt, A, B, C, chunk_size, positions, D=None, z=None, dt_bias=None,
+               initial_states=None, cu_seqlens=None, dt_softplus=False,
+               dt_limit=(0.0, math.inf)):
+    """(out, final_state, position_states); eager: SSDStatesFunction, compiling: the op."""
+    lo, hi = float(dt_limit[0]), float(dt_limit[1])
+    if _is_compiling():
+        return torch.ops.mamba2c.ssd_fwd_states(x, dt, A, B, C, int(chunk_size), D, z, dt_bias,
+                                                initial_states, cu_seqlens, bool(dt_softplus),
+                                                lo, hi, positions)
+    return SSDStatesFunction.apply(x, dt, A, B, C, int(chunk_size), D, z, dt_bias,
+                                   initial_states, cu_seqlens, bool(dt_softplus), lo, hi,
+                                   positions)
+
+
 def _is_compiling() -> bool:
     try:
         return torch.compiler.is_compiling()
@@ -332,3 +401,27 @@ def conv1d_step(x, conv_cache, weight, bias, activation, state_indices):
         return torch.ops.mamba2c.conv1d_step(x, conv_cache, weight, bias, bool(activation),
                                              state_indices)
     return _native.conv1d_step(x, conv_cache, weight, bias, bool(activation), state_indices)
+
+
+# ---- SSD decode step: state [S,H,P,N] updated in place ----------------------------------
+
+@torch.library.custom_op("mamba2c::ssd_step", mutates_args=("state",))
+def ssd_step_op(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
+                D: Optional[Tensor], z: Optional[Tensor], dt_bias: Optional[Tensor],
+                dt_softplus: bool, dt_lo: float, dt_hi: float,
+                state_indices: Optional[Tensor]) -> Tensor:
+    """Decode step (SPEC §6): out shaped like x; `state` updated in place. The C op when it
+    can serve the call (see _native.ssd_step), the torch implementation otherwise."""
+    r = _native.ssd_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_lo, dt_hi,
+                         state_indices)
+    if r is NotImplemented:
+        from . import _torch_impl
+        r = _torch_impl.ssd_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus,
+                                 (dt_lo, dt_hi), state_indices)
+    return r
+
+
+@ssd_step_op.register_fake
+def _ssd_step_fake(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_lo, dt_hi,
+                   state_indices):
+    return x.new_empty(x.shape)

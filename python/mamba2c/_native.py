@@ -243,6 +243,17 @@ def _bind(lib) -> None:
         "mamba2_conv1d_backward": [_VP] * 8 + [sz],
         # ctx, out, conv_cache, x, weight, opts
         "mamba2_conv1d_step": [_VP] * 6,
+        # ctx, state_cache, out, all_states, x, dt, A, Bm, Cm, opts
+        "mamba2_ssd_step": [_VP] * 10,
+        # ctx, out, final_state, position_states, x, dt, A, Bm, Cm, opts, workspace, size
+        "mamba2_ssd_forward_states": [_VP] * 11 + [sz],
+        # the staged pipeline (forward only): see chunked_* below
+        "mamba2_ssd_chunk_cumsum": [_VP] * 6,      # ctx, dt_out, dA_cumsum, dt, A, opts
+        "mamba2_ssd_bmm_chunk": [_VP] * 5,         # ctx, CB, Bm, Cm, opts
+        "mamba2_ssd_chunk_state": [_VP] * 7,       # ctx, states, x, Bm, dt_out, dA_cumsum, opts
+        "mamba2_ssd_state_passing": [_VP] * 6,     # ctx, states_start, final, states, dA_cs, opts
+        # ctx, out, CB, x, dt_out, dA_cumsum, Cm, states_start, opts
+        "mamba2_ssd_chunk_scan": [_VP] * 9,
     }
     for name, args in optional.items():
         fn = getattr(lib, name, None)
@@ -260,6 +271,9 @@ _OPTIONAL_SYMBOLS = {
     "rmsnorm_gated": ("mamba2_rmsnorm_gated_forward", "mamba2_rmsnorm_gated_backward"),
     "ssd_step": ("mamba2_ssd_step",),
     "conv1d_step": ("mamba2_conv1d_step",),
+    "ssd_states": ("mamba2_ssd_forward_states",),
+    "ssd_chunked": ("mamba2_ssd_chunk_cumsum", "mamba2_ssd_bmm_chunk", "mamba2_ssd_chunk_state",
+                    "mamba2_ssd_state_passing", "mamba2_ssd_chunk_scan"),
 }
 
 
@@ -310,6 +324,7 @@ class _OptionsStruct(ctypes.Structure):
         ("dt_bias", ctypes.c_void_p),
         ("initial_state", ctypes.c_void_p),
         ("cu_seqlens", ctypes.c_void_p),
+        ("state_positions", ctypes.c_void_p),
         ("dt_softplus", ctypes.c_int32),
         ("dt_limit_lo", ctypes.c_double),
         ("dt_limit_hi", ctypes.c_double),
@@ -323,8 +338,11 @@ class _GradsStruct(ctypes.Structure):
 
 # Native alignment ('@'), the same rules the C compiler applies to these structs.
 _T = struct.Struct("@Pii6q6q")
-_O = struct.Struct("@q5Pidd")
+_O = struct.Struct("@q6Pidd")  # chunk_size, D, z, dt_bias, initial_state, cu_seqlens,
+#                                 state_positions, dt_softplus, dt_limit_lo, dt_limit_hi
 _G = struct.Struct("@9P")
+_SO = struct.Struct("@4Pidd")  # mamba2_ssd_step_options_t: D, z, dt_bias, state_indices,
+#                                 dt_softplus, dt_limit_lo, dt_limit_hi
 _TSZ = _T.size
 _NSLOTS = 24  # tensor descriptor slots per call (the SSD backward uses 21)
 
@@ -343,24 +361,49 @@ def _check_abi(lib) -> None:
     mine = _T.pack(0x1000, DT_F64, 2, 3, 5, 0, 0, 0, 0, 7, 1, 0, 0, 0, 0)
     if bytes(t) != mine:
         raise OSError("mamba2c: mamba2_tensor_t layout differs from the binding's packing")
-    opts = lib.mamba2_ssd_options_default
-    opts.restype = _OptionsStruct
-    opts.argtypes = []
-    o = opts()
-    if bytes(o) != _O.pack(256, 0, 0, 0, 0, 0, 0, 0.0, math.inf):
-        raise OSError("mamba2c: mamba2_ssd_options_t layout differs from the binding's packing")
+    # Option structs: compare each library default against our packing of the same values.
+    # The return buffer is 256 bytes whatever the struct's size, so a library whose struct
+    # grew cannot write past it (structs over 16 bytes are returned through a caller-owned
+    # buffer on the x86-64 and AArch64 ABIs); only the first bytes are compared. A field
+    # appended at the end with an all-zero default would go unnoticed — see README
+    # ("C API requests": a struct-size query).
+    checks = [("mamba2_ssd_options_default", _O.pack(256, 0, 0, 0, 0, 0, 0, 0, 0.0, math.inf)),
+              ("mamba2_ssd_step_options_default", _SO.pack(0, 0, 0, 0, 0, 0.0, math.inf)),
+              ("mamba2_conv1d_options_default", _CO.pack(0, 0, 0, 0)),
+              ("mamba2_conv1d_step_options_default", _CS.pack(0, 0, 0)),
+              ("mamba2_rmsnorm_gated_options_default", _RO.pack(1e-5, 0, 0))]
+    for name, want in checks:
+        fn = getattr(lib, name, None)
+        if fn is None:
+            continue
+        fn.restype = _Ret256
+        fn.argtypes = []
+        got = bytes(fn())[:len(want)]
+        if got != want:
+            raise OSError(f"mamba2c: the struct returned by {name} differs from the binding's "
+                          f"packing (library and binding built from different headers)")
+
+
+class _Ret256(ctypes.Structure):
+    _fields_ = [("b", ctypes.c_ubyte * 256)]
 
 
 class _Scratch:
     """Per-thread descriptor memory: tensor slots, one options struct, one grads struct."""
 
-    __slots__ = ("buf", "base", "opt_off", "grd_off")
+    __slots__ = ("buf", "base", "opt_off", "grd_off", "step_plans", "step_last", "step_args")
 
     def __init__(self):
+        self.step_plans = {}  # decode-step descriptor templates (see ssd_step)
+        self.step_last = (None, None)  # the last (key, plan) used: checked before the dict
         self.opt_off = _NSLOTS * _TSZ
         self.grd_off = self.opt_off + _O.size
         self.buf = ctypes.create_string_buffer(self.grd_off + _G.size + 16)
         self.base = ctypes.addressof(self.buf)
+        b, t = self.base, _TSZ
+        # mamba2_ssd_step's pointer arguments after ctx: fixed slots of this buffer
+        self.step_args = (b, b + t, None, b + 3 * t, b + 4 * t, b + 5 * t, b + 6 * t, b + 7 * t,
+                          b + 12 * t)
 
 
 # ---------------------------------------------------------------------------------------
@@ -528,10 +571,10 @@ def _out_desc(buf, off: int, t: torch.Tensor, code: int) -> None:
 
 
 def _options(s: "_Scratch", keep: list, slot: int, chunk_size, D, z, dt_bias, init, cu,
-             dt_softplus, dt_lo, dt_hi, cdtype, code) -> int:
-    """Pack the optional tensors (slots slot..slot+4) and the options struct."""
+             dt_softplus, dt_lo, dt_hi, cdtype, code, positions=None) -> int:
+    """Pack the optional tensors (slots slot..slot+5) and the options struct."""
     buf, base = s.buf, s.base
-    pD = pz = pb = pi = pc = 0
+    pD = pz = pb = pi = pc = pp = 0
     if D is not None:
         keep.append(_desc(buf, slot * _TSZ, "D", D, cdtype, code))
         pD = base + slot * _TSZ
@@ -549,7 +592,10 @@ def _options(s: "_Scratch", keep: list, slot: int, chunk_size, D, z, dt_bias, in
         keep.append(cu)
         _out_desc(buf, (slot + 4) * _TSZ, cu, _TORCH_DTYPE[cu.dtype])
         pc = base + (slot + 4) * _TSZ
-    _O.pack_into(buf, s.opt_off, int(chunk_size), pD, pz, pb, pi, pc, 1 if dt_softplus else 0,
+    if positions is not None:
+        keep.append(_index_desc(buf, (slot + 5) * _TSZ, positions, "state_positions"))
+        pp = base + (slot + 5) * _TSZ
+    _O.pack_into(buf, s.opt_off, int(chunk_size), pD, pz, pb, pi, pc, pp, 1 if dt_softplus else 0,
                  float(dt_lo), float(dt_hi))
     return base + s.opt_off
 
@@ -571,6 +617,22 @@ def ssd_forward(x, dt, A, B, C, chunk_size: int, D=None, z=None, dt_bias=None,
     """One call of mamba2_ssd_forward. Returns (out [B,L,H,P] in x.dtype,
     final_state [S,H,P,N] in the parameter dtype: float32, or float64 for float64 input).
     No autograd here (see _custom_ops.py)."""
+    return _ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
+                        dt_softplus, dt_lo, dt_hi, None)[:2]
+
+
+def ssd_forward_states(x, dt, A, B, C, chunk_size: int, positions: torch.Tensor, D=None, z=None,
+                       dt_bias=None, initial_states=None, cu_seqlens=None,
+                       dt_softplus: bool = False, dt_lo: float = 0.0, dt_hi: float = math.inf):
+    """One call of mamba2_ssd_forward_states: ssd_forward plus position_states [npos,H,P,N]
+    (parameter dtype), the state after each flat token index positions[i] (b*L + t; the
+    packed index with cu_seqlens), strictly increasing, int32/int64."""
+    return _ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
+                        dt_softplus, dt_lo, dt_hi, positions)
+
+
+def _ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
+                 dt_softplus, dt_lo, dt_hi, positions):
     lib = _lib if _lib is not None else load()
     s = getattr(_tls, "scratch", None) or _state()
     cdtype = _cdtype(x, dt, B, C, z)
@@ -593,15 +655,29 @@ def ssd_forward(x, dt, A, B, C, chunk_size: int, D=None, z=None, dt_bias=None,
             _desc(buf, 5 * _TSZ, "B", B, cdtype, code),
             _desc(buf, 6 * _TSZ, "C", C, cdtype, code)]
     p_o = _options(s, keep, 7, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
-                   dt_softplus, dt_lo, dt_hi, cdtype, code)
-    st = lib.mamba2_ssd_forward(_context(backend), base, base + _TSZ, base + 2 * _TSZ,
-                                base + 3 * _TSZ, base + 4 * _TSZ, base + 5 * _TSZ,
-                                base + 6 * _TSZ, p_o, None, 0)
+                   dt_softplus, dt_lo, dt_hi, cdtype, code, positions)
+    ctx = _context(backend)
+    pos_states = None
+    if positions is None:
+        st = lib.mamba2_ssd_forward(ctx, base, base + _TSZ, base + 2 * _TSZ,
+                                    base + 3 * _TSZ, base + 4 * _TSZ, base + 5 * _TSZ,
+                                    base + 6 * _TSZ, p_o, None, 0)
+        fname = "mamba2_ssd_forward"
+    else:
+        if not has_op("ssd_states"):
+            raise Mamba2NotImplementedError("mamba2c: the loaded library has no "
+                                            "mamba2_ssd_forward_states")
+        pos_states = torch.empty(positions.shape[0], H, P, N, dtype=cdtype)
+        _out_desc(buf, 13 * _TSZ, pos_states, code)
+        st = lib.mamba2_ssd_forward_states(ctx, base, base + _TSZ, base + 13 * _TSZ,
+                                           base + 2 * _TSZ, base + 3 * _TSZ, base + 4 * _TSZ,
+                                           base + 5 * _TSZ, base + 6 * _TSZ, p_o, None, 0)
+        fname = "mamba2_ssd_forward_states"
     if st:
-        _raise_status(st, "mamba2_ssd_forward")
+        _raise_status(st, fname)
     if out.dtype is not x.dtype:
         out = out.to(x.dtype)  # bf16/f16 storage: computed in f32, rounded once here
-    return out, final
+    return out, final, pos_states
 
 
 # Gradient order everywhere in the package (matches mamba2_ssd_grads_t).
@@ -883,4 +959,374 @@ def conv1d_step(x, conv_cache, weight, bias=None, activation: bool = False, stat
                                 base + 2 * _TSZ, base + 3 * _TSZ, base + s.opt_off)
     if st:
         _raise_status(st, "mamba2_conv1d_step")
+    return out.to(x.dtype) if out.dtype is not x.dtype else out
+
+
+# ---------------------------------------------------------------------------------------
+# SSD decode step (SPEC §6) — mamba2_ssd_step: the low-overhead path
+# ---------------------------------------------------------------------------------------
+#
+# A decode step moves little data (batch 1: one [H,P,N] state), so the binding's own cost
+# matters. This path differs from the generic _desc/_out_desc packing above in that it
+#   - packs each descriptor with a per-rank Struct (3 + 2*rank values, no zero padding
+#     tuples; the bytes after `rank` are not read by the library),
+#   - takes mamba_ssm's broadcast parameter views (A [H,P,N], dt [B,H,P], dt_bias [H,P],
+#     D [H,P] expanded with stride 0) as the [H] / [B,H] descriptors of the memory they
+#     view — no torch slicing, no copy,
+#   - allocates the output with positional sizes (torch.empty(*sizes) is ~1 us cheaper than
+#     passing a torch.Size),
+#   - returns NotImplemented, before anything is written, for a case the C op cannot serve,
+#     so the caller can fall back to torch.
+
+_TR = tuple(struct.Struct(f"@Pii{r}q{(MAX_RANK - r) * 8}x{r}q") for r in range(MAX_RANK + 1))
+
+
+def _bc_desc(buf, off, name, t, k, sdt, code):
+    """Pack the first k dims of t when its dims after k are broadcast (stride 0 or size 1);
+    otherwise (values genuinely vary along them) return NotImplemented — unless the values
+    are equal along those dims anyway (a materialised repeat), checked with torch.equal and
+    then passed as a compact copy. Returns the tensor to keep alive over the call."""
+    if not t.is_cpu:
+        _check_device(name, t)
+    sh = t.shape
+    st = t.stride()
+    r = len(sh)
+    if r != k:
+        if r < k:
+            return NotImplemented
+        for i in range(k, r):
+            if st[i] and sh[i] != 1:
+                c = t[(Ellipsis,) + (0,) * (r - k)]
+                if not torch.equal(t, c.reshape(tuple(sh[:k]) + (1,) * (r - k)).expand(sh)):
+                    return NotImplemented
+                t = c
+                sh = c.shape
+                st = c.stride()
+                break
+        else:
+            sh = sh[:k]
+            st = st[:k]
+    if t.dtype is not sdt or (k and sh[k - 1] > 1 and st[k - 1] != 1):
+        if not t.dtype.is_floating_point:
+            raise TypeError(f"mamba2c: {name} has dtype {t.dtype}; expected a floating-point tensor")
+        t = t.as_strided(sh, st).to(sdt).contiguous()
+        sh = t.shape
+        st = t.stride()
+    _TR[k].pack_into(buf, off, t.data_ptr(), code, k, *sh, *st)
+    return t
+
+
+def _act_desc(buf, off, name, t, sdt, code):
+    """An activation (x, B, C, z): converted to the state's dtype if needed (bf16/f16 -> f32),
+    copied only when its last dim is not contiguous."""
+    if not t.is_cpu:
+        _check_device(name, t)
+    sh = t.shape
+    st = t.stride()
+    r = len(sh)
+    if t.dtype is not sdt or (r and sh[r - 1] > 1 and st[r - 1] != 1):
+        if not t.dtype.is_floating_point:
+            raise TypeError(f"mamba2c: {name} has dtype {t.dtype}; expected a floating-point tensor")
+        t = t.to(sdt).contiguous()
+        st = t.stride()
+    _TR[r].pack_into(buf, off, t.data_ptr(), code, r, *sh, *st)
+    return t
+
+
+_TSZ2, _TSZ3, _TSZ4, _TSZ5, _TSZ6, _TSZ7, _TSZ8, _TSZ9, _TSZ10, _TSZ11, _TSZ12 = (
+    _TSZ * i for i in range(2, 13))
+# The decode step's descriptor block: 12 slots (state, out, all_states, x, dt, A, B, C, D, z,
+# dt_bias, state_indices) followed by the options struct, written by ONE pack_into from a
+# cached template (the data pointers change per call, nothing else does).
+_STEP_BLOCK = struct.Struct("@" + f"P{_TSZ - 8}s" * 12 + f"{_SO.size}s")
+_NO_DESC = bytes(_TSZ - 8)
+_STEP_PLANS_MAX = 256
+
+
+def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
+             dt_lo=0.0, dt_hi=math.inf, state_indices=None, want_all=False):
+    """One call of mamba2_ssd_step; `state` [S,H,P,N] is updated in place.
+
+    x [B,H,P] (one token) or [B,T,H,P]; B, C [B,(T,)G,N]; z like x;
+    dt [B,(T,)H] or mamba_ssm's [B,(T,)H,P] broadcast over P;
+    A [H] or [H,P,N] broadcast over P and N; dt_bias [H] or [H,P] broadcast over P;
+    D [H] or [H,P] (per channel, or broadcast over P).
+    The state's dtype (float32, or float64 on the reference backend) is the compute dtype:
+    it is updated in place, so it is never converted; activations of another floating
+    dtype (bf16/f16) are converted to it. Returns out in x.dtype — or (out, all_states
+    [B,(T,)H,P,N]) with want_all — or NotImplemented (nothing written) when the C op cannot
+    serve the call: a state that is not float32/float64 or whose last dim is strided,
+    float64 activations with a float32 state, per-(p,n) A, per-p dt or dt_bias.
+    Padding rows (negative state index) get a zero output (and zero all_states).
+
+    Fast path: the descriptors of a call depend only on the shapes, strides, dtypes and
+    devices of its tensors (and the scalar options), so they are packed once per such
+    signature (with the generic code below) and kept as a template; a later call with the
+    same signature builds the key, allocates out and writes every descriptor plus the
+    options with one pack_into that patches in the data pointers."""
+    s = getattr(_tls, "scratch", None)
+    if s is not None and not want_all:
+        key = (state.shape, state.stride(), state.dtype, state.is_cpu,
+               x.shape, x.stride(), x.dtype, x.is_cpu,
+               dt.shape, dt.stride(), dt.dtype, dt.is_cpu,
+               A.shape, A.stride(), A.dtype, A.is_cpu,
+               B.shape, B.stride(), B.dtype, B.is_cpu,
+               C.shape, C.stride(), C.dtype, C.is_cpu,
+               None if D is None else (D.shape, D.stride(), D.dtype, D.is_cpu),
+               None if z is None else (z.shape, z.stride(), z.dtype, z.is_cpu),
+               None if dt_bias is None else (dt_bias.shape, dt_bias.stride(), dt_bias.dtype,
+                                             dt_bias.is_cpu),
+               None if state_indices is None else (state_indices.shape, state_indices.stride(),
+                                                   state_indices.dtype, state_indices.is_cpu),
+               dt_softplus, dt_lo, dt_hi)
+        last = s.step_last
+        if key == last[0]:  # a decode loop repeats one signature: no hashing
+            plan = last[1]
+        else:
+            plan = s.step_plans.get(key)
+            if plan is not None:
+                s.step_last = (key, plan)
+        if plan is not None:
+            tmpl, xs, sdt, ref = plan
+            if sdt is torch.get_default_dtype():  # positional sizes, no dtype: the cheapest
+                out = (torch.empty if state_indices is None else torch.zeros)(*xs)
+            else:
+                out = (torch.empty if state_indices is None else torch.zeros)(*xs, dtype=sdt)
+            _STEP_BLOCK.pack_into(
+                s.buf, 0, state.data_ptr(), tmpl[0], out.data_ptr(), tmpl[1], 0, _NO_DESC,
+                x.data_ptr(), tmpl[3], dt.data_ptr(), tmpl[4], A.data_ptr(), tmpl[5],
+                B.data_ptr(), tmpl[6], C.data_ptr(), tmpl[7],
+                0 if D is None else D.data_ptr(), tmpl[8],
+                0 if z is None else z.data_ptr(), tmpl[9],
+                0 if dt_bias is None else dt_bias.data_ptr(), tmpl[10],
+                0 if state_indices is None else state_indices.data_ptr(), tmpl[11], tmpl[12])
+            b = getattr(_tls, "backend", None) or _default_backend
+            st = _lib.mamba2_ssd_step(_context(BACKEND_REF if ref else _BACKENDS[b]),
+                                      *s.step_args)
+            if st:
+                _raise_status(st, "mamba2_ssd_step")
+            return out
+    else:
+        key = None
+    return _ssd_step_general(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_lo, dt_hi,
+                             state_indices, want_all, key)
+
+
+def _ssd_step_general(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_lo, dt_hi,
+                      state_indices, want_all, key):
+    """ssd_step's packing code (every case); stores a template under `key` when the call
+    used every tensor as is (no dtype conversion, no copy)."""
+    lib = _lib if _lib is not None else load()
+    s = getattr(_tls, "scratch", None) or _state()
+    sdt = state.dtype
+    if sdt is _F32:
+        code = DT_F32
+        if x.dtype is _F64:
+            return NotImplemented
+    elif sdt is _F64:
+        code = DT_F64
+    else:
+        return NotImplemented
+    if not state.is_cpu:
+        _check_device("state", state)
+    ssh = state.shape
+    sst = state.stride()
+    if len(ssh) != 4 or (ssh[3] > 1 and sst[3] != 1):
+        return NotImplemented
+    buf, base = s.buf, s.base
+    xs = x.shape
+    xr = len(xs)
+    # parameters first: any of them may turn the call down before anything is allocated
+    kdt = _bc_desc(buf, _TSZ4, "dt", dt, xr - 1, sdt, code)
+    kA = _bc_desc(buf, _TSZ5, "A", A, 1, sdt, code)
+    kD = kb = None
+    pD = pb = pi = 0
+    if dt_bias is not None:
+        kb = _bc_desc(buf, _TSZ10, "dt_bias", dt_bias, 1, sdt, code)
+        pb = base + _TSZ10
+    if D is not None:
+        # [H,P] per channel is served as is; broadcast over P it becomes [H]
+        kD = _bc_desc(buf, _TSZ8, "D", D, 1 if D.dim() == 1 or D.stride(1) == 0 else 2,
+                      sdt, code)
+        pD = base + _TSZ8
+    if kdt is NotImplemented or kA is NotImplemented or kb is NotImplemented \
+            or kD is NotImplemented:
+        return NotImplemented
+    _TR[4].pack_into(buf, 0, state.data_ptr(), code, 4, *ssh, *sst)
+    kx = _act_desc(buf, _TSZ3, "x", x, sdt, code)
+    kB = _act_desc(buf, _TSZ6, "B", B, sdt, code)
+    kC = _act_desc(buf, _TSZ7, "C", C, sdt, code)
+    kz = ki = None
+    pz = 0
+    if z is not None:
+        kz = _act_desc(buf, _TSZ9, "z", z, sdt, code)
+        pz = base + _TSZ9
+    if state_indices is None:
+        out = torch.empty(*xs, dtype=sdt)
+    else:
+        ki = _index_desc(buf, _TSZ11, state_indices, "state_indices")
+        pi = base + _TSZ11
+        out = torch.zeros(*xs, dtype=sdt)  # padding rows are left untouched by the C op
+    _TR[xr].pack_into(buf, _TSZ, out.data_ptr(), code, xr, *xs, *out.stride())
+    pall = 0
+    alls = None
+    if want_all:
+        alls = (torch.zeros if state_indices is not None else torch.empty)(*xs, ssh[3], dtype=sdt)
+        _TR[xr + 1].pack_into(buf, _TSZ2, alls.data_ptr(), code, xr + 1, *alls.shape,
+                              *alls.stride())
+        pall = base + _TSZ2
+    _SO.pack_into(buf, _TSZ12, pD, pz, pb, pi, 1 if dt_softplus else 0, dt_lo, dt_hi)
+    ref = code == DT_F64
+    b = getattr(_tls, "backend", None) or _default_backend
+    st = lib.mamba2_ssd_step(_context(BACKEND_REF if ref else _BACKENDS[b]), base,
+                             base + _TSZ, pall, base + _TSZ3, base + _TSZ4, base + _TSZ5,
+                             base + _TSZ6, base + _TSZ7, base + _TSZ12)
+    if st:
+        _raise_status(st, "mamba2_ssd_step")
+    if (key is not None and kx is x and kdt is dt and kA is A and kB is B and kC is C
+            and kD is D and kz is z and kb is dt_bias and ki is state_indices):
+        # every tensor was described as is: remember the descriptors (all but the pointers)
+        raw = buf.raw
+        tmpl = [raw[i * _TSZ + 8:(i + 1) * _TSZ] for i in range(12)]
+        for i, t in ((8, D), (9, z), (10, dt_bias), (11, state_indices)):
+            if t is None:
+                tmpl[i] = _NO_DESC
+        tmpl.append(raw[_TSZ12:_TSZ12 + _SO.size])
+        plans = s.step_plans
+        if len(plans) >= _STEP_PLANS_MAX:
+            plans.clear()
+        plans[key] = (tuple(tmpl), tuple(xs), sdt, ref)
+    if x.dtype is not sdt:
+        out = out.to(x.dtype)
+    return (out, alls) if want_all else out
+
+
+# ---------------------------------------------------------------------------------------
+# The staged SSD pipeline (SPEC §3), forward only — mamba2_ssd_chunk_cumsum / bmm_chunk /
+# chunk_state / state_passing / chunk_scan. Q = chunk_size, K = ceil(L/Q). Staged tensors
+# are float32 (float64 for float64 activations); outputs are allocated here.
+# ---------------------------------------------------------------------------------------
+
+def _staged_call(fname, *ptrs):
+    if not has_op("ssd_chunked"):
+        raise Mamba2NotImplementedError(f"mamba2c: the loaded library has no {fname}")
+    st = getattr(_lib, fname)(*ptrs)
+    if st:
+        _raise_status(st, fname)
+
+
+def _f64_if(*ts) -> torch.dtype:
+    for t in ts:
+        if t is not None and t.dtype is _F64:
+            return _F64
+    return _F32
+
+
+def chunk_cumsum(dt, A, chunk_size: int, dt_bias=None, dt_softplus: bool = False,
+                 dt_lo: float = 0.0, dt_hi: float = math.inf):
+    """dt [B,L,H], A [H] -> (dt_out [B,H,K,Q], dA_cumsum [B,H,K,Q])."""
+    load()
+    s = _state()
+    cd = _f64_if(dt)
+    code = DT_F64 if cd is _F64 else DT_F32
+    buf, base = s.buf, s.base
+    Bsz, L, H = dt.shape
+    Q = int(chunk_size)
+    K = -(-L // Q) if Q > 0 else 0
+    dt_out = torch.empty(Bsz, H, K, Q, dtype=cd)
+    dA_cs = torch.empty(Bsz, H, K, Q, dtype=cd)
+    _out_desc(buf, 0, dt_out, code)
+    _out_desc(buf, _TSZ, dA_cs, code)
+    keep = [_desc(buf, _TSZ2, "dt", dt, cd, code), _desc(buf, _TSZ3, "A", A, cd, code)]
+    p_o = _options(s, keep, 4, Q, None, None, dt_bias, None, None, dt_softplus, dt_lo, dt_hi,
+                   cd, code)
+    _staged_call("mamba2_ssd_chunk_cumsum", _context(_backend_for(cd)), base, base + _TSZ,
+                 base + _TSZ2, base + _TSZ3, p_o)
+    return dt_out, dA_cs
+
+
+def bmm_chunk(B, C, chunk_size: int):
+    """B, C [B,L,G,N] -> CB [B,K,G,Q,Q] (CB[i,j] = C_i . B_j within each chunk)."""
+    load()
+    s = _state()
+    cd = _f64_if(B, C)
+    code = DT_F64 if cd is _F64 else DT_F32
+    buf, base = s.buf, s.base
+    Bsz, L, G, _ = B.shape
+    Q = int(chunk_size)
+    K = -(-L // Q) if Q > 0 else 0
+    CB = torch.empty(Bsz, K, G, Q, Q, dtype=cd)
+    _out_desc(buf, 0, CB, code)
+    keep = [_desc(buf, _TSZ, "B", B, cd, code), _desc(buf, _TSZ2, "C", C, cd, code)]
+    p_o = _options(s, keep, 4, Q, None, None, None, None, None, False, 0.0, math.inf, cd, code)
+    _staged_call("mamba2_ssd_bmm_chunk", _context(_backend_for(cd)), base, base + _TSZ,
+                 base + _TSZ2, p_o)
+    return CB
+
+
+def chunk_state(x, B, dt_out, dA_cumsum):
+    """x [B,L,H,P], B [B,L,G,N], dt_out/dA_cumsum [B,H,K,Q] -> states [B,K,H,P,N]
+    (each chunk's state from a zero initial state)."""
+    load()
+    s = _state()
+    cd = _f64_if(x, B)
+    code = DT_F64 if cd is _F64 else DT_F32
+    buf, base = s.buf, s.base
+    Bsz, L, H, P = x.shape
+    N = B.shape[3]
+    K, Q = dA_cumsum.shape[2], dA_cumsum.shape[3]
+    states = torch.empty(Bsz, K, H, P, N, dtype=cd)
+    _out_desc(buf, 0, states, code)
+    keep = [_desc(buf, _TSZ, "x", x, cd, code), _desc(buf, _TSZ2, "B", B, cd, code),
+            _desc(buf, _TSZ3, "dt_out", dt_out, cd, code),
+            _desc(buf, _TSZ4, "dA_cumsum", dA_cumsum, cd, code)]
+    p_o = _options(s, keep, 5, Q, None, None, None, None, None, False, 0.0, math.inf, cd, code)
+    _staged_call("mamba2_ssd_chunk_state", _context(_backend_for(cd)), base, base + _TSZ,
+                 base + _TSZ2, base + _TSZ3, base + _TSZ4, p_o)
+    return states
+
+
+def state_passing(states, dA_cumsum, initial_states=None):
+    """states [B,K,H,P,N], dA_cumsum [B,H,K,Q] -> (states_start [B,K,H,P,N]: the state
+    entering each chunk, final_state [B,H,P,N])."""
+    load()
+    s = _state()
+    cd = _f64_if(states)
+    code = DT_F64 if cd is _F64 else DT_F32
+    buf, base = s.buf, s.base
+    Bsz, K, H, P, N = states.shape
+    Q = dA_cumsum.shape[3]
+    start = torch.empty(Bsz, K, H, P, N, dtype=cd)
+    final = torch.empty(Bsz, H, P, N, dtype=cd)
+    _out_desc(buf, 0, start, code)
+    _out_desc(buf, _TSZ, final, code)
+    keep = [_desc(buf, _TSZ2, "states", states, cd, code),
+            _desc(buf, _TSZ3, "dA_cumsum", dA_cumsum, cd, code)]
+    p_o = _options(s, keep, 4, Q, None, None, None, initial_states, None, False, 0.0,
+                   math.inf, cd, code)
+    _staged_call("mamba2_ssd_state_passing", _context(_backend_for(cd)), base, base + _TSZ,
+                 base + _TSZ2, base + _TSZ3, p_o)
+    return start, final
+
+
+def chunk_scan(CB, x, dt_out, dA_cumsum, C, states_start, D=None, z=None):
+    """-> out [B,L,H,P] in x.dtype (y = intra-chunk part + the states_start part + D x,
+    gated by silu(z) when z is given)."""
+    load()
+    s = _state()
+    cd = _f64_if(x, C, z)
+    code = DT_F64 if cd is _F64 else DT_F32
+    buf, base = s.buf, s.base
+    Bsz, L, H, P = x.shape
+    Q = dA_cumsum.shape[3]
+    out = torch.empty(Bsz, L, H, P, dtype=cd)
+    _out_desc(buf, 0, out, code)
+    keep = [_desc(buf, _TSZ, "CB", CB, cd, code), _desc(buf, _TSZ2, "x", x, cd, code),
+            _desc(buf, _TSZ3, "dt_out", dt_out, cd, code),
+            _desc(buf, _TSZ4, "dA_cumsum", dA_cumsum, cd, code),
+            _desc(buf, _TSZ5, "C", C, cd, code),
+            _desc(buf, _TSZ6, "states_start", states_start, cd, code)]
+    p_o = _options(s, keep, 7, Q, D, z, None, None, None, False, 0.0, math.inf, cd, code)
+    _staged_call("mamba2_ssd_chunk_scan", _context(_backend_for(cd)), base, base + _TSZ,
+                 base + _TSZ2, base + _TSZ3, base + _TSZ4, base + _TSZ5, base + _TSZ6, p_o)
     return out.to(x.dtype) if out.dtype is not x.dtype else out

@@ -1,11 +1,10 @@
-"""_torch_impl.py — torch implementations of the ops the C library does not have yet.
-
-SPEC §4 (conv1d), §5 (rmsnorm_gated) and §6 (ssd_step, conv1d_step) are served here with
-ordinary torch ops (differentiable with torch autograd) until their C entry points land;
-ops.py switches to the C op per op when _native.has_op(name) says the loaded library
-exports it. Semantics are exactly the C contract's, so the switch changes nothing for
-callers. Arithmetic is float32 (float64 for float64 input), results are cast back to the
-input dtype, like the C ops will do.
+"""_torch_impl.py — torch implementations of SPEC §4 (conv1d), §5 (rmsnorm_gated) and §6
+(ssd_step, conv1d_step): the fallbacks ops.py uses where the C op does not serve a call
+(an older library without the entry point, non-CPU tensors, inputs that need gradients
+for the decode steps, forms the C op does not take — per-(p,n) A, a circular conv
+buffer, ...; each ops.py function lists its cases). Ordinary torch ops, differentiable with
+torch autograd, exactly the C contract's semantics. Arithmetic is float32 (float64 for
+float64 input), results are cast back to the input dtype, as the C ops do.
 """
 from __future__ import annotations
 
@@ -101,11 +100,38 @@ def ssd_step(state: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, A: torch.Te
              B: torch.Tensor, C: torch.Tensor, D: Optional[torch.Tensor] = None,
              z: Optional[torch.Tensor] = None, dt_bias: Optional[torch.Tensor] = None,
              dt_softplus: bool = False, dt_limit=(0.0, math.inf),
-             state_indices: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """One decode step, SPEC §6, updating `state` [S,H,P,N] in place.
-    Generalised shapes (mamba_ssm's selective_state_update): dt [B,H] or [B,H,P],
-    A [H] or [H,P,N], D [H] or [H,P], dt_bias [H] or [H,P]; x, z [B,H,P]; B, C [B,G,N].
-    A negative state index marks a padding row: its state is untouched, its output 0."""
+             state_indices: Optional[torch.Tensor] = None, return_all_states: bool = False):
+    """Decode step, SPEC §6, updating `state` [S,H,P,N] in place.
+    Generalised shapes (mamba_ssm's selective_state_update): x, z [B,H,P] or [B,T,H,P];
+    dt [B,(T,)H] or [B,(T,)H,P]; A [H] or [H,P,N]; D [H] or [H,P]; dt_bias [H] or [H,P];
+    B, C [B,(T,)G,N]. A negative state index marks a padding row: its state is untouched,
+    its output 0. Returns out (or (out, all_states [B,(T,)H,P,N]))."""
+    if x.dim() == 3:
+        r = _ssd_step1(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit,
+                       state_indices, return_all_states)
+        return r
+    T = x.shape[1]
+    outs, alls = [], []
+    for t in range(T):
+        r = _ssd_step1(state, x[:, t], dt[:, t], A, B[:, t], C[:, t], D,
+                       None if z is None else z[:, t], dt_bias, dt_softplus, dt_limit,
+                       state_indices, return_all_states)
+        if return_all_states:
+            outs.append(r[0])
+            alls.append(r[1])
+        else:
+            outs.append(r)
+    Bsz, _, H, P = x.shape
+    out = torch.stack(outs, 1) if T else x.new_zeros(x.shape)
+    if not return_all_states:
+        return out
+    N = state.shape[-1]
+    al = torch.stack(alls, 1) if T else state.new_zeros(Bsz, 0, H, P, N)
+    return out, al
+
+
+def _ssd_step1(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit, state_indices,
+               return_all_states):
     Bsz, H, P = x.shape
     G = B.shape[1]
     acc = torch.float64 if torch.float64 in (x.dtype, state.dtype) else torch.float32
@@ -143,7 +169,10 @@ def ssd_step(state: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, A: torch.Te
         out = out * valid[:, None, None]
         if bool(valid.any()):
             state[idx[valid]] = S[valid].to(state.dtype)
-    return out.to(x.dtype)
+        if return_all_states:
+            S = S * valid[:, None, None, None]
+    out = out.to(x.dtype)
+    return (out, S.to(state.dtype)) if return_all_states else out
 
 
 def conv1d_step(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import ops
+from . import _native, ops
 
 __all__ = ["mamba_chunk_scan_combined", "mamba_split_conv1d_scan_combined",
            "selective_state_update", "causal_conv1d_fn", "causal_conv1d_update", "rmsnorm_fn",
@@ -71,7 +71,8 @@ def _flatten_rows(t: Optional[Tensor]) -> Optional[Tensor]:
 def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
                               initial_states=None, seq_idx=None, cu_seqlens=None,
                               dt_softplus=False, dt_limit=(0.0, float("inf")),
-                              return_final_states=False, return_varlen_states=False):
+                              return_final_states=False, return_varlen_states=False,
+                              return_states_at=None):
     """mamba_ssm's mamba_chunk_scan_combined, computed by the mamba2c C library.
 
     Arguments (PyTorch order): x [B,L,H,P], dt [B,L,H], A [H], B/C [B,L,G,N], D [H] or
@@ -95,7 +96,28 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
     allowed when they agree. With cu_seqlens, initial_states may be [1,H,P,N] (first
     sequence only, mamba_ssm) or [nseq,H,P,N] (one per sequence).
     bf16/f16 inputs are computed in float32 and the output rounded to the input dtype.
+
+    return_states_at (mamba2c extension, for prefix caching): strictly increasing flat
+    token indices b*L + t (an int tensor or a sequence of ints; with cu_seqlens the packed
+    index). position_states [npos,H,P,N] — the state of each token's sequence right after
+    that token — is then appended as the LAST element of the result (out becomes
+    (out, position_states), and so on). One prefill call, no extra pass
+    (mamba2_ssd_forward_states); position_states carries no gradient.
     """
+    if return_states_at is not None and not isinstance(return_states_at, torch.Tensor):
+        return_states_at = torch.tensor(list(return_states_at), dtype=torch.int64)
+
+    def scan(*args):
+        if return_states_at is None:
+            return ops.ssd(*args) + (None,)
+        return ops.ssd_states(*args[:5], args[5], return_states_at, *args[6:])
+
+    def result(*parts):
+        parts = tuple(p for p in parts if p is not None)
+        if return_states_at is not None:
+            parts = parts + (pos,)
+        return parts[0] if len(parts) == 1 else parts
+
     if return_varlen_states and cu_seqlens is None:
         raise ValueError("cu_seqlens must be provided if return_varlen_states is True")
     Bsz, L, H, P = x.shape
@@ -112,11 +134,9 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
         cu = cu_s
         rows = (first, last, at_zero)
     if cu is None:
-        out, final = ops.ssd(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, None,
-                             dt_softplus, dt_limit)
-        if return_final_states:
-            return out, final
-        return out
+        out, final, pos = scan(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, None,
+                               dt_softplus, dt_limit)
+        return result(out, final if return_final_states else None)
     if rows is None and Bsz != 1:
         raise ValueError(f"cu_seqlens is given but x has batch {Bsz}; packed (varlen) "
                          f"sequences need batch 1")
@@ -137,18 +157,17 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
         else:
             raise ValueError(f"initial_states has {init.shape[0]} rows; with cu_seqlens of "
                              f"{nseq} sequences expected 1 (first sequence) or {nseq}")
-    out, varlen = ops.ssd(_flatten_rows(x), _flatten_rows(dt), A, _flatten_rows(B),
-                          _flatten_rows(C), chunk_size, D, _flatten_rows(z), dt_bias, init, cu,
-                          dt_softplus, dt_limit)
+    out, varlen, pos = scan(_flatten_rows(x), _flatten_rows(dt), A, _flatten_rows(B),
+                            _flatten_rows(C), chunk_size, D, _flatten_rows(z), dt_bias, init,
+                            cu, dt_softplus, dt_limit)
     if Bsz != 1:
         out = out.reshape(Bsz, L, H, P)
     if rows is not None:
         final = varlen.index_select(0, rows[1].to(varlen.device))
     else:
         final = varlen[nseq - 1:nseq]
-    if return_varlen_states:
-        return (out, final, varlen) if return_final_states else (out, varlen)
-    return (out, final) if return_final_states else out
+    return result(out, final if return_final_states else None,
+                  varlen if return_varlen_states else None)
 
 
 def _first_only(init: Tensor, nseq: int) -> Tensor:
@@ -163,31 +182,46 @@ def _first_only(init: Tensor, nseq: int) -> Tensor:
 
 def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
                            dt_softplus=False, state_batch_indices=None, *,
-                           dt_limit=(0.0, float("inf"))):
+                           dt_limit=(0.0, float("inf")), return_all_states=False):
     """mamba_ssm's selective_state_update: one decode step, `state` updated in place.
 
-    state [B,H,P,N] (or [B,P,N] without heads), x [B,H,P], dt [B,H,P], A [H,P,N],
+    state [S,H,P,N] (or [S,P,N] without heads), x [B,H,P], dt [B,H,P], A [H,P,N],
     B/C [B,G,N], D [H,P], z [B,H,P], dt_bias [H,P]; the head-less forms of mamba_ssm
     and the compact forms dt [B,H], A [H], D [H], dt_bias [H] are accepted too.
+    Multi-token form (T tokens per row, e.g. speculative decoding): x, z [B,T,H,P],
+    dt [B,T,H] or [B,T,H,P], B/C [B,T,G,N] -> out [B,T,H,P].
     state_batch_indices [B]: the state row of each batch entry; a negative index is a
     padding entry (state untouched, output 0).
-    Difference from mamba_ssm: the processed dt is clamped to dt_limit (SPEC §6 = one
-    step of §1; default (0, inf)), so a negative raw dt without softplus becomes 0 here.
+    Runs in C (mamba2_ssd_step) whenever A, dt and dt_bias are constant along P (and N):
+    mamba_ssm's Mamba2.step passes them as stride-0 broadcast views, which are read
+    zero-copy; see mamba2c.ops.ssd_step for the cases that fall back to torch.
+    Differences from mamba_ssm: the processed dt is clamped to dt_limit (SPEC §6 = one
+    step of §1; default (0, inf)), so a negative raw dt without softplus becomes 0 here;
+    return_all_states=True returns (out, all_states [B,(T,)H,P,N]).
     """
-    has_heads = state.dim() > 3
-    if not has_heads:
-        state_ = state.unsqueeze(1)
-        x, dt, z = x.unsqueeze(1), dt.unsqueeze(1), (z.unsqueeze(1) if z is not None else None)
-        A = A.unsqueeze(0) if A.dim() == 2 else A
-        B = B.unsqueeze(1) if B.dim() == 2 else B
-        C = C.unsqueeze(1) if C.dim() == 2 else C
-        D = D.unsqueeze(0) if D is not None and D.dim() == 1 else D
-        dt_bias = dt_bias.unsqueeze(0) if dt_bias is not None and dt_bias.dim() == 1 else dt_bias
-    else:
-        state_ = state
-    out = ops.ssd_step(state_, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit,
-                       state_batch_indices)
-    return out if has_heads else out.squeeze(1)
+    if state.dim() > 3:
+        if (not return_all_states and x.is_cpu and _native.has_op("ssd_step")
+                and not torch.is_grad_enabled() and not torch.compiler.is_compiling()):
+            # the decode hot path (inference): straight to the binding, one frame less
+            r = _native.ssd_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus,
+                                 dt_limit[0], dt_limit[1], state_batch_indices)
+            if r is not NotImplemented:
+                return r
+        return ops.ssd_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit,
+                            state_batch_indices, return_all_states)
+    # head-less (mamba-1 style) forms: one head of P = dim channels
+    state_ = state.unsqueeze(1)
+    x, dt, z = x.unsqueeze(1), dt.unsqueeze(1), (z.unsqueeze(1) if z is not None else None)
+    A = A.unsqueeze(0) if A.dim() == 2 else A
+    B = B.unsqueeze(1) if B.dim() == 2 else B
+    C = C.unsqueeze(1) if C.dim() == 2 else C
+    D = D.unsqueeze(0) if D is not None and D.dim() == 1 else D
+    dt_bias = dt_bias.unsqueeze(0) if dt_bias is not None and dt_bias.dim() == 1 else dt_bias
+    r = ops.ssd_step(state_, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit,
+                     state_batch_indices, return_all_states)
+    if return_all_states:
+        return r[0].squeeze(1), r[1].squeeze(1)
+    return r.squeeze(1)
 
 
 # ---------------------------------------------------------------------------------------

@@ -4,14 +4,16 @@ Each function is the single place that decides who computes the op:
   - the C library (through _native / _custom_ops) when the loaded libmamba2c exports the
     op and the tensors are on the CPU;
   - otherwise the torch implementation in _torch_impl.py (same semantics).
-The SSD scan always runs in C. conv1d, rmsnorm_gated and conv1d_step have C bindings
-that are used as soon as the loaded library exports those entry points (has_op), and fall
-back to torch otherwise (older library, non-CPU tensors, or a case the C op does not
-cover — listed per function). ssd_step has no C entry point yet: torch. When a C op
-lands, its binding goes into _native/_custom_ops and its name into NATIVE_OPS below —
-callers (interface.py, nn/, models/) do not change.
+The SSD scan always runs in C. conv1d, rmsnorm_gated, ssd_step and conv1d_step have C
+bindings that are used as soon as the loaded library exports those entry points (has_op),
+and fall back to torch otherwise (older library, non-CPU tensors, or a case the C op does not
+cover — listed per function). When a C op lands, its binding goes into
+_native/_custom_ops and its name into NATIVE_OPS below — callers (interface.py, nn/,
+models/) do not change.
 
 The SSD scan has no torch fallback: a non-CPU tensor raises _native.DeviceError.
+ssd_states (the scan plus the states after chosen tokens) is C only too; the staged
+pipeline is in mamba2c.chunked.
 """
 from __future__ import annotations
 
@@ -24,11 +26,11 @@ from torch import Tensor
 from . import _custom_ops, _native, _torch_impl
 from ._custom_ops import ssd as _ssd_c
 
-__all__ = ["ssd", "conv1d", "rmsnorm_gated", "ssd_step", "conv1d_step", "backend_of", "NATIVE_OPS"]
+__all__ = ["ssd", "ssd_states", "conv1d", "rmsnorm_gated", "ssd_step", "conv1d_step", "backend_of", "NATIVE_OPS"]
 
 # Ops whose C binding is written. An op runs in C when it is listed here AND the loaded
 # library exports it (_native.has_op) AND its tensors are on the CPU.
-NATIVE_OPS = frozenset({"ssd", "rmsnorm_gated", "conv1d", "conv1d_step"})
+NATIVE_OPS = frozenset({"ssd", "rmsnorm_gated", "conv1d", "conv1d_step", "ssd_step"})
 
 
 def _native_ok(name: str, t: Tensor) -> bool:
@@ -51,6 +53,25 @@ def ssd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,
     float64 input)."""
     return _ssd_c(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
                   dt_softplus, dt_limit)
+
+
+def ssd_states(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,
+               positions, D: Optional[Tensor] = None, z: Optional[Tensor] = None,
+               dt_bias: Optional[Tensor] = None, initial_states: Optional[Tensor] = None,
+               cu_seqlens: Optional[Tensor] = None, dt_softplus: bool = False,
+               dt_limit=(0.0, math.inf)) -> Tuple[Tensor, Tensor, Tensor]:
+    """ssd() plus the states after chosen tokens, in one prefill call
+    (mamba2_ssd_forward_states; for prefix caching at arbitrary boundaries).
+    positions: strictly increasing flat token indices (int tensor or sequence of ints) into
+    the B x L token grid, b*L + t (with cu_seqlens, B == 1: the packed index t).
+    Returns (out, final_state, position_states [npos,H,P,N]) where position_states[i] is
+    the state of that token's sequence after token positions[i] (token included), float32
+    (float64 for float64 input). out and final_state are differentiable as in ssd();
+    position_states is not."""
+    if not isinstance(positions, Tensor):
+        positions = torch.tensor(list(positions), dtype=torch.int64)
+    return _custom_ops.ssd_states(x, dt, A, B, C, chunk_size, positions, D, z, dt_bias,
+                                  initial_states, cu_seqlens, dt_softplus, dt_limit)
 
 
 def conv1d(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, activation: bool = False,
@@ -82,14 +103,47 @@ def rmsnorm_gated(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
     return _torch_impl.rmsnorm_gated(x, weight, bias, z, eps, group_size, norm_before_gate)
 
 
+def _needs_grad(*ts) -> bool:
+    for t in ts:
+        if t is not None and t.requires_grad:
+            return True
+    return False
+
+
 def ssd_step(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
              D: Optional[Tensor] = None, z: Optional[Tensor] = None,
              dt_bias: Optional[Tensor] = None, dt_softplus: bool = False,
-             dt_limit=(0.0, math.inf), state_indices: Optional[Tensor] = None) -> Tensor:
-    """One SSD decode step, SPEC §6; updates state [S,H,P,N] in place, returns out [B,H,P]."""
-    # C op pending (SPEC §6): torch implementation.
+             dt_limit=(0.0, math.inf), state_indices: Optional[Tensor] = None,
+             return_all_states: bool = False):
+    """SSD decode step, SPEC §6: T new tokens per sequence against `state` [S,H,P,N],
+    updated in place (row b uses slot state_indices[b], or b; a negative index is a padding
+    row: state untouched, output 0).
+
+    x [B,H,P] (one token) or [B,T,H,P] (T tokens, e.g. speculative verification); B, C
+    [B,(T,)G,N]; z like x; dt [B,(T,)H] or [B,(T,)H,P]; A [H] or [H,P,N]; D [H] or [H,P];
+    dt_bias [H] or [H,P]. Returns out (x's shape and dtype), or (out, all_states
+    [B,(T,)H,P,N]: the state after every token) with return_all_states.
+
+    C op (mamba2_ssd_step) for CPU tensors, float32 state (float64 state: the reference
+    backend), no gradient needed, and A / dt / dt_bias constant along P (and N) — as
+    mamba_ssm's broadcast views (stride 0) are, which are read zero-copy. torch otherwise:
+    per-(p,n) A, per-p dt or dt_bias (mamba-1 style), a state that is not float32/float64
+    or has a strided last dim, float64 activations with a float32 state, non-CPU tensors,
+    and inputs that need gradients (the C step has no backward; the torch path is
+    differentiable)."""
+    if (x.is_cpu and _native.has_op("ssd_step")
+            and not (torch.is_grad_enabled()
+                     and _needs_grad(x, dt, A, B, C, D, z, dt_bias, state))):
+        if _custom_ops._is_compiling() and not return_all_states:
+            return torch.ops.mamba2c.ssd_step(state, x, dt, A, B, C, D, z, dt_bias,
+                                              bool(dt_softplus), float(dt_limit[0]),
+                                              float(dt_limit[1]), state_indices)
+        r = _native.ssd_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit[0],
+                             dt_limit[1], state_indices, return_all_states)
+        if r is not NotImplemented:
+            return r
     return _torch_impl.ssd_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit,
-                                state_indices)
+                                state_indices, return_all_states)
 
 
 def conv1d_step(x: Tensor, conv_state: Tensor, weight: Tensor, bias: Optional[Tensor] = None,

@@ -191,3 +191,38 @@ def test_binding_overhead_report(capsys):
               f"(+{raw - bare:.2f}) | mamba_chunk_scan_combined {api:.2f} us (+{api - bare:.2f}), "
               f"with autograd {api_g:.2f} us | torch.ops.mamba2c.ssd_fwd {op:.2f} us")
     assert raw - bare < 200.0  # generous: shared 2-core machine
+
+
+def test_decode_step_overhead_report(capsys):
+    """Per-call cost of selective_state_update at batch 1 on the smallest problem
+    (H=P=N=1: the C kernel itself is ~0) with mamba_ssm's stride-0 parameter views, against
+    the bare C call (descriptors pre-packed, one ctypes call). bench/py_ops.py measures the
+    same at the mamba2-2.7b decode shape."""
+    import ctypes
+    import math
+    T = _native._TSZ
+    state = torch.randn(1, 1, 1, 1)
+    x, dt, A, D, db = torch.randn(1, 1, 1), torch.rand(1, 1), -torch.rand(1), torch.randn(1), \
+        torch.randn(1)
+    Bm, Cm = torch.randn(1, 1, 1), torch.randn(1, 1, 1)
+    out = torch.empty(1, 1, 1)
+    blk = torch.zeros(10 * T + _native._SO.size, dtype=torch.uint8)
+    base = blk.data_ptr()
+    buf = (ctypes.c_char * blk.numel()).from_address(base)
+    for i, t in enumerate((state, out, x, dt, A, Bm, Cm, D, db)):
+        _native._out_desc(buf, i * T, t, _native.DT_F32)
+    _native._SO.pack_into(buf, 10 * T, base + 7 * T, 0, base + 8 * T, 0, 1, 0.0, math.inf)
+    _native._state()
+    fn = _native.load().mamba2_ssd_step
+    args = (_native._context(_native.BACKEND_CPU), base, base + T, None, base + 2 * T,
+            base + 3 * T, base + 4 * T, base + 5 * T, base + 6 * T, base + 10 * T)
+    assert fn(*args) == 0
+    dte, Ae, De, dbe = dt[:, :, None], A[:, None, None], D[:, None], db[:, None]
+    with torch.no_grad():
+        bare = _bench(lambda: fn(*args))
+        api = _bench(lambda: mamba2c.selective_state_update(state, x, dte, Ae, Bm, Cm, De,
+                                                            dt_bias=dbe, dt_softplus=True))
+    with capsys.disabled():
+        print(f"\n[decode step overhead] bare C call {bare:.2f} us | selective_state_update "
+              f"{api:.2f} us (+{api - bare:.2f})")
+    assert api - bare < 200.0  # generous: shared 2-core machine

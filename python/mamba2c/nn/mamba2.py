@@ -152,15 +152,24 @@ class Mamba2(nn.Module):
 
     def step(self, hidden_states: Tensor, conv_state: Tensor, ssm_state: Tensor
              ) -> Tuple[Tensor, Tensor, Tensor]:
-        """One token: hidden_states [B,1,d_model]; conv_state [B,conv_dim,d_conv-1] (or
-        mamba_ssm's [B,conv_dim,d_conv]) and
-        ssm_state [B,H,P,N] are updated in place. Returns (out [B,1,d_model], conv_state,
-        ssm_state) as mamba_ssm does."""
-        if hidden_states.shape[1] != 1:
-            raise ValueError("step decodes one token at a time: hidden_states must be [B,1,d_model]")
-        zxbcdt = self.in_proj(hidden_states.squeeze(1))
-        z, xBC, dt = self._split(zxbcdt)
-        xBC = ops.conv1d_step(xBC, conv_state, self._conv_w(), self.conv1d.bias, activation=True)
+        """Decode: hidden_states [B,T,d_model] — one token (T = 1, mamba_ssm's step) or T
+        tokens at once (e.g. verifying T speculative tokens; equal to T calls with one
+        token). conv_state [B,conv_dim,d_conv-1] (or mamba_ssm's [B,conv_dim,d_conv]) and
+        ssm_state [B,H,P,N] are updated in place. Returns (out [B,T,d_model], conv_state,
+        ssm_state) as mamba_ssm does.
+        Both decode ops run in C (mamba2_conv1d_step, mamba2_ssd_step) for CPU tensors when
+        no gradient is needed — decode under torch.no_grad() / torch.inference_mode();
+        with gradients enabled and trainable parameters they take the differentiable torch
+        path (see mamba2c.ops.ssd_step)."""
+        T = hidden_states.shape[1]
+        one = T == 1
+        zxbcdt = self.in_proj(hidden_states.squeeze(1) if one else hidden_states)
+        z, xBC, dt = self._split(zxbcdt)                 # [B,(T,)*] views, no copy
+        # the conv step takes causal-conv1d's channel-first layout: [B,C] or [B,C,T]
+        xBC = ops.conv1d_step(xBC if one else xBC.transpose(1, 2), conv_state, self._conv_w(),
+                              self.conv1d.bias, activation=True)
+        if not one:
+            xBC = xBC.transpose(1, 2)                    # back to [B,T,C] (a view)
         x, Bm, Cm = torch.split(xBC, [self.d_inner, self.ngroups * self.d_state,
                                       self.ngroups * self.d_state], dim=-1)
         A = -torch.exp(self.A_log.float())
@@ -172,7 +181,8 @@ class Mamba2(nn.Module):
         y = y.flatten(-2)
         if self.rmsnorm:
             y = self.norm(y, z)
-        return self.out_proj(y).unsqueeze(1), conv_state, ssm_state
+        out = self.out_proj(y)
+        return (out.unsqueeze(1) if one else out), conv_state, ssm_state
 
     def allocate_inference_cache(self, batch_size: int, max_seqlen: int = 0, dtype=None, **kw):
         device = self.out_proj.weight.device
