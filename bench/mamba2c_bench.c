@@ -121,7 +121,6 @@ typedef struct settings {
     mamba2_dtype_t dtype;
     const char *dtype_name;
     double peak_gflops, stream_gbps;
-    size_t stream_bytes;
 } settings;
 
 typedef struct record {
@@ -234,8 +233,8 @@ static int g_fill_threads = 1;
 static uint64_t g_tensor_id;
 
 /* Fill n elements of dst (dtype) with N(0, a²) (normal) or U(a, b), on all threads. Each
- * call draws from its own stream (SEED, a running tensor id): the same run order gives the
- * same inputs. */
+ * call draws from its own stream, keyed by SEED and a tensor id that every case resets to 0
+ * before its first fill: a case gets the same inputs whatever ran before it. */
 static void fill(void *dst, mamba2_dtype_t dtype, size_t n, int normal, double a, double b) {
     const uint64_t key = mix64(SEED ^ (++g_tensor_id * 0xD1B54A32D192ED03ull));
     int nth = g_fill_threads;
@@ -409,7 +408,7 @@ static int write_json(const char *path, const settings *cfg) {
         json_num(f, "gflops", r->gflops, r->ok, 0);
         json_num(f, "pct_peak", r->pct_peak, r->ok, 0);
         json_num(f, "peak_gflops", cfg->peak_gflops, 1, 0);
-        json_num(f, "bytes_moved", r->bytes, 1, 0);
+        fprintf(f, "\"bytes_moved\": %.0f, ", r->bytes);
         json_num(f, "gbps", r->gbps, r->ok, !r->has_stream);
         if (r->has_stream) json_num(f, "pct_stream", r->pct_stream, r->ok, 1);
         fprintf(f, "}%s\n", i + 1 < g_nrec ? "," : "");
@@ -822,7 +821,9 @@ static void replicate(char *base, size_t bytes, int64_t n) {
 }
 
 static int64_t n_cold_caches(const settings *cfg, size_t cache_bytes) {
-    int64_t k = (int64_t)((cfg->stream_bytes + cache_bytes - 1) / cache_bytes);
+    /* as many caches as fill one default STREAM array (4 x L3), whatever --stream-mib says */
+    const size_t total = bench_stream_default_bytes(NULL);
+    int64_t k = (int64_t)((total + cache_bytes - 1) / cache_bytes);
     if (k < 2) k = 2;
     return k;
 }
@@ -963,7 +964,7 @@ static void usage(FILE *f, const char *argv0) {
     fprintf(f,
             "usage: %s [options]\n"
             "  --suite NAME        smoke | standard (31 std cases) | all (52) | training (5, fwd+bwd)\n"
-            "  --shape B,L,H,P,N,Q,G  one custom case (instead of a suite)\n"
+            "  --shape B,L,H,P,N,Q,G  a custom case (repeatable; with or instead of a suite)\n"
             "  --case NAME[,NAME]  named cases of the matrix\n"
             "  --features F        all (default: D [H,P], z, dt_bias, softplus, initial + final\n"
             "                      state) | basic (x, dt, A, B, C only)\n"
@@ -994,8 +995,8 @@ int main(int argc, char **argv) {
     cfg.dtype = MAMBA2_DTYPE_F32;
     cfg.dtype_name = "f32";
     const char *suite = NULL, *json = NULL, *case_list = NULL;
-    int have_shape = 0;
-    int64_t shape[7] = {0};
+    int have_shape = 0; /* the number of --shape cases */
+    int64_t shape[16][7];
     long long stream_mib = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -1028,8 +1029,12 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "--shape expects B,L,H,P,N,Q,G (seven integers)\n");
                 return 2;
             }
-            for (int k = 0; k < 7; k++) shape[k] = s[k];
-            have_shape = 1;
+            if (have_shape == 16) {
+                fprintf(stderr, "at most 16 --shape options\n");
+                return 2;
+            }
+            for (int k = 0; k < 7; k++) shape[have_shape][k] = s[k];
+            have_shape++;
         } else if (!strcmp(a, "--features")) {
             ++i;
             if (!strcmp(v, "all")) cfg.all_features = 1;
@@ -1111,9 +1116,10 @@ int main(int argc, char **argv) {
             p = comma ? comma + 1 : NULL;
         }
     }
-    if (have_shape) {
-        if (shape[0] < 1 || shape[1] < 0 || shape[2] < 1 || shape[3] < 1 || shape[4] < 1 ||
-            shape[5] < 1 || shape[6] < 1 || shape[2] % shape[6]) {
+    for (int k = 0; k < have_shape; k++) {
+        const int64_t *x = shape[k];
+        if (x[0] < 1 || x[1] < 0 || x[2] < 1 || x[3] < 1 || x[4] < 1 || x[5] < 1 || x[6] < 1 ||
+            x[2] % x[6]) {
             fprintf(stderr, "--shape: need B,H,P,N,Q,G >= 1, L >= 0 and H %% G == 0\n");
             return 2;
         }
@@ -1139,7 +1145,6 @@ int main(int argc, char **argv) {
     const bench_stream sm = bench_stream_triad(nth, (size_t)stream_mib << 20, 5);
     cfg.peak_gflops = pk.gflops;
     cfg.stream_gbps = sm.best_gbps;
-    cfg.stream_bytes = sm.array_bytes ? sm.array_bytes : ((size_t)256 << 20);
     printf("mamba2c %s bench: cpu backend, isa %s, %d threads\n", mamba2_version_string(),
            mamba2_context_get_isa(ctx), nth);
     printf("peak:   %.1f GFLOP/s FMA (%s, %d independent chains per thread, %d threads, best of 5)\n",
@@ -1159,7 +1164,11 @@ int main(int argc, char **argv) {
     if (cfg.ssd && (nsel > 0 || have_shape)) {
         print_header("case", "shape [B,L,H,P,N,Q,G]", 0);
         for (int k = 0; k < nsel; k++) run_ssd_case(ctx, &cfg, CASES[selected[k]].name, CASES[selected[k]].s, cfg.backward);
-        if (have_shape) run_ssd_case(ctx, &cfg, "custom", shape, cfg.backward);
+        for (int k = 0; k < have_shape; k++) {
+            char nm[24];
+            snprintf(nm, sizeof nm, have_shape > 1 ? "custom%d" : "custom", k + 1);
+            run_ssd_case(ctx, &cfg, nm, shape[k], cfg.backward);
+        }
     }
     if (cfg.ops) run_ops(ctx, &cfg);
 
