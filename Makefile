@@ -6,7 +6,7 @@ BUILD ?= build
 SAN_BUILD ?= build-san
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all demo test test-fast test-san test-python install clean
+.PHONY: all demo test test-fast test-san test-python bench bench-plot install clean
 
 all:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
@@ -28,6 +28,17 @@ test-python: all
 	MAMBA2C_LIBRARY=$(CURDIR)/$(BUILD)/libmamba2c.so .venv/bin/python -m pytest python/tests -q
 
 test: test-san test-fast test-python
+
+# Benchmarks (not part of the tests): the smoke suite with backward and the memory-bound ops,
+# and the standard-suite chart + side-by-side table of the README (several minutes).
+bench: all
+	./$(BUILD)/bench/mamba2c-bench --suite smoke --features all --backward --ops
+
+bench-plot: all
+	MAMBA2C_SKIP_BUILD=1 bash python/setup_env.sh
+	./$(BUILD)/bench/mamba2c-bench --suite standard --features all --json $(BUILD)/bench_standard.json
+	.venv/bin/python bench/plot.py $(BUILD)/bench_standard.json -o docs/bench_standard.png
+	MAMBA2C_LIBRARY=$(CURDIR)/$(BUILD)/libmamba2c.so .venv/bin/python bench/side_by_side.py --suite smoke --backward
 
 install: all
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
