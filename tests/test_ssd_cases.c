@@ -102,6 +102,13 @@ static th_ssd_case cases[] = {
     {"long_L1024_Q256", SH(1, 1024, 4, 16, 32, 256, 2), .D_mode = 1, .z = 1, STATES},
     {"strong_decay_Q256", SH(1, 300, 2, 8, 8, 256, 1), .softplus = 1, .D_mode = 1, STATES,
      .dt_mode = TH_DT_LARGE},
+    /* few (sequence, head) pairs and long sequences: the CPU backend splits a sequence into
+     * chunks run in parallel (3 here), then carries the states across their boundaries */
+    {"chunked_L6500_H2_all", SH(1, 6500, 2, 8, 16, 64, 1), .D_mode = 2, ALL_OPTS},
+    {"chunked_varlen_split_and_not", SH(1, 0, 2, 4, 8, 64, 1), .nseq = 3,
+     .seqlen = {6200, 40, 7000}, .D_mode = 1, ALL_OPTS},
+    {"chunked_strong_decay", SH(1, 6200, 1, 4, 4, 64, 1), .softplus = 1, STATES,
+     .dt_mode = TH_DT_LARGE},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

@@ -1,66 +1,147 @@
 /*
- * kernels.h — the CPU backend's kernel sets: one table per instruction set, same signatures.
+ * kernels.h — the CPU backend's SSD kernel sets: one table per instruction set, same
+ * signatures.
  *
- * ssd_cpu.c (planning, threading, dt processing, reductions) calls the kernels only through
- * an m2_cpu_kernels table chosen from ctx->isa, so the per-ISA files hold nothing but
- * arithmetic on packed or row-contiguous float32 data. Both tables are generated from the
- * one kernel text in ssd_kernels_impl.h.
+ * ssd_cpu.c (planning, threading, segment bookkeeping, reductions) calls the kernels only
+ * through an m2_cpu_kernels table chosen from ctx->isa, so the per-ISA files hold nothing
+ * but arithmetic on packed or row-contiguous float32 data. Both tables are generated from
+ * the one kernel text in ssd_kernels_impl.h.
  *
  * Conventions: a "row" is P (or N) contiguous floats; `ld*` is the element distance between
- * the rows of consecutive tokens (any value, 0 included, as for a broadcast input). States
- * are [P][N] row-major with row length N. All kernels are deterministic: the same inputs
- * give the same bits whatever thread runs them.
+ * the rows of consecutive tokens. The sweeps keep a state in their own layout [Np][Pp]
+ * (P contiguous, both padded with zeros to the register tile); B and C rows are packed per
+ * block as [Np/4][T][4]. All kernels are deterministic: the same inputs give the same bits
+ * whatever thread runs them.
  */
 #ifndef MAMBA2C_CPU_KERNELS_H
 #define MAMBA2C_CPU_KERNELS_H
 
 #include <stdint.h>
 
+/*
+ * Cache lines to prefetch while a sweep runs: the next block's rows of the streamed tensors.
+ * Rows of consecutive tokens in [B,L,H,P] tensors are H*P floats apart (a new 4 KiB page
+ * per token), which the hardware prefetchers do not follow; requesting them all at once
+ * would queue far more misses than the core has fill buffers, so the sweep issues a few
+ * before each register tile and the misses overlap its arithmetic.
+ * Stream i: rows[i] rows of lines[i] cache lines, ld[i] bytes apart, from p[i]; rw[i]:
+ * prefetch for writing. The cursor (cs, cr, cl) walks the streams in order.
+ */
+#define M2_PF_MAX 6
+typedef struct m2_pf {
+    int n;
+    const char *p[M2_PF_MAX];
+    int64_t ld[M2_PF_MAX], rows[M2_PF_MAX], lines[M2_PF_MAX];
+    int rw[M2_PF_MAX];
+    int cs;
+    int64_t cr, cl, left; /* left: lines not yet requested */
+    int64_t per8;         /* lines the sweep requests every 8 tokens of a tile */
+} m2_pf;
+
+static inline void m2_pf_init(m2_pf *pf) {
+    pf->n = 0;
+    pf->cs = 0;
+    pf->cr = pf->cl = pf->left = pf->per8 = 0;
+}
+
+/* Add a stream of `rows` rows of `bytes` bytes, `ld` bytes apart (p == NULL: nothing). */
+static inline void m2_pf_add(m2_pf *pf, const void *p, int64_t ld, int64_t rows, int64_t bytes,
+                             int rw) {
+    if (!p || rows <= 0 || bytes <= 0 || pf->n == M2_PF_MAX) return;
+    const int i = pf->n++;
+    pf->p[i] = (const char *)p;
+    pf->ld[i] = ld;
+    pf->rows[i] = rows;
+    pf->lines[i] = (bytes + 63) / 64;
+    pf->rw[i] = rw;
+    pf->left += rows * pf->lines[i];
+}
+
+/* Request the next `count` lines. */
+static inline void m2_pf_issue(m2_pf *pf, int64_t count) {
+    if (!pf) return;
+    for (; count > 0 && pf->left > 0; count--, pf->left--) {
+        const char *a = pf->p[pf->cs] + pf->cr * pf->ld[pf->cs] + pf->cl * 64;
+#if defined(__GNUC__)
+        if (pf->rw[pf->cs])
+            __builtin_prefetch(a, 1, 3);
+        else
+            __builtin_prefetch(a, 0, 3);
+#else
+        (void)a;
+#endif
+        if (++pf->cl == pf->lines[pf->cs]) {
+            pf->cl = 0;
+            if (++pf->cr == pf->rows[pf->cs]) {
+                pf->cr = 0;
+                pf->cs++;
+            }
+        }
+    }
+}
+
+/* sweep flags */
+#define M2_SWEEP_REV 1   /* tokens in reverse order (restart factors applied after a token) */
+#define M2_SWEEP_W_PRE 2 /* the w row from the state before the token's update            */
+
 typedef struct m2_cpu_kernels {
     const char *isa;
+    /* The sweep's register tile: callers pad P to a multiple of tile_p and N to a multiple
+     * of tile_n (with zeros) in the sweep's layouts. */
+    int tile_p, tile_n;
 
     /*
-     * Forward recurrence over a block of T tokens, tiled 4 state rows (P) at a time with the
-     * token loop inside the tile (the tile stays in L1 while B_t, C_t stream by):
-     *   S_t = a[t] * S_{t-1} + xd_t ⊗ B_t              xd: [T][P], xd_t = d_t x_t
-     *   y[t*P + p] = S_t[p,:] · C_t                     only when y != NULL ([T][P])
-     * Bp, Cp: [T][N] (Cp unused when y == NULL). S_{-1} is S0. S_t is written to
-     * Sout + t*s_tstride: s_tstride = 0 with Sout == S0 updates one state in place.
+     * One rescaled state over a block of T <= 64 tokens (see ssd_kernels_impl.h):
+     *   S[n][p] += u_t[p] V_t[n];  w_t[p] += S_t[:,p]·W_t (W != NULL; S_{t-1}, the state
+     *   before the update, with M2_SWEEP_W_PRE); acc[t*Np + n] = S_t[n,:]·r_t (r != NULL);
+     *   t ascending, or descending with M2_SWEEP_REV.
+     * S: [Np][Pp]. u, r, w: [T][Pp]; V, W: [Np/4][T][4]. Restarts: S *= rf[k] before token
+     * ridx[k] (ascending indices; with M2_SWEEP_REV, after it). pf (may be NULL): lines to prefetch,
+     * pf->per8 every 8 tokens of every register tile.
      */
-    void (*fwd_block)(int64_t T, int64_t P, int64_t N, const float *a, const float *xd,
-                      const float *Bp, const float *Cp, const float *S0, float *Sout,
-                      int64_t s_tstride, float *y);
+    void (*sweep)(int64_t T, int64_t Np, int64_t Pp, int nr, const int32_t *ridx,
+                  const float *rf, int flags, const float *u, const float *V, const float *W,
+                  const float *r, float *S, float *w, float *acc, m2_pf *pf);
 
     /*
-     * Backward of a block of T tokens, starting from its checkpoint S0 = S_{-1}. Per 4-row
-     * tile it recomputes the tile's S_t (as fwd_block, into Stile: T*4*N floats) and y
-     * (when y != NULL), then runs the reverse recurrence t = T-1 .. 0:
-     *   G_t = dy_t ⊗ C_t + an_t G_{t+1}       an_t = a[t+1], or a_after for t = T-1;
-     *                                          G holds G_T on entry, G_0 on return
-     *   gb[t*P + p] = G_t[p,:] · B_t           (dx_t = d_t gb_t + D dy_t)
-     *   dBacc[t*N + n] += Σ_p G_t[p,n] x_t[p]  (dBm_t = d_t dBacc_t)
-     *   dCacc[t*N + n] += Σ_p S_t[p,n] dy_t[p]
-     *   dec[t] += Σ_{p,n} G_t[p,n] S_{t-1}[p,n] (the decay's gradient, ∂L/∂a_t)
-     * xd, dy, y, gb: [T][P]; x: raw x rows, ldx apart; Bp, Cp: [T][N]. dBacc, dCacc and
-     * dec must be zeroed by the caller; the sums over p run tile after tile in p order.
+     * The reverse sweep (flags M2_SWEEP_REV | M2_SWEEP_W_PRE; u = gin, V = C, W = B, r = xh)
+     * that also returns lam[t] = Σ_{n,p} G_t ∘ S_{t-1}: the forward states of the block are
+     * recomputed per register tile from S0 (the state before the block, with the same
+     * restarts and u = xh, V = B). gp, acc may be NULL.
      */
-    void (*bwd_block)(int64_t T, int64_t P, int64_t N, const float *a, float a_after,
-                      const float *xd, const float *x, int64_t ldx, const float *dy,
-                      const float *Bp, const float *Cp, const float *S0, float *G, float *Stile,
-                      float *y, float *gb, float *dBacc, float *dCacc, float *dec);
+    void (*sweep_direct)(int64_t T, int64_t Np, int64_t Pp, int nr, const int32_t *ridx,
+                         const float *rf, const float *S0, const float *xh, const float *gin,
+                         const float *B, const float *C, float *G, float *gp, float *acc,
+                         float *lam);
+
+    /* dt processing and segment scales of nh heads over T tokens (ssd_kernels_impl.h);
+     * outputs per head ldo apart */
+    void (*dt_block)(int64_t nh, int64_t T, int64_t ldo, const float *raw, int64_t ld, const float *bias,
+                     const float *A, int softplus, double lo, double hi, int seq_start,
+                     double *c, float *d, float *E, float *w, float *gf, int *nr,
+                     int32_t *ridx, float *rf);
 
     /* out[i] = s * x[i] */
     void (*scale)(int64_t n, float s, const float *x, float *out);
-    /* out[i] = (y[i] + D[i] x[i]) * silu(z[i]); D and z may be NULL (term dropped). */
-    void (*fwd_out)(int64_t n, const float *y, const float *x, const float *D, const float *z,
-                    float *out);
-    /* dy[i] = dout[i] * silu(z[i]), or dout[i] when z == NULL. */
-    void (*bwd_dy)(int64_t n, const float *dout, const float *z, float *dy);
-    /* dx[i] = d gb[i] + D[i] dy[i]  (when dx != NULL; D may be NULL)
-     * dz[i] = dout[i] (y[i] + D[i] x[i]) silu'(z[i])  (when dz != NULL; needs z and y) */
-    void (*bwd_dxdz)(int64_t n, float d, const float *gb, const float *dy, const float *x,
-                     const float *D, const float *y, const float *dout, const float *z,
-                     float *dx, float *dz);
+    /* out[i] = (e y[i] + D[i] x[i]) * silu(z[i]); D and z may be NULL (term dropped). */
+    void (*fwd_out)(int64_t n, float e, const float *y, const float *x, const float *D,
+                    const float *z, float *out);
+    /* Rows of the backward (n = P; ssd_kernels_impl.h has the formulas):
+     *   bwd_prep:  u = w x, dy = dout silu(z), r = E dy, sg = σ(z)
+     *   bwd_a_out: y = E (ym + cb u); dz = dout (y + D x) silu'(z); dD += dy x;
+     *              returns Σ r ym
+     *   bwd_b_out: gb = gp + cb r; dx = w gb + D dy; xg[0] = Σ x gb, xg[1] = Σ u gp
+     * Optional pointers may be NULL (that output skipped; yhat NULL: returns 0). */
+    void (*bwd_prep)(int64_t n, float w, float E, const float *x, const float *dout,
+                     const float *z, float *u, float *dy, float *r, float *sg);
+    float (*bwd_a_out)(int64_t n, float E, float cb, const float *ym, const float *u,
+                       const float *r, const float *x, const float *D, const float *dout,
+                       const float *z, const float *sg, const float *dy, float *dz, float *dD);
+    void (*bwd_b_out)(int64_t n, float w, float cb, const float *gp, const float *r,
+                      const float *u, const float *x, const float *D, const float *dy,
+                      float *dx, float *xg);
+    /* Σ a[i] b[i], accumulated in a fixed order, returned in double */
+    double (*dot)(int64_t n, const float *a, const float *b);
 } m2_cpu_kernels;
 
 extern const m2_cpu_kernels m2_cpu_kernels_scalar; /* ssd_kernels_scalar.c, any CPU     */

@@ -1,48 +1,70 @@
 /*
- * ssd_cpu.c — the CPU backend of the SSD scan (SPEC §1–2): workspace planning, threading,
- * dt processing and the fixed-order reductions. The arithmetic on states lives in the
- * per-ISA kernel sets (kernels.h), picked from ctx->isa at every call.
+ * ssd_cpu.c — the CPU backend of the SSD scan (SPEC §1–2): planning, threading, segment
+ * bookkeeping and the fixed-order reductions. The arithmetic on states lives in the per-ISA
+ * kernel sets (kernels.h, ssd_kernels_impl.h), picked from ctx->isa at every call.
+ * docs/cpu_ssd.md explains the design with measurements.
  *
- * Forward: one task per (sequence, head). The task walks its tokens in blocks of FWD_BLOCK:
- * it processes dt (bias, softplus, clamp, decay), packs d_t x_t and the block's B and C
- * rows, runs the recurrence kernel, then applies D and the z gate row by row. This is the
- * plain recurrence (SPEC §1 lets Q only block the work); the state never leaves the
- * thread's scratch.
+ * The recurrence (plain, not the chunked form: SPEC §1 lets Q only block the work) with the
+ * state rescaled inside segments: Ŝ_t = S_t / E_t, E_t = Π of the segment's decays, so a
+ * token is one FMA per state element for the update (Ŝ += (d_t/E_t) x_t ⊗ B_t) and one per
+ * output (y_t = E_t Ŝ_t·C_t); a segment restarts (one multiply of the state) before the
+ * scale leaves [e^-60, 1]. The kernel `sweep` runs one state over a block of T tokens with a
+ * 16 x 4 register tile.
  *
- * Backward, per (sequence, head):
- *   pass 1  runs the recurrence without outputs and keeps the state before every block of
- *           BWD_BLOCK tokens (checkpoints; past M2_CPU_CKPT_BUDGET bytes per thread, one
- *           checkpoint per m ~ sqrt(blocks) blocks, the segment's other block states
- *           being recomputed from it when the reverse pass reaches it);
- *   pass 2  walks the blocks in reverse. bwd_block recomputes a block's states from its
- *           checkpoint one 4-row tile at a time and runs the reverse recurrence
- *           G_t = dy_t ⊗ C_t + a_{t+1} G_{t+1} (G starts at dfinal) on the tile while its
- *           states are in L1, giving G_t B_t, Σ_p G_t x_t, S_tᵀ dy_t and Σ G_t ∘ S_{t-1};
- *           dx, ddt, dBm, dCm, dz and the per-head sums follow per token here.
+ * Forward: a task is a set of consecutive heads of one sequence (or chunk, below), walking
+ * the blocks: per block it processes dt for all its heads at once (dt_block), packs
+ * d_t x_t / E_t per head and B, C once per group, token-major so that each token's rows
+ * of all the set's heads are read together (rows of one head are H*P floats apart: a new
+ * 4 KiB page per token, whose page walk is then paid once per set, not per head), then per
+ * head runs the sweep (which prefetches that head's z/out rows of this block and x rows of
+ * the next) and the epilogue (E y + D x, the silu gate). Sets are chosen from the thread
+ * count; they never change a result.
+ *
+ * Backward, per set of heads, two passes and no checkpoints of the whole sequence:
+ *   A (forward): Ŝ with Ŝ_{t-1}·C_t (before the update) and Ŝ_tᵀ(E_t dy_t) = dCm rows;
+ *     dz, dD, a_t dy_t·(S_{t-1}C_t) per token, the segment scale at each block start,
+ *     snapshots of Ŝ every BWD_SNAP_TOKENS tokens.
+ *   B (reverse): Ĝ_t = Ĝ_{t+1} + (E_t dy_t) ⊗ C_t, with Ĝ_{t+1}·B_t and Ĝ_tᵀ x̂_t = dBm rows;
+ *     dx; the decay gradient λ_t = ∂L/∂log a_t = a_t Σ G_t∘S_{t-1} as the suffix sum
+ *     λ_t = λ_{t+1} + a_t dy_t·(S_{t-1}C_t) − a_{t+1} d_t x_t·(G_{t+1}B_t), restarted from its
+ *     definition at every snapshot, and taken directly (sweep_direct, the block's states
+ *     recomputed from the snapshots) in blocks where a decay is strong (d·A < -1), where the
+ *     telescoping form cancels. Then ddt, dA, ddt_bias, dinitial_state.
+ *   About 6 FMAs per state element per token (3 per pass) against the forward's 2.
  *   States are never rebuilt by running the recurrence backwards (SPEC §2).
  *
+ * Few (sequence, head) pairs (< M2_CPU_PAR_WIDTH) and long sequences: each sequence is cut
+ * into K chunks that run in parallel from zero states, a short sequential pass carries the
+ * true states over the chunk boundaries, and the chunks run again from them (forward); the
+ * backward does the same for the gradients flowing into the chunk ends. K depends on the
+ * problem only.
+ *
  * Workspace (64-byte aligned inside the caller's buffer; sizes from fwd_make_plan /
- * bwd_make_plan, which the *_workspace queries report exactly):
- *   forward   nthreads x { state P*N, block buffers (decays, d x, y, packed B and C) }
- *   backward  global { per-(sequence, head) double slots for dA, ddt_bias, dD;
- *                      BWD_PARTIAL only: per-head dBm/dCm rows, H*B*L*N floats each }
- *             nthreads x { checkpoints, segment states (two-level only), G (P*N),
- *                          tile states BWD_BLOCK*4*N, block buffers }
- *   e.g. [B,L,H,P,N] = [4,2048,16,64,128], 2 threads: 0.2 MB forward, 17 MB backward.
+ * bwd_make_plan, which the *_workspace queries report exactly; nothing is allocated):
+ *   forward   global { chunk start / local end states and log decays (split sequences) }
+ *             nthreads x { the set's states, block buffers }
+ *   backward  global { the forward's, per-(chunk, head) double slots for dA, ddt_bias, dD,
+ *                      progress counters, chunk end gradients }
+ *             nthreads x { states, block buffers, per-token Σ terms and block scales of
+ *                          the longest chunk, snapshots, strong-decay recompute buffers }
+ *   e.g. [B,L,H,P,N] = [4,2048,16,64,128], 2 threads: 1.5 MB forward, 13 MB backward;
+ *   [1,1048576,8,64,64]: 1.5 MB forward, 108 MB backward.
  *
  * Determinism: every value is produced by one task, and every sum over tasks runs in an
  * order fixed by the problem alone:
- *   - dA, dD, ddt_bias: each (sequence, head) task keeps its time sum in double in its own
- *     workspace slot; the slots are added in sequence order after the tasks finish.
- *   - dBm, dCm (a group is shared by H/G heads): the head contributions are added in head
- *     order, either inside one task per (sequence, group) that runs the group's heads in
- *     order (BWD_GROUP), or from per-head rows in the workspace by a reduction pass
- *     (BWD_PARTIAL, chosen when there are too few (sequence, group) tasks to keep the
- *     threads busy). Both perform the same float operations — row = c_h0, then
- *     row = row + c_h for each next head — so they give the same bits.
- * No float atomics anywhere; the pool's task-to-thread assignment never touches a result.
+ *   - dA, dD, ddt_bias: per (chunk, head) double slots, added in chunk order at the end.
+ *   - dBm, dCm (a group is shared by H/G heads): a task adds its heads' rows in head order;
+ *     when a group spans two tasks, the later task waits (yielding) for the earlier one's
+ *     progress counter before adding its rows for a block, so every row is
+ *     c_h0 + c_h1 + ... in head order for any thread count. The earlier task has the lower
+ *     index and the pool hands out tasks in index order, so it is already running.
+ *   - chunk boundaries and head-set splits change no arithmetic of a head (chunks are fixed
+ *     by the problem; sets only group heads).
+ * No float atomics anywhere.
  */
 #include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -50,27 +72,10 @@
 #include "cpu/cpu.h"
 #include "cpu/kernels.h"
 
-/* Forward token block: per thread, d_t x_t and y_t of a block are packed (FWD_BLOCK * P
- * floats each), and each 4-row state tile re-reads the block's B and C rows, so 2 * 32 * N
- * floats (32 KiB at N = 128) stay near L1. */
+/* Forward token block: per head of a set, d_t x_t / E_t and y_t of a block are packed
+ * (FWD_BLOCK * P floats each) and B, C per group (FWD_BLOCK * N each). 32 measured best on
+ * the dev VM (64: 5-10% slower, more L2 traffic per set); results do not depend on it. */
 #define FWD_BLOCK 32
-/* Backward block: bwd_block recomputes a 4-row tile's states for the whole block
- * (BWD_BLOCK * 4 * N floats, 16 KiB at N = 128) and consumes them while they are in L1.
- * Measured on the 2-core dev VM, 8/16/32 differ by < 5% end to end; overridable with -D
- * for such experiments: results are bitwise the same for any block size. */
-#ifndef BWD_BLOCK
-#define BWD_BLOCK 8
-#endif
-/* Per-thread bytes of backward checkpoints (one state per block) above which the backward
- * switches to two-level checkpointing. */
-#ifndef M2_CPU_CKPT_BUDGET
-#define M2_CPU_CKPT_BUDGET (32u << 20)
-#endif
-/* Tokens per task of the BWD_PARTIAL head reduction. */
-#define REDUCE_TOKENS 64
-
-enum { BWD_HEAD = 0, BWD_GROUP = 1, BWD_PARTIAL = 2 };
-
 /* ---- small helpers ------------------------------------------------------------------ */
 
 static const m2_cpu_kernels *kernels_for(const mamba2_context_t *ctx) {
@@ -112,54 +117,6 @@ static inline float *row3(const m2_view *v, int64_t i0, int64_t i1, int64_t i2) 
 }
 static inline float at1(const m2_view *v, int64_t i) { return ((const float *)v->p)[i * v->s[0]]; }
 
-static int64_t max_seq_len(const m2_ssd_problem *pr) {
-    int64_t m = 0;
-    for (int64_t s = 0; s < pr->nseq; s++) {
-        int64_t b, t0, t1;
-        m2_ssd_seq(pr, s, &b, &t0, &t1);
-        if (t1 - t0 > m) m = t1 - t0;
-    }
-    return m;
-}
-
-/* State [P][N] (row length N) <- st[s,h] ([S,H,P,N] view), or zeros when absent. */
-static void load_state(const m2_view *st, int64_t s, int64_t h, int64_t P, int64_t N, float *S) {
-    if (!st->p) {
-        memset(S, 0, (size_t)(P * N) * sizeof(float));
-        return;
-    }
-    for (int64_t p = 0; p < P; p++) memcpy(S + p * N, row3(st, s, h, p), (size_t)N * sizeof(float));
-}
-
-/* Copy T rows of n floats, `ld` apart, into a packed [T][n] buffer. B and C rows of
- * consecutive tokens are G*N floats apart in the caller's layout: at 2 KiB strides every row
- * maps to the same few L1 sets and a block's rows evict each other while the 4-row tiles
- * re-read them, so the kernels get a contiguous copy instead. */
-static void pack_rows(float *dst, const float *src, int64_t ld, int64_t T, int64_t n) {
-    for (int64_t i = 0; i < T; i++) memcpy(dst + i * n, src + i * ld, (size_t)n * sizeof(float));
-}
-
-#if defined(__GNUC__)
-#define M2_PREFETCH(p, rw) __builtin_prefetch((p), (rw), 3)
-#else
-#define M2_PREFETCH(p, rw) ((void)(p))
-#endif
-
-/* Ask for T rows of n floats, `ld` apart, ahead of use. Rows of consecutive tokens in
- * [B,L,H,P] tensors are H*P floats apart (a new 4 KiB page per token at H*P = 1024), which
- * the hardware prefetchers do not follow, so the next block's rows are requested while
- * the current block computes. */
-static void prefetch_rows(const float *src, int64_t ld, int64_t T, int64_t n, int rw) {
-    if (!src) return;
-    for (int64_t i = 0; i < T; i++)
-        for (int64_t j = 0; j < n; j += 16) {
-            if (rw)
-                M2_PREFETCH(src + i * ld + j, 1);
-            else
-                M2_PREFETCH(src + i * ld + j, 0);
-        }
-}
-
 /* D row of head h as P floats: [H,P] is read in place, [H] is broadcast into buf. */
 static const float *head_D(const m2_ssd_problem *pr, int64_t h, float *buf) {
     if (!pr->D.p) return NULL;
@@ -167,38 +124,6 @@ static const float *head_D(const m2_ssd_problem *pr, int64_t h, float *buf) {
     const float v = at1(&pr->D, h);
     for (int64_t p = 0; p < pr->P; p++) buf[p] = v;
     return buf;
-}
-
-/* dt processing of one head (SPEC §1 step 1), in double: d = clamp(softplus(dt + bias)),
- * the decay a = exp(d A), and gfac = ∂d/∂dt (softplus' times the clamp's pass-through). */
-typedef struct dt_params {
-    double bias, A, lo, hi;
-    int softplus;
-} dt_params;
-
-static dt_params head_dt(const m2_ssd_problem *pr, int64_t h) {
-    dt_params q;
-    q.bias = pr->dt_bias.p ? (double)at1(&pr->dt_bias, h) : 0.0;
-    q.A = (double)at1(&pr->A, h);
-    q.lo = pr->dt_lo;
-    q.hi = pr->dt_hi;
-    q.softplus = pr->dt_softplus;
-    return q;
-}
-
-static inline void dt_step(const dt_params *q, float raw, float *d, float *a, float *gfac) {
-    const double r = (double)raw + q->bias;
-    double v = r, dv = 1.0;
-    if (q->softplus && r <= 20.0) {
-        v = log1p(exp(r));
-        dv = 1.0 / (1.0 + exp(-r));
-    }
-    double c = v;
-    if (c < q->lo) c = q->lo;
-    if (c > q->hi) c = q->hi;
-    *d = (float)c;
-    *a = (float)exp(c * q->A);
-    if (gfac) *gfac = (q->lo <= v && v <= q->hi) ? (float)dv : 0.0f;
 }
 
 static mamba2_status_t check_dtype(const m2_ssd_problem *pr) {
@@ -209,29 +134,360 @@ static mamba2_status_t check_dtype(const m2_ssd_problem *pr) {
     return MAMBA2_STATUS_OK;
 }
 
+/* ---- rescaled segments (shared by forward and backward) ----------------------------- */
+
+/* Inside a segment of tokens the state is carried as Ŝ_t = S_t / E_t with
+ * E_t = exp(c_t), c_t = Σ log a_s over the segment's tokens after its first (c = 0 at the
+ * first token). Then
+ *     Ŝ_t = Ŝ_{t-1} + (d_t / E_t) x_t ⊗ B_t      and      y_t = E_t (Ŝ_t · C_t):
+ * one FMA per state element for the update and one for the output, no decay multiply.
+ * A segment starts at the sequence's first token and wherever c would fall below
+ * SEG_LOG_MIN; there the carried state is multiplied once by f = E_{t-1} a_t (the previous
+ * segment's scale times the new token's decay, computed in double: it may underflow to 0,
+ * which is the right answer) and c restarts at 0. So 1/E_t <= e^60 stays far from float
+ * overflow and E_t >= e^-60 from underflow, even for dt·|A| in the hundreds (then every
+ * token is its own segment). Segment starts depend only on the token sequence (the kernels'
+ * dt_block finds them, M2_SEG_LOG_MIN), never on the blocking or the thread count, and the
+ * sweep applies the factor at the token itself, so the arithmetic of every token is fixed by
+ * the problem. */
+
+/* Rows of T tokens (n floats each, `ld` apart) into the sweep's packed [Np/4][T][4] layout,
+ * columns n >= N zero. */
+static void pack_tiles(float *dst, const float *src, int64_t ld, int64_t T, int64_t n,
+                       int64_t Np) {
+    for (int64_t t = 0; t < T; t++) {
+        const float *r = src + t * ld;
+        int64_t j = 0;
+        for (; j + 4 <= n; j += 4) memcpy(dst + j * T + 4 * t, r + j, 4 * sizeof(float));
+        if (j < n) {
+            float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            memcpy(tmp, r + j, (size_t)(n - j) * sizeof(float));
+            memcpy(dst + j * T + 4 * t, tmp, sizeof tmp);
+            j += 4;
+        }
+        for (; j < Np; j += 4) memset(dst + j * T + 4 * t, 0, 4 * sizeof(float));
+    }
+}
+
+/* State [S,H,P,N] row (s,h) -> the sweep's [Np][Pp] layout (zeros when absent or padded). */
+static void state_in(const m2_view *st, int64_t s, int64_t h, int64_t P, int64_t N, int64_t Pp,
+                     int64_t Np, float *S) {
+    memset(S, 0, (size_t)(Pp * Np) * sizeof(float));
+    if (!st->p) return;
+    for (int64_t p = 0; p < P; p++) {
+        const float *r = row3(st, s, h, p);
+        for (int64_t n = 0; n < N; n++) S[n * Pp + p] = r[n];
+    }
+}
+
+/* dst[s,h] = e * S (true state from the carried one), back in [P][N]. */
+static void state_out(const m2_view *st, int64_t s, int64_t h, int64_t P, int64_t N,
+                      int64_t Pp, const float *S, float e) {
+    for (int64_t p = 0; p < P; p++) {
+        float *r = row3(st, s, h, p);
+        for (int64_t n = 0; n < N; n++) r[n] = e * S[n * Pp + p];
+    }
+}
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* ---- chunks: the sequence split for few (sequence, head) pairs ----------------------- */
+
+/*
+ * With fewer (sequence, head) pairs than M2_CPU_PAR_WIDTH, a long sequence is cut into K
+ * chunks of ceil(len / K) tokens, K = ceil(PAR_WIDTH / (nseq H)) (at most len / CHUNK_MIN;
+ * K < 3 gains nothing and is not used). The chunks run in parallel from zero states, a
+ * short sequential pass carries the true states across the chunk boundaries,
+ * S_start[k+1] = (Π_{t in chunk k} a_t) S_start[k] + S_local[k], and the chunks run again
+ * from their true start states. This changes the arithmetic against one sequential pass
+ * (the carried state is a sum in another order), so K depends on the problem only — never
+ * on the thread count — and every thread count gives the same bits.
+ */
+#ifndef M2_CPU_PAR_WIDTH
+#define M2_CPU_PAR_WIDTH 32
+#endif
+#ifndef M2_CPU_CHUNK_MIN
+#define M2_CPU_CHUNK_MIN 2048
+#endif
+
+static int64_t seq_nchunks(const m2_ssd_problem *pr, int64_t len) {
+    const int64_t pairs = pr->nseq * pr->H;
+    if (pairs <= 0 || pairs >= M2_CPU_PAR_WIDTH) return 1;
+    int64_t k = (M2_CPU_PAR_WIDTH + pairs - 1) / pairs;
+    if (k > len / M2_CPU_CHUNK_MIN) k = len / M2_CPU_CHUNK_MIN;
+    return k < 3 ? 1 : k;
+}
+
+/* Chunk k of sequence s (K chunks): tokens [*ta, *tb); returns the global chunk index
+ * (chunks numbered sequence after sequence). */
+typedef struct chunk_ref {
+    int64_t s, k, K, b, ta, tb, t0, t1, c; /* c: global index */
+} chunk_ref;
+
+static int64_t total_chunks(const m2_ssd_problem *pr) {
+    int64_t n = 0;
+    for (int64_t s = 0; s < pr->nseq; s++) {
+        int64_t b, t0, t1;
+        m2_ssd_seq(pr, s, &b, &t0, &t1);
+        n += seq_nchunks(pr, t1 - t0);
+    }
+    return n;
+}
+
+/* The i-th item of a phase: items per sequence are chunks [k_lo(K), k_hi(K)) where
+ * mode 0 = every chunk, 1 = the chunks a first pass runs (all of an unsplit sequence;
+ * 0 .. K-2 of a split one), 3 = the second full pass (1 .. K-1 of a split sequence). */
+static int chunk_item(const m2_ssd_problem *pr, int mode, int64_t i, chunk_ref *r) {
+    int64_t c = 0;
+    for (int64_t s = 0; s < pr->nseq; s++) {
+        int64_t b, t0, t1;
+        m2_ssd_seq(pr, s, &b, &t0, &t1);
+        const int64_t K = seq_nchunks(pr, t1 - t0);
+        const int64_t lo = mode == 3 ? 1 : 0;
+        const int64_t hi = mode == 0 ? K : mode == 1 ? (K == 1 ? 1 : K - 1) : (K == 1 ? 1 : K);
+        if (i < hi - lo) {
+            const int64_t k = lo + i, Lc = (t1 - t0 + K - 1) / K;
+            r->s = s;
+            r->k = k;
+            r->K = K;
+            r->b = b;
+            r->t0 = t0;
+            r->t1 = t1;
+            r->ta = t0 + k * Lc < t1 ? t0 + k * Lc : t1;
+            r->tb = t0 + (k + 1) * Lc < t1 ? t0 + (k + 1) * Lc : t1;
+            r->c = c + k;
+            return 1;
+        }
+        i -= hi > lo ? hi - lo : 0;
+        c += K;
+    }
+    return 0;
+}
+
+static int64_t chunk_items(const m2_ssd_problem *pr, int mode) {
+    int64_t n = 0;
+    for (int64_t s = 0; s < pr->nseq; s++) {
+        int64_t b, t0, t1;
+        m2_ssd_seq(pr, s, &b, &t0, &t1);
+        const int64_t K = seq_nchunks(pr, t1 - t0);
+        n += mode == 0 ? K : mode == 1 ? (K == 1 ? 1 : K - 1) : (K == 1 ? 0 : K - 1);
+    }
+    return n;
+}
+
+/* A [nch, H, P, N] state buffer in the workspace as a view. */
+static m2_view chunk_view(void *p, const m2_ssd_problem *pr) {
+    m2_view v;
+    v.p = p;
+    v.s[0] = pr->H * pr->P * pr->N;
+    v.s[1] = pr->P * pr->N;
+    v.s[2] = pr->N;
+    v.s[3] = 1;
+    return v;
+}
+
+/* S_start[k+1] = exp(dec_k) S_start[k] + S_local[k] for k = 1 .. K-2 of sequence s, head h
+ * (S_start[1] is chunk 0's end state, already in place). */
+static void chunk_carry(const m2_ssd_problem *pr, const m2_view *cs, const m2_view *cl,
+                        const double *cdec, int64_t c0, int64_t K, int64_t h) {
+    const int64_t P = pr->P, N = pr->N;
+    for (int64_t k = 1; k + 1 < K; k++) {
+        const float a = (float)exp(cdec[(c0 + k) * pr->H + h]);
+        for (int64_t p = 0; p < P; p++) {
+            const float *src = row3(cs, c0 + k, h, p), *loc = row3(cl, c0 + k, h, p);
+            float *dst = row3(cs, c0 + k + 1, h, p);
+            for (int64_t n = 0; n < N; n++) dst[n] = a * src[n] + loc[n];
+        }
+    }
+}
+
 /* ---- forward ------------------------------------------------------------------------ */
 
+/* Per-thread bytes the head set of a forward task may occupy (its states and block
+ * buffers), so that they stay in L2 next to the streamed rows. */
+#ifndef M2_CPU_HSET_BUDGET
+#define M2_CPU_HSET_BUDGET (1536u << 10)
+#endif
+
 typedef struct fwd_plan {
-    int64_t T;
-    int nthr;
-    size_t o_S, o_a, o_xd, o_y, o_D, o_B, o_C; /* offsets inside one thread's scratch */
+    int64_t T, Pp, Np;
+    int64_t hs, nsets, ngmax; /* heads per task, tasks per chunk, groups a task spans */
+    int64_t nch;              /* chunks in all (nseq when no sequence is split) */
+    int chunked, nthr;
+    size_t o_cs, o_cl, o_cdec, glob;                                       /* global     */
+    size_t o_S, o_u, o_y, o_B, o_C, o_d, o_E, o_w, o_D, o_ri, o_rf, o_c; /* per thread */
     size_t per_thread, total;
 } fwd_plan;
 
+/* Heads per task. A task runs a set of consecutive heads of one sequence (or chunk) through
+ * the blocks together: it reads each token's rows of x, z, out for all its heads at once
+ * (rows of one head are H*P floats apart, a new 4 KiB page per token: one page walk per
+ * token per tensor is paid per task, not per head), and packs B and C once per group. So
+ * sets are large: the fewest sets whose makespan on nthr threads, ceil(tasks / nthr) rounds
+ * of hs heads (`items` sequences or chunks of equal length, ceil(H / hs) sets each), is the
+ * smallest; then halved until a set's buffers fit M2_CPU_HSET_BUDGET. The split never
+ * changes a result: every head's arithmetic is the same in any set. */
+static int64_t fwd_head_set(const m2_ssd_problem *pr, int64_t items, int nthr, int64_t per_head) {
+    const int64_t H = pr->H, W = nthr > 0 ? nthr : 1, it = items > 0 ? items : 1;
+    const int64_t cap = (int64_t)M2_CPU_HSET_BUDGET / (per_head > 0 ? per_head : 1);
+    int64_t best = H, best_cost = -1;
+    for (int64_t ns = 1; ns <= H; ns++) {
+        const int64_t hs = (H + ns - 1) / ns, sets = (H + hs - 1) / hs;
+        const int64_t cost = (it * sets + W - 1) / W * hs;
+        if (best_cost < 0 || cost < best_cost) {
+            best_cost = cost;
+            best = hs;
+        }
+    }
+    int64_t hs = best;
+    while (hs > 1 && hs > cap) hs = (hs + 1) / 2;
+    return hs > 0 ? hs : 1;
+}
+
 static void fwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr, fwd_plan *pl) {
-    const size_t P = (size_t)pr->P, N = (size_t)pr->N, T = FWD_BLOCK, f = sizeof(float);
-    size_t off = 0;
+    const m2_cpu_kernels *K = kernels_for(ctx);
+    const size_t T = FWD_BLOCK, f = sizeof(float);
     pl->T = FWD_BLOCK;
+    pl->Pp = round_up(pr->P > 0 ? pr->P : 1, K->tile_p);
+    pl->Np = round_up(pr->N > 0 ? pr->N : 1, K->tile_n);
+    const size_t Pp = (size_t)pl->Pp, Np = (size_t)pl->Np;
     pl->nthr = plan_threads(ctx);
-    pl->o_S = carve(&off, P * N * f); /* the running state [P][N]     */
-    pl->o_a = carve(&off, T * f);     /* decays of the block          */
-    pl->o_xd = carve(&off, T * P * f);/* d_t x_t, packed [T][P]       */
-    pl->o_y = carve(&off, T * P * f); /* S_t C_t, packed [T][P]       */
-    pl->o_D = carve(&off, P * f);     /* D[h] broadcast over P        */
-    pl->o_B = carve(&off, T * N * f); /* B rows of the block, packed  */
-    pl->o_C = carve(&off, T * N * f); /* C rows of the block, packed  */
+    pl->nch = total_chunks(pr);
+    pl->chunked = pl->nch > pr->nseq;
+    pl->hs = fwd_head_set(pr, pl->nch, pl->nthr, (int64_t)((Np * Pp + 2 * T * Pp + 2 * T * Np) * f));
+    pl->nsets = (pr->H + pl->hs - 1) / pl->hs;
+    const int64_t hpg = pr->H / pr->G;
+    pl->ngmax = (pl->hs + hpg - 1) / hpg + 1;
+    if (pl->ngmax > pr->G) pl->ngmax = pr->G;
+    const size_t hs = (size_t)pl->hs, ng = (size_t)pl->ngmax;
+    const size_t nst = pl->chunked ? (size_t)(pl->nch * pr->H) : 0;
+    size_t off = 0;
+    pl->o_cs = carve(&off, nst * (size_t)(pr->P * pr->N) * f); /* chunk start states     */
+    pl->o_cl = carve(&off, nst * (size_t)(pr->P * pr->N) * f); /* chunk local end states */
+    pl->o_cdec = carve(&off, nst * sizeof(double));             /* chunk log decays       */
+    pl->glob = round64(off);
+    off = 0;
+    pl->o_S = carve(&off, hs * Np * Pp * f); /* carried states Ŝ, [hs][Np][Pp]       */
+    pl->o_u = carve(&off, hs * T * Pp * f);  /* (d_t/E_t) x_t, [hs][T][Pp]           */
+    pl->o_y = carve(&off, hs * T * Pp * f);  /* Ŝ_t·C_t, [hs][T][Pp]                  */
+    pl->o_B = carve(&off, ng * T * Np * f);  /* B rows per group, [ng][Np/4][T][4]   */
+    pl->o_C = carve(&off, ng * T * Np * f);  /* C rows per group                     */
+    pl->o_d = carve(&off, hs * T * f);
+    pl->o_E = carve(&off, hs * T * f);
+    pl->o_w = carve(&off, hs * T * f);
+    pl->o_D = carve(&off, hs * Pp * f);      /* D[h] broadcast over P                 */
+    pl->o_ri = carve(&off, hs * T * sizeof(int32_t)); /* segment restarts per head   */
+    pl->o_rf = carve(&off, hs * T * f);
+    pl->o_c = carve(&off, hs * (2 * sizeof(double) + sizeof(int) + f));
     pl->per_thread = round64(off);
-    pl->total = pl->per_thread * (size_t)pl->nthr + 64; /* + slack to align the base */
+    pl->total = pl->glob + pl->per_thread * (size_t)pl->nthr + 64; /* + slack for alignment */
+}
+
+/* Rows requested during the sweep of head h over block [u, u + Tb): its z and out rows of
+ * this block (its epilogue runs right after the sweep), then its x rows of the next block
+ * [v, v + Tn) and, for the first head of a group in the set, that group's B and C rows. */
+static void fwd_prefetch_plan(const m2_ssd_problem *pr, int64_t b, int64_t u, int64_t Tb,
+                              int64_t v, int64_t Tn, int64_t h, int64_t g, int first_of_group,
+                              m2_pf *pf) {
+    const int64_t f4 = sizeof(float), P = pr->P, N = pr->N;
+    m2_pf_init(pf);
+    if (pr->z.p) m2_pf_add(pf, row3(&pr->z, b, u, h), pr->z.s[1] * f4, Tb, P * f4, 0);
+    m2_pf_add(pf, row3(&pr->out, b, u, h), pr->out.s[1] * f4, Tb, P * f4, 1);
+    if (Tn <= 0) return;
+    m2_pf_add(pf, row3(&pr->x, b, v, h), pr->x.s[1] * f4, Tn, P * f4, 0);
+    if (first_of_group) {
+        m2_pf_add(pf, row3(&pr->Bm, b, v, g), pr->Bm.s[1] * f4, Tn, N * f4, 0);
+        m2_pf_add(pf, row3(&pr->Cm, b, v, g), pr->Cm.s[1] * f4, Tn, N * f4, 0);
+    }
+}
+
+/* One forward pass of heads [h0, h0 + nh) of sequence row b over tokens [ta, tb), from the
+ * state row `in` of view vin (zeros when vin->p is NULL), the end state to row `out` of vout
+ * (when vout->p). With outputs: out, and the requested position states. Else only the state
+ * (and, when ldec, Σ d_t A per head). The pass starts a segment at ta, as a sequence does. */
+static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu_kernels *K,
+                      unsigned char *ws, int64_t b, int64_t ta, int64_t tb, int64_t h0,
+                      int64_t nh, const m2_view *vin, int64_t in, const m2_view *vout,
+                      int64_t out, int outputs, double *ldec) {
+    const int64_t H = pr->H, P = pr->P, N = pr->N, T = pl->T, Pp = pl->Pp, Np = pl->Np;
+    const int64_t hpg = H / pr->G, g0 = h0 / hpg, ng = (h0 + nh - 1) / hpg - g0 + 1;
+    float *S = (float *)(ws + pl->o_S), *ub = (float *)(ws + pl->o_u);
+    float *y = (float *)(ws + pl->o_y);
+    float *Bp = (float *)(ws + pl->o_B), *Cp = (float *)(ws + pl->o_C);
+    float *d = (float *)(ws + pl->o_d), *E = (float *)(ws + pl->o_E);
+    float *w = (float *)(ws + pl->o_w), *Db = (float *)(ws + pl->o_D);
+    int32_t *ridx = (int32_t *)(ws + pl->o_ri);
+    float *rf = (float *)(ws + pl->o_rf);
+    double *c = (double *)(ws + pl->o_c), *dec = c + nh;
+    int *nr = (int *)(dec + nh);
+    float *e_last = (float *)(nr + nh);
+    const int64_t SN = Np * Pp, TP = T * Pp, TN = T * Np;
+    const float *Ah = (const float *)pr->A.p + h0;
+    const float *dtb = pr->dt_bias.p ? (const float *)pr->dt_bias.p + h0 : NULL;
+
+    /* requested states (mamba2_ssd_forward_states): a block ends at each such token */
+    const int64_t flat0 = b * pr->L;
+    int64_t next = outputs && pr->npos ? m2_ssd_pos_lower_bound(pr, flat0 + ta) : pr->npos;
+
+    for (int64_t j = 0; j < nh; j++) {
+        state_in(vin, in, h0 + j, P, N, Pp, Np, S + j * SN);
+        c[j] = dec[j] = 0.0;
+        e_last[j] = 1.0f;
+        if (pr->D.p && !pr->D_per_channel) head_D(pr, h0 + j, Db + j * Pp);
+    }
+    memset(ub, 0, (size_t)(nh * TP) * sizeof(float)); /* the padding columns stay zero */
+    const int64_t slots_per_sweep = (Np / K->tile_n) * (Pp / K->tile_p);
+    for (int64_t u = ta, Tb; u < tb; u += Tb) {
+        Tb = tb - u < T ? tb - u : T;
+        const int64_t tp = next < pr->npos ? m2_ssd_pos(pr, next) - flat0 : -1;
+        if (tp >= u && tp < u + Tb) Tb = tp - u + 1;
+        K->dt_block(nh, Tb, T, row3(&pr->dt, b, u, h0), pr->dt.s[1], dtb, Ah, pr->dt_softplus,
+                    pr->dt_lo, pr->dt_hi, u == ta, c, d, E, w, NULL, nr, ridx, rf);
+        if (ldec)
+            for (int64_t j = 0; j < nh; j++)
+                for (int64_t i = 0; i < Tb; i++) dec[j] += (double)d[j * T + i] * (double)Ah[j];
+        /* token-major packing: each token's rows for all heads and groups at once */
+        for (int64_t i = 0; i < Tb; i++)
+            for (int64_t j = 0; j < nh; j++)
+                K->scale(P, w[j * T + i], row3(&pr->x, b, u + i, h0 + j), ub + j * TP + i * Pp);
+        for (int64_t k = 0; k < ng; k++) {
+            pack_tiles(Bp + k * TN, row3(&pr->Bm, b, u, g0 + k), pr->Bm.s[1], Tb, N, Np);
+            if (outputs)
+                pack_tiles(Cp + k * TN, row3(&pr->Cm, b, u, g0 + k), pr->Cm.s[1], Tb, N, Np);
+        }
+        if (outputs) memset(y, 0, (size_t)(nh * TP) * sizeof(float));
+        const int64_t v = u + Tb, Tn = tb - v < T ? tb - v : T;
+        for (int64_t j = 0; j < nh; j++) {
+            const int64_t h = h0 + j, k = h / hpg - g0;
+            if (!outputs) {
+                K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T, 0, ub + j * TP,
+                         Bp + k * TN, NULL, NULL, S + j * SN, NULL, NULL, NULL);
+                continue;
+            }
+            m2_pf pf;
+            fwd_prefetch_plan(pr, b, u, Tb, v, Tn, h, h / hpg, j == 0 || h % hpg == 0, &pf);
+            pf.per8 = (pf.left + slots_per_sweep * ((Tb + 7) / 8) - 1) /
+                      (slots_per_sweep * ((Tb + 7) / 8));
+            K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T, 0, ub + j * TP, Bp + k * TN,
+                     Cp + k * TN, NULL, S + j * SN, y + j * TP, NULL, &pf);
+            const float *Dh = !pr->D.p             ? NULL
+                              : pr->D_per_channel ? (const float *)pr->D.p + h * pr->D.s[0]
+                                                  : Db + j * Pp;
+            for (int64_t i = 0; i < Tb; i++)
+                K->fwd_out(P, E[j * T + i], y + j * TP + i * Pp, row3(&pr->x, b, u + i, h), Dh,
+                           pr->z.p ? row3(&pr->z, b, u + i, h) : NULL, row3(&pr->out, b, u + i, h));
+        }
+        for (int64_t j = 0; j < nh; j++) e_last[j] = E[j * T + Tb - 1];
+        if (tp == u + Tb - 1) { /* the states after token tp */
+            for (int64_t j = 0; j < nh; j++)
+                state_out(&pr->pos_states, next, h0 + j, P, N, Pp, S + j * SN, e_last[j]);
+            next++;
+        }
+    }
+    if (vout->p)
+        for (int64_t j = 0; j < nh; j++) state_out(vout, out, h0 + j, P, N, Pp, S + j * SN, e_last[j]);
+    if (ldec)
+        for (int64_t j = 0; j < nh; j++) ldec[j] = dec[j];
 }
 
 typedef struct fwd_job {
@@ -239,58 +495,78 @@ typedef struct fwd_job {
     const m2_cpu_kernels *k;
     unsigned char *base;
     fwd_plan pl;
+    int outputs; /* 0: only the chunk states (the backward's use) */
 } fwd_job;
 
-static void fwd_task(void *arg, int64_t task, int thread) {
+/* Pass 1: whole sequences that are not split; of a split one, chunk 0 from the initial
+ * state (its end state is chunk 1's start) and chunks 1 .. K-2 from zero (their local end
+ * states and log decays). */
+static void fwd_task_p1(void *arg, int64_t task, int thread) {
+    const fwd_job *J = (const fwd_job *)arg;
+    const fwd_plan *pl = &J->pl;
+    const m2_ssd_problem *pr = J->pr;
+    chunk_ref r;
+    if (!chunk_item(pr, 1, task / pl->nsets, &r)) return;
+    const int64_t h0 = (task % pl->nsets) * pl->hs, nh = h0 + pl->hs < pr->H ? pl->hs : pr->H - h0;
+    unsigned char *ws = J->base + pl->glob + (size_t)thread * pl->per_thread;
+    const m2_view cs = chunk_view(J->base + pl->o_cs, pr), cl = chunk_view(J->base + pl->o_cl, pr);
+    double *cdec = (double *)(J->base + pl->o_cdec);
+    const m2_view none = {NULL, {0, 0, 0, 0}};
+    if (r.K == 1) {
+        if (J->outputs) /* the backward needs nothing from unsplit sequences here */
+            fwd_range(pl, pr, J->k, ws, r.b, r.ta, r.tb, h0, nh, &pr->init, r.s, &pr->final,
+                      r.s, 1, NULL);
+    } else if (r.k == 0)
+        fwd_range(pl, pr, J->k, ws, r.b, r.ta, r.tb, h0, nh, &pr->init, r.s, &cs, r.c + 1,
+                  J->outputs, NULL);
+    else
+        fwd_range(pl, pr, J->k, ws, r.b, r.ta, r.tb, h0, nh, &none, 0, &cl, r.c, 0,
+                  cdec + r.c * pr->H + h0);
+}
+
+/* Pass 2: the true chunk start states, per (sequence, head); nothing for unsplit ones. */
+static void fwd_task_p2(void *arg, int64_t task, int thread) {
+    (void)thread;
     const fwd_job *J = (const fwd_job *)arg;
     const m2_ssd_problem *pr = J->pr;
-    const m2_cpu_kernels *K = J->k;
-    const int64_t H = pr->H, P = pr->P, N = pr->N, T = J->pl.T;
-    const int64_t s = task / H, h = task % H, g = h / (H / pr->G);
-    unsigned char *ws = J->base + (size_t)thread * J->pl.per_thread;
-    float *S = (float *)(ws + J->pl.o_S), *a = (float *)(ws + J->pl.o_a);
-    float *xd = (float *)(ws + J->pl.o_xd), *y = (float *)(ws + J->pl.o_y);
-    float *Bp = (float *)(ws + J->pl.o_B), *Cp = (float *)(ws + J->pl.o_C);
-    const float *D = head_D(pr, h, (float *)(ws + J->pl.o_D));
-    const dt_params q = head_dt(pr, h);
-    int64_t b, t0, t1;
-    m2_ssd_seq(pr, s, &b, &t0, &t1);
-
-    /* requested states (mamba2_ssd_forward_states): a block ends at each such token */
-    const int64_t flat0 = b * pr->L;
-    int64_t next = pr->npos ? m2_ssd_pos_lower_bound(pr, flat0 + t0) : 0;
-
-    load_state(&pr->init, s, h, P, N, S);
-    for (int64_t u = t0, Tb; u < t1; u += Tb) {
-        Tb = t1 - u < T ? t1 - u : T;
-        const int64_t tp = next < pr->npos ? m2_ssd_pos(pr, next) - flat0 : -1;
-        if (tp >= u && tp < u + Tb) Tb = tp - u + 1;
-        if (u + Tb < t1) { /* the next block's streamed rows */
-            const int64_t v = u + Tb, Tn = t1 - v < T ? t1 - v : T;
-            prefetch_rows(row3(&pr->x, b, v, h), pr->x.s[1], Tn, P, 0);
-            if (pr->z.p) prefetch_rows(row3(&pr->z, b, v, h), pr->z.s[1], Tn, P, 0);
-            prefetch_rows(row3(&pr->out, b, v, h), pr->out.s[1], Tn, P, 1);
-        }
-        for (int64_t i = 0; i < Tb; i++) {
-            float d;
-            dt_step(&q, *row3(&pr->dt, b, u + i, h), &d, &a[i], NULL);
-            K->scale(P, d, row3(&pr->x, b, u + i, h), xd + i * P);
-        }
-        pack_rows(Bp, row3(&pr->Bm, b, u, g), pr->Bm.s[1], Tb, N);
-        pack_rows(Cp, row3(&pr->Cm, b, u, g), pr->Cm.s[1], Tb, N);
-        K->fwd_block(Tb, P, N, a, xd, Bp, Cp, S, S, 0, y);
-        for (int64_t i = 0; i < Tb; i++)
-            K->fwd_out(P, y + i * P, row3(&pr->x, b, u + i, h), D,
-                       pr->z.p ? row3(&pr->z, b, u + i, h) : NULL, row3(&pr->out, b, u + i, h));
-        if (tp == u + Tb - 1) { /* S is now the state after token tp */
-            for (int64_t p = 0; p < P; p++)
-                memcpy(row3(&pr->pos_states, next, h, p), S + p * N, (size_t)N * sizeof(float));
-            next++;
-        }
+    const int64_t si = task / pr->H, h = task % pr->H;
+    int64_t c0 = 0;
+    for (int64_t s = 0; s < si; s++) {
+        int64_t b, t0, t1;
+        m2_ssd_seq(pr, s, &b, &t0, &t1);
+        c0 += seq_nchunks(pr, t1 - t0);
     }
-    if (pr->final.p)
-        for (int64_t p = 0; p < P; p++)
-            memcpy(row3(&pr->final, s, h, p), S + p * N, (size_t)N * sizeof(float));
+    int64_t b, t0, t1;
+    m2_ssd_seq(pr, si, &b, &t0, &t1);
+    const int64_t K = seq_nchunks(pr, t1 - t0);
+    if (K < 2) return;
+    const m2_view cs = chunk_view(J->base + J->pl.o_cs, pr);
+    const m2_view cl = chunk_view(J->base + J->pl.o_cl, pr);
+    chunk_carry(pr, &cs, &cl, (const double *)(J->base + J->pl.o_cdec), c0, K, h);
+}
+
+/* Pass 3: chunks 1 .. K-1 of the split sequences from their true start states. */
+static void fwd_task_p3(void *arg, int64_t task, int thread) {
+    const fwd_job *J = (const fwd_job *)arg;
+    const fwd_plan *pl = &J->pl;
+    const m2_ssd_problem *pr = J->pr;
+    chunk_ref r;
+    if (!chunk_item(pr, 3, task / pl->nsets, &r)) return;
+    const int64_t h0 = (task % pl->nsets) * pl->hs, nh = h0 + pl->hs < pr->H ? pl->hs : pr->H - h0;
+    unsigned char *ws = J->base + pl->glob + (size_t)thread * pl->per_thread;
+    const m2_view cs = chunk_view(J->base + pl->o_cs, pr);
+    const m2_view none = {NULL, {0, 0, 0, 0}};
+    fwd_range(pl, pr, J->k, ws, r.b, r.ta, r.tb, h0, nh, &cs, r.c,
+              r.k == r.K - 1 && J->outputs ? &pr->final : &none, r.s, J->outputs, NULL);
+}
+
+/* The three passes (one when no sequence is split). */
+static void fwd_run(mamba2_context_t *ctx, fwd_job *J) {
+    const m2_ssd_problem *pr = J->pr;
+    run_tasks(ctx, chunk_items(pr, 1) * J->pl.nsets, fwd_task_p1, J);
+    if (!J->pl.chunked) return;
+    run_tasks(ctx, pr->nseq * pr->H, fwd_task_p2, J);
+    if (J->outputs) run_tasks(ctx, chunk_items(pr, 3) * J->pl.nsets, fwd_task_p3, J);
 }
 
 mamba2_status_t m2_cpu_ssd_forward_workspace(const mamba2_context_t *ctx,
@@ -309,89 +585,152 @@ mamba2_status_t m2_cpu_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *
     fwd_job J;
     J.pr = pr;
     J.k = kernels_for(ctx);
+    J.outputs = 1;
     fwd_make_plan(ctx, pr, &J.pl);
     if (!ws) return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "cpu ssd forward: no workspace");
     J.base = align64(ws);
-    run_tasks(ctx, pr->nseq * pr->H, fwd_task, &J);
+    fwd_run(ctx, &J);
     return MAMBA2_STATUS_OK;
 }
 
 /* ---- backward ----------------------------------------------------------------------- */
 
+/*
+ * The rescaled backward (per head; see the file comment for the plan). With Ĝ_t = E_t G_t
+ * inside a segment, the reverse recurrence G_t = dy_t ⊗ C_t + a_{t+1} G_{t+1} becomes
+ *     Ĝ_t = Ĝ_{t+1} + (E_t dy_t) ⊗ C_t               (one FMA, the forward's sweep reversed)
+ * with the forward's restart factors applied after a segment's first token, and
+ *     dBm_t += Ĝ_tᵀ x̂_t (x̂_t = d_t x_t / E_t),   d_t G_t B_t = w_t (Ĝ_t B_t),
+ *     dCm_t += Ŝ_tᵀ (E_t dy_t),                   y_t = E_t (Ŝ_t C_t).
+ * The decay needs no per-element work: λ_t = ∂L/∂log a_t = a_t Σ G_t ∘ S_{t-1} obeys
+ *     λ_t = λ_{t+1} + dy_t·y_t − d_t x_t·(G_t B_t)
+ * (y_t = S_t C_t without the D term), so ∂L/∂d_t = x_t·(G_t B_t) + A λ_t and ∂L/∂A = Σ d_t λ_t.
+ * The suffix sum is restarted from its definition, λ_{e+1} = Σ Ĝ_{e+1} ∘ Ŝ_e, at snapshots of
+ * Ŝ taken every few hundred tokens by the forward sweep, so its rounding never accumulates
+ * over more than one snapshot interval however long the sequence.
+ * Pass A (forward over the sequence): Ŝ with ŷ and dCm, dz, dD, Σ dy·y per token, the
+ *   segment scale at each block start, the snapshots.
+ * Pass B (reverse): Ĝ with Ĝ B (dx, ddt) and dBm; dA, ddt_bias, dinitial_state.
+ * Both sweeps are the forward's kernel: 2-3 FMAs per state element per token each.
+ */
+#define BWD_BLOCK 32
+/* λ restarts: a snapshot every BWD_SNAP_TOKENS tokens, at most BWD_SNAP_MAX per sequence
+ * (the interval grows for longer sequences to bound the workspace). */
+#define BWD_SNAP_TOKENS 256
+/* A token whose log decay d·A is below this makes its (block, head) take the direct
+ * contraction of the decay gradient in pass B (see bwd_task). */
+#define BWD_STRONG_LOG (-1.0)
+#define BWD_SNAP_MAX 256
+
 typedef struct bwd_plan {
-    int64_t T;        /* token block of the reverse pass                          */
-    int64_t ck_every; /* blocks per checkpoint (m): 1, or ~sqrt(blocks) when long  */
-    int nthr, mode, want_y;
-    int64_t nD;       /* dD partial length per (sequence, head): P or 1           */
-    /* global region (offsets from the aligned base) */
-    size_t o_pA, o_pbias, o_pD, o_hB, o_hC, glob;
-    /* per-thread region (offsets inside one thread's scratch) */
-    size_t o_ck, o_sub, o_St, o_G, o_d, o_a, o_gf, o_xd, o_dy, o_y, o_gb, o_dB, o_dC, o_dec, o_D;
-    size_t o_Bp, o_Cp;
+    int64_t T, Pp, Np, hs, nsets, ngmax;
+    int64_t Lmax, nblk, snap_every, nsnap, nD; /* Lmax: longest chunk */
+    int64_t nch;
+    int nthr, chunked;
+    int want_decay, want_dc, want_y, want_db, want_gb, need_a_rows, need_a_sweep, need_b;
+    fwd_plan fp; /* the forward's chunk passes, run inside the backward's workspace */
+    /* global region (offsets from the aligned base; the forward's chunk buffers first) */
+    size_t o_pA, o_pbias, o_pD, o_prog, o_ge, o_gl, glob;
+    /* per-thread region */
+    size_t o_S, o_u, o_r, o_w, o_dy, o_sg, o_acc, o_B, o_C, o_d, o_E, o_wt, o_gf, o_ri, o_rf;
+    size_t o_small, o_cb, o_s1, o_snap, o_dD, o_Dh, o_cbv, o_strong, o_rcs, o_stmp, o_lamb;
     size_t per_thread, total;
 } bwd_plan;
 
+/* per task: progress of pass A (tokens done from the start) and of pass B (from the end),
+ * each on its own cache line */
+typedef struct bwd_progress {
+    _Atomic int64_t a;
+    char pad_a[64 - sizeof(int64_t)];
+    _Atomic int64_t b;
+    char pad_b[64 - sizeof(int64_t)];
+} bwd_progress;
+
 static void bwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr, bwd_plan *pl) {
-    const int64_t H = pr->H, G = pr->G, hpg = H / G;
-    const size_t P = (size_t)pr->P, N = (size_t)pr->N, PN = P * N, f = sizeof(float);
-    const size_t nsh = (size_t)(pr->nseq * H), BL = (size_t)(pr->B * pr->L);
-    const int64_t Lmax = max_seq_len(pr);
+    const m2_cpu_kernels *K = kernels_for(ctx);
+    const int64_t H = pr->H;
+    const size_t f = sizeof(float), dbl = sizeof(double);
     pl->T = BWD_BLOCK;
-    /* One checkpoint per block while they fit the budget; beyond it, one per m blocks and
-     * the m states of a segment recomputed when the reverse pass reaches it (one more
-     * state-only forward pass; memory ~ 2 sqrt(blocks) states instead of blocks). Both
-     * schemes compute every state with the same operations, so results do not change. */
-    const int64_t nblk = Lmax > 0 ? (Lmax + pl->T - 1) / pl->T : 1;
-    pl->ck_every = 1;
-    if ((size_t)nblk * PN * f > (size_t)M2_CPU_CKPT_BUDGET) {
-        int64_t m = (int64_t)ceil(sqrt((double)nblk));
-        pl->ck_every = m < 2 ? 2 : m;
-    }
-    const int64_t nck = (nblk + pl->ck_every - 1) / pl->ck_every;
+    pl->Pp = round_up(pr->P > 0 ? pr->P : 1, K->tile_p);
+    pl->Np = round_up(pr->N > 0 ? pr->N : 1, K->tile_n);
+    const size_t T = (size_t)pl->T, Pp = (size_t)pl->Pp, Np = (size_t)pl->Np;
     pl->nthr = plan_threads(ctx);
-    pl->want_y = pr->dz.p != NULL && pr->z.p != NULL;
+    fwd_make_plan(ctx, pr, &pl->fp);
+    pl->nch = pl->fp.nch;
+    pl->chunked = pl->fp.chunked;
+    pl->Lmax = 0;
+    for (int64_t i = 0; i < pl->nch; i++) {
+        chunk_ref r;
+        if (chunk_item(pr, 0, i, &r) && r.tb - r.ta > pl->Lmax) pl->Lmax = r.tb - r.ta;
+    }
+    pl->nblk = (pl->Lmax + pl->T - 1) / pl->T;
+    pl->snap_every = BWD_SNAP_TOKENS / pl->T;
+    if (pl->nblk > pl->snap_every * BWD_SNAP_MAX)
+        pl->snap_every = (pl->nblk + BWD_SNAP_MAX - 1) / BWD_SNAP_MAX;
     pl->nD = pr->D_per_channel ? pr->P : 1;
 
-    /* How the head contributions to dBm/dCm meet (see the file comment). The choice may
-     * depend on the thread count because both orders produce the same bits. */
-    const int need_bc = pr->dBm.p != NULL || pr->dCm.p != NULL;
-    if (!need_bc || hpg == 1)
-        pl->mode = BWD_HEAD;
-    else if (pl->nthr == 1 || pr->nseq * G >= 2 * (int64_t)pl->nthr)
-        pl->mode = BWD_GROUP;
-    else
-        pl->mode = BWD_PARTIAL;
+    pl->want_decay = pr->ddt.p || pr->dA.p || pr->ddt_bias.p;
+    pl->want_dc = pr->dCm.p != NULL;
+    pl->want_y = (pr->dz.p && pr->z.p) || pl->want_decay;
+    pl->want_db = pr->dBm.p != NULL;
+    pl->want_gb = pr->dx.p || pl->want_decay;
+    pl->need_a_sweep = pl->want_dc || pl->want_y || pl->want_decay;
+    pl->need_a_rows = pl->need_a_sweep || pr->dD.p;
+    pl->need_b = pl->want_gb || pl->want_db || pr->dinit.p;
+    pl->nsnap = pl->want_decay ? (pl->nblk + pl->snap_every - 1) / pl->snap_every : 0;
 
-    const size_t T = (size_t)pl->T;
-    size_t off = 0;
-    pl->o_pA = carve(&off, nsh * sizeof(double));
-    pl->o_pbias = carve(&off, nsh * sizeof(double));
-    pl->o_pD = carve(&off, nsh * (size_t)pl->nD * sizeof(double));
-    const int partial = pl->mode == BWD_PARTIAL;
-    pl->o_hB = carve(&off, partial && pr->dBm.p ? (size_t)H * BL * N * f : 0);
-    pl->o_hC = carve(&off, partial && pr->dCm.p ? (size_t)H * BL * N * f : 0);
+    pl->hs = fwd_head_set(pr, pl->nch, pl->nthr, (int64_t)((Np * Pp + 4 * T * Pp + T * Np + 2 * T * Np) * f));
+    pl->nsets = (H + pl->hs - 1) / pl->hs;
+    const int64_t hpg = H / pr->G;
+    pl->ngmax = (pl->hs + hpg - 1) / hpg + 1;
+    if (pl->ngmax > pr->G) pl->ngmax = pr->G;
+    const size_t hs = (size_t)pl->hs, ng = (size_t)pl->ngmax, nsh = (size_t)(pl->nch * H);
+
+    size_t off = pl->fp.glob; /* chunk start states, local states, log decays */
+    pl->o_pA = carve(&off, nsh * dbl);  /* per (chunk, head) sums, added in chunk order */
+    pl->o_pbias = carve(&off, nsh * dbl);
+    pl->o_pD = carve(&off, nsh * (size_t)pl->nD * dbl);
+    pl->o_prog = carve(&off, (size_t)(pl->nch * pl->nsets) * sizeof(bwd_progress));
+    const size_t nst = pl->chunked ? nsh * (size_t)(pr->P * pr->N) * f : 0;
+    pl->o_ge = carve(&off, nst); /* gradient into each chunk's end state */
+    pl->o_gl = carve(&off, nst); /* a chunk's local gradient into its start state */
     pl->glob = round64(off);
 
     off = 0;
-    pl->o_ck = carve(&off, (size_t)nck * PN * f);      /* checkpoints              */
-    /* the states of one segment (two-level only) */
-    pl->o_sub = carve(&off, pl->ck_every > 1 ? (size_t)pl->ck_every * PN * f : 0);
-    pl->o_St = carve(&off, T * 4 * N * f);             /* S_t of one 4-row tile    */
-    pl->o_G = carve(&off, PN * f);                     /* dL/dS, carried backwards */
-    pl->o_d = carve(&off, T * f);
-    pl->o_a = carve(&off, T * f);
-    pl->o_gf = carve(&off, T * f);
-    pl->o_xd = carve(&off, T * P * f);                 /* d_t x_t, [T][P]          */
-    pl->o_dy = carve(&off, T * P * f);                 /* dout_t silu(z_t), [T][P] */
-    pl->o_y = carve(&off, pl->want_y ? T * P * f : 0); /* S_t C_t for dz           */
-    pl->o_gb = carve(&off, T * P * f);                 /* G_t B_t, [T][P]          */
-    pl->o_dB = carve(&off, T * N * f);                 /* Σ_p G_t x_t, [T][N]      */
-    pl->o_dC = carve(&off, T * N * f);                 /* S_tᵀ dy_t, [T][N]        */
-    pl->o_dec = carve(&off, T * f);                    /* Σ G_t ∘ S_{t-1}          */
-    pl->o_D = carve(&off, P * f);
-    pl->o_Bp = carve(&off, T * N * f);                 /* B rows of the block      */
-    pl->o_Cp = carve(&off, T * N * f);                 /* C rows of the block      */
+    pl->o_S = carve(&off, hs * Np * Pp * f);   /* Ŝ in pass A, Ĝ in pass B, [hs][Np][Pp]   */
+    pl->o_u = carve(&off, hs * T * Pp * f);    /* x̂ = w x, [hs][T][Pp]                      */
+    pl->o_r = carve(&off, hs * T * Pp * f);    /* E dy                                       */
+    pl->o_w = carve(&off, hs * T * Pp * f);    /* ŷ (pass A) or Ĝ B (pass B)                 */
+    pl->o_dy = carve(&off, hs * T * Pp * f);   /* dy = dout silu(z)                          */
+    pl->o_sg = carve(&off, hs * T * Pp * f);   /* σ(z), pass A                               */
+    pl->o_acc = carve(&off, hs * T * Np * f);  /* per head dCm (pass A) or dBm (pass B) rows */
+    pl->o_B = carve(&off, ng * T * Np * f);    /* packed B, C per group                     */
+    pl->o_C = carve(&off, ng * T * Np * f);
+    pl->o_d = carve(&off, hs * T * f);
+    pl->o_E = carve(&off, hs * T * f);
+    pl->o_wt = carve(&off, hs * T * f);
+    pl->o_gf = carve(&off, hs * T * f);
+    pl->o_ri = carve(&off, hs * T * sizeof(int32_t));
+    pl->o_rf = carve(&off, hs * T * f);
+    pl->o_small = carve(&off, hs * (5 * dbl + sizeof(int) + f)); /* c, λ, dA, dbias, tmp c, nr, E_last */
+    pl->o_cb = carve(&off, (size_t)pl->nblk * hs * dbl);          /* c at each block start */
+    pl->o_s1 = carve(&off, pl->want_decay ? hs * (size_t)pl->Lmax * dbl : 0); /* Σ dy·y */
+    pl->o_snap = carve(&off, (size_t)pl->nsnap * hs * Np * Pp * f);
+    pl->o_dD = carve(&off, hs * Pp * f);
+    pl->o_Dh = carve(&off, hs * Pp * f);
+    pl->o_cbv = carve(&off, ng * T * f);        /* B_t·C_t per group                     */
+    /* strong decay (see bwd_task): a flag per (block, head), the recomputed states before
+     * the blocks of one snapshot interval, the running state of that recompute, λ of a
+     * directly contracted block */
+    const size_t sdk = pl->want_decay ? 1 : 0;
+    pl->o_strong = carve(&off, sdk * (size_t)pl->nblk * hs);
+    pl->o_rcs = carve(&off, sdk * (size_t)pl->snap_every * hs * Np * Pp * f);
+    pl->o_stmp = carve(&off, sdk * hs * Np * Pp * f);
+    pl->o_lamb = carve(&off, hs * T * f);
     pl->per_thread = round64(off);
+    if (pl->fp.per_thread > pl->per_thread) pl->per_thread = pl->fp.per_thread;
+    pl->fp.glob = pl->glob; /* the forward passes use the same per-thread regions */
+    pl->fp.per_thread = pl->per_thread;
     pl->total = pl->glob + pl->per_thread * (size_t)pl->nthr + 64;
 }
 
@@ -410,180 +749,410 @@ static void put_row(float *dst, const float *v, int64_t n, int accumulate) {
         memcpy(dst, v, (size_t)n * sizeof(float));
 }
 
-/* The inputs of fwd_block for tokens [u, u+Tb) of head h: d_t, a_t (and ∂d/∂dt when gf is
- * given), d_t x_t packed [Tb][P], and the group's B rows packed [Tb][N]. */
-static void block_prep(const m2_ssd_problem *pr, const m2_cpu_kernels *K, const dt_params *q,
-                       int64_t b, int64_t u, int64_t Tb, int64_t h, int64_t g, float *d, float *a,
-                       float *gf, float *xd, float *Bp) {
-    for (int64_t i = 0; i < Tb; i++) {
-        dt_step(q, *row3(&pr->dt, b, u + i, h), &d[i], &a[i], gf ? &gf[i] : NULL);
-        K->scale(pr->P, d[i], row3(&pr->x, b, u + i, h), xd + i * pr->P);
-    }
-    pack_rows(Bp, row3(&pr->Bm, b, u, g), pr->Bm.s[1], Tb, pr->N);
+static void wait_progress(_Atomic int64_t *p, int64_t need) {
+    while (atomic_load_explicit(p, memory_order_acquire) < need) sched_yield();
 }
 
-/* The whole backward of one (sequence, head). */
-static void bwd_head(const bwd_job *J, unsigned char *ws, int64_t s, int64_t h) {
+/* The states before blocks k0..k1 of one head set (into rcs, [k - k0][j][Np][Pp]), rerun
+ * from the state before block k0 (snapshot s0, or row `in` of vin when NULL) with the
+ * forward's update: bitwise the states pass A had. Uses the block buffers of pass B. */
+static void bwd_recompute(const bwd_job *J, int64_t b, const m2_view *vin, int64_t in,
+                          int64_t t0, int64_t t1,
+                          int64_t h0, int64_t nh, int64_t g0, int64_t ng, int64_t k0, int64_t k1,
+                          const double *cb, const float *s0, float *st, float *rcs,
+                          unsigned char *ws) {
+    const bwd_plan *pl = &J->pl;
     const m2_ssd_problem *pr = J->pr;
     const m2_cpu_kernels *K = J->k;
+    const int64_t P = pr->P, N = pr->N, T = pl->T, Pp = pl->Pp, Np = pl->Np;
+    const int64_t SN = Np * Pp, TP = T * Pp, TN = T * Np, hpg = pr->H / pr->G;
+    float *ub = (float *)(ws + pl->o_u), *Bp = (float *)(ws + pl->o_B);
+    float *d = (float *)(ws + pl->o_d), *E = (float *)(ws + pl->o_E);
+    float *wt = (float *)(ws + pl->o_wt), *rf = (float *)(ws + pl->o_rf);
+    int32_t *ridx = (int32_t *)(ws + pl->o_ri);
+    double *ctmp = (double *)(ws + pl->o_small) + 4 * nh;
+    int *nr = (int *)(ctmp + nh);
+    const float *Ah = (const float *)pr->A.p + h0;
+    const float *dtb = pr->dt_bias.p ? (const float *)pr->dt_bias.p + h0 : NULL;
+    if (s0)
+        memcpy(st, s0, (size_t)(nh * SN) * sizeof(float));
+    else
+        for (int64_t j = 0; j < nh; j++) state_in(vin, in, h0 + j, P, N, Pp, Np, st + j * SN);
+    for (int64_t k = k0; k <= k1; k++) {
+        const int64_t u = t0 + k * T, Tb = t1 - u < T ? t1 - u : T;
+        memcpy(rcs + (k - k0) * nh * SN, st, (size_t)(nh * SN) * sizeof(float));
+        if (k == k1) break;
+        for (int64_t j = 0; j < nh; j++) ctmp[j] = cb[k * nh + j];
+        K->dt_block(nh, Tb, T, row3(&pr->dt, b, u, h0), pr->dt.s[1], dtb, Ah, pr->dt_softplus,
+                    pr->dt_lo, pr->dt_hi, k == 0, ctmp, d, E, wt, NULL, nr, ridx, rf);
+        for (int64_t i = 0; i < Tb; i++)
+            for (int64_t j = 0; j < nh; j++)
+                K->scale(P, wt[j * T + i], row3(&pr->x, b, u + i, h0 + j), ub + j * TP + i * Pp);
+        for (int64_t q = 0; q < ng; q++)
+            pack_tiles(Bp + q * TN, row3(&pr->Bm, b, u, g0 + q), pr->Bm.s[1], Tb, N, Np);
+        for (int64_t j = 0; j < nh; j++)
+            K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T, 0, ub + j * TP,
+                     Bp + ((h0 + j) / hpg - g0) * TN, NULL, NULL, st + j * SN, NULL, NULL, NULL);
+    }
+}
+
+/* The backward of heads [h0, h0 + nh) (head set `set`) over tokens [t0, t1) of batch row b,
+ * chunk c: from the state row `in` of vin (the state before t0) and the gradient row `dfi` of
+ * vdf flowing into the state after t1 - 1 (zeros when absent); dL/d(state before t0) to row
+ * `dii` of vdi when given. Per-head sums go to the chunk's slots. */
+static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0, int64_t t1,
+                      int64_t set, int64_t ci, const m2_view *vin, int64_t in,
+                      const m2_view *vdf, int64_t dfi, const m2_view *vdi, int64_t dii) {
     const bwd_plan *pl = &J->pl;
-    const int64_t H = pr->H, P = pr->P, N = pr->N, PN = P * N, T = pl->T, m = pl->ck_every;
-    const int64_t hpg = H / pr->G, g = h / hpg, BL = pr->B * pr->L;
-    float *ck = (float *)(ws + pl->o_ck), *sub = (float *)(ws + pl->o_sub);
-    float *St = (float *)(ws + pl->o_St);
-    float *Gs = (float *)(ws + pl->o_G);
-    float *d = (float *)(ws + pl->o_d), *a = (float *)(ws + pl->o_a);
-    float *gf = (float *)(ws + pl->o_gf);
-    float *xd = (float *)(ws + pl->o_xd), *dy = (float *)(ws + pl->o_dy);
-    float *y = pl->want_y ? (float *)(ws + pl->o_y) : NULL;
-    float *gb = (float *)(ws + pl->o_gb);
-    float *dB = (float *)(ws + pl->o_dB), *dC = (float *)(ws + pl->o_dC);
-    float *dec = (float *)(ws + pl->o_dec);
-    float *Bp = (float *)(ws + pl->o_Bp), *Cp = (float *)(ws + pl->o_Cp);
-    const float *D = head_D(pr, h, (float *)(ws + pl->o_D));
-    const dt_params q = head_dt(pr, h);
-    int64_t b, t0, t1;
-    m2_ssd_seq(pr, s, &b, &t0, &t1);
-    const int64_t nb = (t1 - t0 + T - 1) / T; /* blocks of T tokens              */
-    const int64_t nseg = (nb + m - 1) / m;     /* segments of m blocks, 1 checkpoint each */
-    /* In BWD_GROUP the group's first head writes dBm/dCm rows, the others add to them. */
-    const int accumulate = pl->mode == BWD_GROUP && h % hpg != 0;
-    float *hB = pl->mode == BWD_PARTIAL ? (float *)(J->base + pl->o_hB) : NULL;
-    float *hC = pl->mode == BWD_PARTIAL ? (float *)(J->base + pl->o_hC) : NULL;
+    const m2_ssd_problem *pr = J->pr;
+    const m2_cpu_kernels *K = J->k;
+    const int64_t H = pr->H, P = pr->P, N = pr->N, T = pl->T, Pp = pl->Pp, Np = pl->Np;
+    const int64_t h0 = set * pl->hs;
+    const int64_t nh = h0 + pl->hs < H ? pl->hs : H - h0;
+    const int64_t hpg = H / pr->G, g0 = h0 / hpg, ng = (h0 + nh - 1) / hpg - g0 + 1;
+    float *S = (float *)(ws + pl->o_S), *ub = (float *)(ws + pl->o_u);
+    float *rb = (float *)(ws + pl->o_r), *wb = (float *)(ws + pl->o_w);
+    float *dyb = (float *)(ws + pl->o_dy), *acc = (float *)(ws + pl->o_acc);
+    float *sgb = (float *)(ws + pl->o_sg);
+    float *Bp = (float *)(ws + pl->o_B), *Cp = (float *)(ws + pl->o_C);
+    float *d = (float *)(ws + pl->o_d), *E = (float *)(ws + pl->o_E);
+    float *wt = (float *)(ws + pl->o_wt), *gf = (float *)(ws + pl->o_gf);
+    int32_t *ridx = (int32_t *)(ws + pl->o_ri);
+    float *rf = (float *)(ws + pl->o_rf);
+    double *c = (double *)(ws + pl->o_small), *lam = c + nh, *accA = lam + nh;
+    double *accB = accA + nh, *ctmp = accB + nh;
+    int *nr = (int *)(ctmp + nh);
+    float *e_last = (float *)(nr + nh);
+    double *cb = (double *)(ws + pl->o_cb), *s1 = (double *)(ws + pl->o_s1);
+    float *snap = (float *)(ws + pl->o_snap), *dDacc = (float *)(ws + pl->o_dD);
+    float *cbv = (float *)(ws + pl->o_cbv);
+    unsigned char *strong = ws + pl->o_strong;
+    float *rcs = (float *)(ws + pl->o_rcs), *stmp = (float *)(ws + pl->o_stmp);
+    float *lamb = (float *)(ws + pl->o_lamb);
+    const int64_t SN = Np * Pp, TP = T * Pp, TN = T * Np;
+    const float *Ah = (const float *)pr->A.p + h0;
+    const float *dtb = pr->dt_bias.p ? (const float *)pr->dt_bias.p + h0 : NULL;
+    const int64_t nb = (t1 - t0 + T - 1) / T, M = pl->snap_every;
+    /* the previous task of this chunk shares our first head's group: its dBm/dCm
+     * contributions for a token must be in place before ours are added (head order) */
+    bwd_progress *prog = (bwd_progress *)(J->base + pl->o_prog) + ci * pl->nsets;
+    bwd_progress *pred = (h0 % hpg != 0) ? &prog[set - 1] : NULL;
+    double *pD = (double *)(J->base + pl->o_pD) + (ci * H + h0) * pl->nD;
+    for (int64_t j = 0; j < nh * pl->nD; j++) pD[j] = 0.0;
 
-    /* pass 1: ck[c] = state before block c*m (the state after the last block is unused);
-     * with m > 1 the blocks in between run in place in sub[0] */
-    load_state(&pr->init, s, h, P, N, ck);
-    for (int64_t j = 0; j + 1 < nb; j++) {
-        if (j + 2 < nb) prefetch_rows(row3(&pr->x, b, t0 + (j + 1) * T, h), pr->x.s[1], T, P, 0);
-        block_prep(pr, K, &q, b, t0 + j * T, T, h, g, d, a, NULL, xd, Bp);
-        const float *src = j % m == 0 ? ck + (j / m) * PN : sub;
-        float *dst = (j + 1) % m == 0 ? ck + ((j + 1) / m) * PN : sub;
-        K->fwd_block(T, P, N, a, xd, Bp, NULL, src, dst, 0, NULL);
+    /* D rows: [H,P] in place, [H] broadcast into Dbc */
+    float *Dbc = (float *)(ws + pl->o_Dh);
+    for (int64_t j = 0; j < nh; j++)
+        if (pr->D.p && !pr->D_per_channel) head_D(pr, h0 + j, Dbc + j * Pp);
+#define DROW(j)                                                                                 \
+    (!pr->D.p ? NULL                                                                            \
+              : pr->D_per_channel ? (const float *)pr->D.p + (h0 + (j)) * pr->D.s[0] : Dbc + (j) * Pp)
+
+    /* ---- pass A ---- */
+    for (int64_t j = 0; j < nh; j++) {
+        state_in(vin, in, h0 + j, P, N, Pp, Np, S + j * SN);
+        c[j] = 0.0;
+        e_last[j] = 1.0f;
     }
-
-    /* pass 2: segments in reverse; in each, the states before its blocks (sub[i] before
-     * block j0 + i, recomputed from the checkpoint when m > 1), then its blocks in reverse */
-    load_state(&pr->dfinal, s, h, P, N, Gs);
-    float a_after = 1.0f; /* decay of the token after the current block (none: 1) */
-    double accA = 0.0, accBias = 0.0;
-    double *pD = (double *)(J->base + pl->o_pD) + (s * H + h) * pl->nD;
-    for (int64_t j = 0; j < pl->nD; j++) pD[j] = 0.0;
-    for (int64_t c = nseg - 1; c >= 0; c--) {
-        const int64_t j0 = c * m, j1 = j0 + m < nb ? j0 + m : nb;
-        for (int64_t j = j0; j + 1 < j1; j++) {
-            block_prep(pr, K, &q, b, t0 + j * T, T, h, g, d, a, NULL, xd, Bp);
-            K->fwd_block(T, P, N, a, xd, Bp, NULL, j == j0 ? ck + c * PN : sub + (j - j0) * PN,
-                         sub + (j + 1 - j0) * PN, 0, NULL);
-        }
-        for (int64_t k = j1 - 1; k >= j0; k--) {
-            const float *S0 = k == j0 ? ck + c * PN : sub + (k - j0) * PN;
-            const int64_t u = t0 + k * T, Tb = t1 - u < T ? t1 - u : T;
-            if (k > 0) { /* the rows of the block processed next (the previous one) */
-                const int64_t v = u - T;
-                prefetch_rows(row3(&pr->x, b, v, h), pr->x.s[1], T, P, 0);
-                prefetch_rows(row3(&pr->dout, b, v, h), pr->dout.s[1], T, P, 0);
-                if (pr->z.p) prefetch_rows(row3(&pr->z, b, v, h), pr->z.s[1], T, P, 0);
-                if (pr->dx.p) prefetch_rows(row3(&pr->dx, b, v, h), pr->dx.s[1], T, P, 1);
-                if (pr->dz.p) prefetch_rows(row3(&pr->dz, b, v, h), pr->dz.s[1], T, P, 1);
+    memset(ub, 0, (size_t)(nh * TP) * sizeof(float));
+    memset(rb, 0, (size_t)(nh * TP) * sizeof(float));
+    memset(dDacc, 0, (size_t)(nh * Pp) * sizeof(float));
+    for (int64_t k = 0; k < nb; k++) {
+        const int64_t u = t0 + k * T, Tb = t1 - u < T ? t1 - u : T;
+        for (int64_t j = 0; j < nh; j++) cb[k * nh + j] = c[j];
+        K->dt_block(nh, Tb, T, row3(&pr->dt, b, u, h0), pr->dt.s[1], dtb, Ah, pr->dt_softplus,
+                    pr->dt_lo, pr->dt_hi, k == 0, c, d, E, wt, NULL, nr, ridx, rf);
+        for (int64_t j = 0; j < nh; j++) e_last[j] = E[j * T + Tb - 1];
+        if (pl->want_decay)
+            for (int64_t j = 0; j < nh; j++) {
+                unsigned char st = 0;
+                for (int64_t i = 0; i < Tb; i++) st |= (double)d[j * T + i] * Ah[j] < BWD_STRONG_LOG;
+                strong[k * nh + j] = st;
             }
-            block_prep(pr, K, &q, b, u, Tb, h, g, d, a, gf, xd, Bp);
-            pack_rows(Cp, row3(&pr->Cm, b, u, g), pr->Cm.s[1], Tb, N);
+        if (!pl->need_a_rows) continue;
+        for (int64_t i = 0; i < Tb; i++)
+            for (int64_t j = 0; j < nh; j++) {
+                const int64_t h = h0 + j;
+                K->bwd_prep(P, wt[j * T + i], E[j * T + i], row3(&pr->x, b, u + i, h),
+                            row3(&pr->dout, b, u + i, h), pr->z.p ? row3(&pr->z, b, u + i, h) : NULL,
+                            ub + j * TP + i * Pp, dyb + j * TP + i * Pp, rb + j * TP + i * Pp,
+                            sgb + j * TP + i * Pp);
+            }
+        if (pl->need_a_sweep) {
+            for (int64_t q = 0; q < ng; q++) {
+                pack_tiles(Bp + q * TN, row3(&pr->Bm, b, u, g0 + q), pr->Bm.s[1], Tb, N, Np);
+                if (pl->want_y)
+                    pack_tiles(Cp + q * TN, row3(&pr->Cm, b, u, g0 + q), pr->Cm.s[1], Tb, N, Np);
+                if (pl->want_y)
+                    for (int64_t i = 0; i < Tb; i++)
+                        cbv[q * T + i] = (float)K->dot(N, row3(&pr->Bm, b, u + i, g0 + q),
+                                                       row3(&pr->Cm, b, u + i, g0 + q));
+            }
+            if (pl->want_y) memset(wb, 0, (size_t)(nh * TP) * sizeof(float));
+            for (int64_t j = 0; j < nh; j++) {
+                const int64_t q = (h0 + j) / hpg - g0;
+                K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T, M2_SWEEP_W_PRE, ub + j * TP,
+                         Bp + q * TN, pl->want_y ? Cp + q * TN : NULL,
+                         pl->want_dc ? rb + j * TP : NULL,
+                         S + j * SN, pl->want_y ? wb + j * TP : NULL,
+                         pl->want_dc ? acc + j * TN : NULL, NULL);
+            }
+        }
+        for (int64_t i = 0; i < Tb; i++)
+            for (int64_t j = 0; j < nh; j++) {
+                const int64_t h = h0 + j, t = u + i;
+                const float *Dr = DROW(j);
+                const int64_t jt = j * TP + i * Pp;
+                const float sdy = K->bwd_a_out(
+                    P, E[j * T + i], pl->want_y ? cbv[(h / hpg - g0) * T + i] : 0.0f,
+                    pl->want_y ? wb + jt : NULL, ub + jt, rb + jt, row3(&pr->x, b, t, h), Dr,
+                    row3(&pr->dout, b, t, h), pr->z.p ? row3(&pr->z, b, t, h) : NULL, sgb + jt,
+                    dyb + jt,
+                    pr->dz.p && pr->z.p ? row3(&pr->dz, b, t, h) : NULL,
+                    pr->dD.p ? dDacc + j * Pp : NULL);
+                if (pl->want_decay) s1[j * pl->Lmax + (t - t0)] = (double)sdy;
+            }
+        if (pl->want_dc) {
+            if (pred) wait_progress(&pred->a, u + Tb - t0);
             for (int64_t i = 0; i < Tb; i++)
-                K->bwd_dy(P, row3(&pr->dout, b, u + i, h),
-                          pr->z.p ? row3(&pr->z, b, u + i, h) : NULL, dy + i * P);
-            memset(dB, 0, (size_t)(Tb * N) * sizeof(float));
-            memset(dC, 0, (size_t)(Tb * N) * sizeof(float));
-            memset(dec, 0, (size_t)Tb * sizeof(float));
-            K->bwd_block(Tb, P, N, a, a_after, xd, row3(&pr->x, b, u, h), pr->x.s[1], dy, Bp, Cp,
-                         S0, Gs, St, y, gb, dB, dC, dec);
-
-            for (int64_t i = 0; i < Tb; i++) {
-                const int64_t t = u + i;
-                const float *xr = row3(&pr->x, b, t, h), *gbr = gb + i * P, *dyr = dy + i * P;
-                K->bwd_dxdz(P, d[i], gbr, dyr, xr, D, y ? y + i * P : NULL,
-                            row3(&pr->dout, b, t, h), pr->z.p ? row3(&pr->z, b, t, h) : NULL,
-                            pr->dx.p ? row3(&pr->dx, b, t, h) : NULL,
-                            pr->dz.p ? row3(&pr->dz, b, t, h) : NULL);
-                /* ∂L/∂d_t = x_t·(G_t B_t) + A a_t Σ G_t∘S_{t-1},
-                 * ∂L/∂A   = Σ_t d_t a_t Σ G_t∘S_{t-1} */
-                double xg = 0.0;
-                for (int64_t p = 0; p < P; p++) xg += (double)xr[p] * (double)gbr[p];
-                const double ga = (double)dec[i] * (double)a[i];
-                const double draw = (xg + q.A * ga) * (double)gf[i];
-                if (pr->ddt.p) *row3(&pr->ddt, b, t, h) = (float)draw;
-                accA += ga * (double)d[i];
-                accBias += draw;
-                if (pr->dD.p) {
-                    if (pl->nD == 1) {
-                        double sdx = 0.0;
-                        for (int64_t p = 0; p < P; p++) sdx += (double)dyr[p] * (double)xr[p];
-                        pD[0] += sdx;
-                    } else {
-                        for (int64_t p = 0; p < P; p++) pD[p] += (double)dyr[p] * (double)xr[p];
-                    }
+                for (int64_t j = 0; j < nh; j++) {
+                    const int64_t h = h0 + j;
+                    put_row(row3(&pr->dCm, b, u + i, h / hpg), acc + j * TN + i * Np, N, h % hpg != 0);
                 }
-                if (pr->dBm.p) {
-                    float *v = dB + i * N;
-                    K->scale(N, d[i], v, v); /* dBm_t = d_t Σ_p G_t x_t */
-                    if (hB) /* this head's row, reduced in head order later */
-                        memcpy(hB + (size_t)((h * BL + b * pr->L + t) * N), v,
-                               (size_t)N * sizeof(float));
-                    else
-                        put_row(row3(&pr->dBm, b, t, g), v, N, accumulate);
-                }
-                if (pr->dCm.p) {
-                    const float *v = dC + i * N;
-                    if (hC) /* this head's row, reduced in head order later */
-                        memcpy(hC + (size_t)((h * BL + b * pr->L + t) * N), v,
-                               (size_t)N * sizeof(float));
-                    else
-                        put_row(row3(&pr->dCm, b, t, g), v, N, accumulate);
+        }
+        atomic_store_explicit(&prog[set].a, u + Tb - t0, memory_order_release);
+        if (pr->dD.p) {
+            for (int64_t j = 0; j < nh; j++) {
+                if (pl->nD == 1) {
+                    double sd = 0.0;
+                    for (int64_t p = 0; p < P; p++) sd += (double)dDacc[j * Pp + p];
+                    pD[j] += sd;
+                } else {
+                    for (int64_t p = 0; p < P; p++) pD[j * pl->nD + p] += (double)dDacc[j * Pp + p];
                 }
             }
-            a_after = a[0];
+            memset(dDacc, 0, (size_t)(nh * Pp) * sizeof(float));
         }
+        if (pl->want_decay && ((k + 1) % M == 0 || k == nb - 1))
+            memcpy(snap + (k / M) * nh * SN, S, (size_t)(nh * SN) * sizeof(float));
     }
-    /* dinit = ∂L/∂S_{-1} = a_0 G_0 */
-    if (pr->dinit.p)
-        for (int64_t p = 0; p < P; p++) K->scale(N, a_after, Gs + p * N, row3(&pr->dinit, s, h, p));
-    ((double *)(J->base + pl->o_pA))[s * H + h] = accA;
-    ((double *)(J->base + pl->o_pbias))[s * H + h] = accBias;
+    atomic_store_explicit(&prog[set].a, t1 - t0, memory_order_release);
+
+    /* ---- pass B ---- */
+    for (int64_t j = 0; j < nh; j++) {
+        float *G = S + j * SN;
+        state_in(vdf, dfi, h0 + j, P, N, Pp, Np, G);
+        for (int64_t e = 0; e < SN; e++) G[e] *= e_last[j]; /* into the last segment's scale */
+        lam[j] = accA[j] = accB[j] = 0.0;
+    }
+    if (pl->need_b)
+        for (int64_t k = nb - 1; k >= 0; k--) {
+            const int64_t u = t0 + k * T, Tb = t1 - u < T ? t1 - u : T;
+            if (pl->want_decay && ((k + 1) % M == 0 || k == nb - 1))
+                for (int64_t j = 0; j < nh; j++) /* λ_{e+1} = Σ Ĝ_{e+1} ∘ Ŝ_e */
+                    lam[j] = K->dot(SN, S + j * SN, snap + (k / M) * nh * SN + j * SN);
+            const int64_t k0 = k / M * M;
+            if (pl->want_decay && (k == nb - 1 || (k + 1) % M == 0)) {
+                /* entering a snapshot interval from its end: if any of its blocks needs the
+                 * direct contraction, recompute the states before each of its blocks */
+                unsigned char any = 0;
+                for (int64_t e = k0 * nh; e < (k + 1) * nh; e++) any |= strong[e];
+                if (any)
+                    bwd_recompute(J, b, vin, in, t0, t1, h0, nh, g0, ng, k0, k, cb,
+                                  k0 == 0 ? NULL : snap + (k0 / M - 1) * nh * SN, stmp, rcs, ws);
+            }
+            for (int64_t j = 0; j < nh; j++) ctmp[j] = cb[k * nh + j];
+            K->dt_block(nh, Tb, T, row3(&pr->dt, b, u, h0), pr->dt.s[1], dtb, Ah, pr->dt_softplus,
+                        pr->dt_lo, pr->dt_hi, k == 0, ctmp, d, E, wt, gf, nr, ridx, rf);
+            for (int64_t i = 0; i < Tb; i++)
+                for (int64_t j = 0; j < nh; j++) {
+                    const int64_t h = h0 + j;
+                    K->bwd_prep(P, wt[j * T + i], E[j * T + i], row3(&pr->x, b, u + i, h),
+                                row3(&pr->dout, b, u + i, h),
+                                pr->z.p ? row3(&pr->z, b, u + i, h) : NULL, ub + j * TP + i * Pp,
+                                dyb + j * TP + i * Pp, rb + j * TP + i * Pp, NULL);
+                }
+            for (int64_t q = 0; q < ng; q++) {
+                pack_tiles(Cp + q * TN, row3(&pr->Cm, b, u, g0 + q), pr->Cm.s[1], Tb, N, Np);
+                if (pl->want_gb || pl->want_decay) {
+                    pack_tiles(Bp + q * TN, row3(&pr->Bm, b, u, g0 + q), pr->Bm.s[1], Tb, N, Np);
+                    for (int64_t i = 0; i < Tb; i++)
+                        cbv[q * T + i] = (float)K->dot(N, row3(&pr->Bm, b, u + i, g0 + q),
+                                                       row3(&pr->Cm, b, u + i, g0 + q));
+                }
+            }
+            if (pl->want_gb) memset(wb, 0, (size_t)(nh * TP) * sizeof(float));
+            for (int64_t j = 0; j < nh; j++) {
+                const int64_t q = (h0 + j) / hpg - g0;
+                if (pl->want_decay && strong[k * nh + j])
+                    K->sweep_direct(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T,
+                                    rcs + ((k - k0) * nh + j) * SN, ub + j * TP, rb + j * TP,
+                                    Bp + q * TN, Cp + q * TN, S + j * SN,
+                                    pl->want_gb ? wb + j * TP : NULL,
+                                    pl->want_db ? acc + j * TN : NULL, lamb + j * T);
+                else
+                    K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T,
+                             M2_SWEEP_REV | M2_SWEEP_W_PRE, rb + j * TP, Cp + q * TN,
+                             pl->want_gb ? Bp + q * TN : NULL, pl->want_db ? ub + j * TP : NULL,
+                             S + j * SN, pl->want_gb ? wb + j * TP : NULL,
+                             pl->want_db ? acc + j * TN : NULL, NULL);
+            }
+            if (pl->want_gb)
+                for (int64_t i = Tb - 1; i >= 0; i--)
+                    for (int64_t j = 0; j < nh; j++) {
+                        const int64_t h = h0 + j, t = u + i, jt = j * T + i;
+                        const float *Dr = DROW(j);
+                        const int64_t jp = j * TP + i * Pp;
+                        float xg[2];
+                        K->bwd_b_out(P, wt[jt], cbv[(h / hpg - g0) * T + i], wb + jp, rb + jp, ub + jp,
+                                     row3(&pr->x, b, t, h), Dr, dyb + jp,
+                                     pr->dx.p ? row3(&pr->dx, b, t, h) : NULL, xg);
+                        if (pl->want_decay) {
+                            /* λ_t = λ_{t+1} + a_t dy·(S_{t-1} C) − a_{t+1} d x·(G_{t+1} B),
+                             * ∂L/∂d_t = x·(G_t B) + A λ_t */
+                            if (strong[k * nh + j]) /* contracted directly */
+                                lam[j] = (double)lamb[j * T + i];
+                            else
+                                lam[j] += s1[j * pl->Lmax + (t - t0)] - (double)xg[1];
+                            const double dd = (double)xg[0] / (double)E[jt] + (double)Ah[j] * lam[j];
+                            const double draw = dd * (double)gf[jt];
+                            if (pr->ddt.p) *row3(&pr->ddt, b, t, h) = (float)draw;
+                            accA[j] += (double)d[jt] * lam[j];
+                            accB[j] += draw;
+                        }
+                    }
+            if (pl->want_db) {
+                if (pred) wait_progress(&pred->b, t1 - u);
+                for (int64_t i = 0; i < Tb; i++)
+                    for (int64_t j = 0; j < nh; j++) {
+                        const int64_t h = h0 + j;
+                        put_row(row3(&pr->dBm, b, u + i, h / hpg), acc + j * TN + i * Np, N,
+                                h % hpg != 0);
+                    }
+            }
+            atomic_store_explicit(&prog[set].b, t1 - u, memory_order_release);
+        }
+    atomic_store_explicit(&prog[set].b, t1 - t0, memory_order_release);
+    for (int64_t j = 0; j < nh; j++) {
+        if (vdi && vdi->p) state_out(vdi, dii, h0 + j, P, N, Pp, S + j * SN, 1.0f);
+        ((double *)(J->base + pl->o_pA))[ci * H + h0 + j] = accA[j];
+        ((double *)(J->base + pl->o_pbias))[ci * H + h0 + j] = accB[j];
+    }
+#undef DROW
 }
 
-static void bwd_task_head(void *arg, int64_t task, int thread) {
+/* B1: chunks 1 .. K-1 of a split sequence run the reverse recurrence alone (no outputs)
+ * from a zero gradient (the last chunk: from dfinal, which makes it exact), giving their
+ * local gradients into their start states. */
+static void bwd_task_b1(void *arg, int64_t task, int thread) {
     const bwd_job *J = (const bwd_job *)arg;
-    const int64_t H = J->pr->H;
-    unsigned char *ws = J->base + J->pl.glob + (size_t)thread * J->pl.per_thread;
-    bwd_head(J, ws, task / H, task % H);
+    const bwd_plan *pl = &J->pl;
+    const m2_ssd_problem *pr = J->pr;
+    const m2_cpu_kernels *K = J->k;
+    chunk_ref r;
+    if (!chunk_item(pr, 3, task / pl->nsets, &r)) return;
+    const int64_t H = pr->H, P = pr->P, N = pr->N, T = pl->T, Pp = pl->Pp, Np = pl->Np;
+    const int64_t h0 = (task % pl->nsets) * pl->hs, nh = h0 + pl->hs < H ? pl->hs : H - h0;
+    const int64_t hpg = H / pr->G, g0 = h0 / hpg, ng = (h0 + nh - 1) / hpg - g0 + 1;
+    const int64_t SN = Np * Pp, TP = T * Pp, TN = T * Np, b = r.b;
+    unsigned char *ws = J->base + pl->glob + (size_t)thread * pl->per_thread;
+    float *G = (float *)(ws + pl->o_S), *ub = (float *)(ws + pl->o_u);
+    float *rb = (float *)(ws + pl->o_r), *dyb = (float *)(ws + pl->o_dy);
+    float *Cp = (float *)(ws + pl->o_C);
+    float *d = (float *)(ws + pl->o_d), *E = (float *)(ws + pl->o_E);
+    float *wt = (float *)(ws + pl->o_wt), *rf = (float *)(ws + pl->o_rf);
+    int32_t *ridx = (int32_t *)(ws + pl->o_ri);
+    double *c = (double *)(ws + pl->o_small), *ctmp = c + 4 * nh;
+    int *nr = (int *)(ctmp + nh);
+    double *cb = (double *)(ws + pl->o_cb);
+    const float *Ah = (const float *)pr->A.p + h0;
+    const float *dtb = pr->dt_bias.p ? (const float *)pr->dt_bias.p + h0 : NULL;
+    const int64_t nb = (r.tb - r.ta + T - 1) / T;
+    /* the segment scales at every block start (forward over the dt), E at the end */
+    for (int64_t j = 0; j < nh; j++) c[j] = 0.0;
+    for (int64_t k = 0; k < nb; k++) {
+        const int64_t u = r.ta + k * T, Tb = r.tb - u < T ? r.tb - u : T;
+        for (int64_t j = 0; j < nh; j++) cb[k * nh + j] = c[j];
+        K->dt_block(nh, Tb, T, row3(&pr->dt, b, u, h0), pr->dt.s[1], dtb, Ah, pr->dt_softplus,
+                    pr->dt_lo, pr->dt_hi, k == 0, c, d, E, wt, NULL, nr, ridx, rf);
+    }
+    const int last = r.k == r.K - 1;
+    for (int64_t j = 0; j < nh; j++) {
+        const m2_view none = {NULL, {0, 0, 0, 0}};
+        state_in(last ? &pr->dfinal : &none, r.s, h0 + j, P, N, Pp, Np, G + j * SN);
+        const float e = E[j * T + (r.tb - r.ta - 1) % T]; /* the last token's scale */
+        for (int64_t i = 0; i < SN; i++) G[j * SN + i] *= e;
+    }
+    memset(ub, 0, (size_t)(nh * TP) * sizeof(float));
+    memset(rb, 0, (size_t)(nh * TP) * sizeof(float));
+    for (int64_t k = nb - 1; k >= 0; k--) {
+        const int64_t u = r.ta + k * T, Tb = r.tb - u < T ? r.tb - u : T;
+        for (int64_t j = 0; j < nh; j++) ctmp[j] = cb[k * nh + j];
+        K->dt_block(nh, Tb, T, row3(&pr->dt, b, u, h0), pr->dt.s[1], dtb, Ah, pr->dt_softplus,
+                    pr->dt_lo, pr->dt_hi, k == 0, ctmp, d, E, wt, NULL, nr, ridx, rf);
+        for (int64_t i = 0; i < Tb; i++)
+            for (int64_t j = 0; j < nh; j++) {
+                const int64_t h = h0 + j;
+                K->bwd_prep(P, wt[j * T + i], E[j * T + i], row3(&pr->x, b, u + i, h),
+                            row3(&pr->dout, b, u + i, h), pr->z.p ? row3(&pr->z, b, u + i, h) : NULL,
+                            ub + j * TP + i * Pp, dyb + j * TP + i * Pp, rb + j * TP + i * Pp, NULL);
+            }
+        for (int64_t q = 0; q < ng; q++)
+            pack_tiles(Cp + q * TN, row3(&pr->Cm, b, u, g0 + q), pr->Cm.s[1], Tb, N, Np);
+        for (int64_t j = 0; j < nh; j++)
+            K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T, M2_SWEEP_REV, rb + j * TP,
+                     Cp + ((h0 + j) / hpg - g0) * TN, NULL, NULL, G + j * SN, NULL, NULL, NULL);
+    }
+    const m2_view gl = chunk_view(J->base + pl->o_gl, pr);
+    for (int64_t j = 0; j < nh; j++) state_out(&gl, r.c, h0 + j, P, N, Pp, G + j * SN, 1.0f);
 }
 
-static void bwd_task_group(void *arg, int64_t task, int thread) {
-    const bwd_job *J = (const bwd_job *)arg;
-    const int64_t G = J->pr->G, hpg = J->pr->H / G;
-    const int64_t s = task / G, g = task % G;
-    unsigned char *ws = J->base + J->pl.glob + (size_t)thread * J->pl.per_thread;
-    for (int64_t j = 0; j < hpg; j++) bwd_head(J, ws, s, g * hpg + j); /* head order */
-}
-
-/* BWD_PARTIAL: dBm/dCm rows = head contributions added in head order. */
-static void bwd_task_reduce(void *arg, int64_t task, int thread) {
+/* B2: per (sequence, head), the gradients into the chunk end states, last chunk first:
+ * ge[K-2] = gl[K-1]; ge[k-1] = gl[k] + (Π_{t in chunk k} a_t) ge[k]. */
+static void bwd_task_b2(void *arg, int64_t task, int thread) {
     (void)thread;
     const bwd_job *J = (const bwd_job *)arg;
     const m2_ssd_problem *pr = J->pr;
-    const int64_t G = pr->G, hpg = pr->H / G, N = pr->N, L = pr->L, BL = pr->B * L;
-    const int64_t e = (task + 1) * REDUCE_TOKENS < BL ? (task + 1) * REDUCE_TOKENS : BL;
-    for (int which = 0; which < 2; which++) {
-        const m2_view *out = which == 0 ? &pr->dBm : &pr->dCm;
-        if (!out->p) continue;
-        const float *part = (const float *)(J->base + (which == 0 ? J->pl.o_hB : J->pl.o_hC));
-        for (int64_t tok = task * REDUCE_TOKENS; tok < e; tok++)
-            for (int64_t g = 0; g < G; g++) {
-                float *dst = row3(out, tok / L, tok % L, g);
-                for (int64_t j = 0; j < hpg; j++)
-                    put_row(dst, part + (size_t)(((g * hpg + j) * BL + tok) * N), N, j > 0);
-            }
+    const int64_t si = task / pr->H, h = task % pr->H, P = pr->P, N = pr->N;
+    int64_t c0 = 0;
+    for (int64_t s = 0; s < si; s++) {
+        int64_t b, t0, t1;
+        m2_ssd_seq(pr, s, &b, &t0, &t1);
+        c0 += seq_nchunks(pr, t1 - t0);
     }
+    int64_t b, t0, t1;
+    m2_ssd_seq(pr, si, &b, &t0, &t1);
+    const int64_t K = seq_nchunks(pr, t1 - t0);
+    if (K < 2) return;
+    const m2_view ge = chunk_view(J->base + J->pl.o_ge, pr);
+    const m2_view gl = chunk_view(J->base + J->pl.o_gl, pr);
+    const double *cdec = (const double *)(J->base + J->pl.fp.o_cdec);
+    for (int64_t p = 0; p < P; p++)
+        memcpy(row3(&ge, c0 + K - 2, h, p), row3(&gl, c0 + K - 1, h, p), (size_t)N * sizeof(float));
+    for (int64_t k = K - 2; k >= 1; k--) {
+        const float a = (float)exp(cdec[(c0 + k) * pr->H + h]);
+        for (int64_t p = 0; p < P; p++) {
+            const float *loc = row3(&gl, c0 + k, h, p), *src = row3(&ge, c0 + k, h, p);
+            float *dst = row3(&ge, c0 + k - 1, h, p);
+            for (int64_t n = 0; n < N; n++) dst[n] = loc[n] + a * src[n];
+        }
+    }
+}
+
+/* B3: the backward of every chunk from its true start state and end gradient. */
+static void bwd_task_b3(void *arg, int64_t task, int thread) {
+    const bwd_job *J = (const bwd_job *)arg;
+    const bwd_plan *pl = &J->pl;
+    const m2_ssd_problem *pr = J->pr;
+    chunk_ref r;
+    if (!chunk_item(pr, 0, task / pl->nsets, &r)) return;
+    unsigned char *ws = J->base + pl->glob + (size_t)thread * pl->per_thread;
+    const m2_view cs = chunk_view(J->base + pl->fp.o_cs, pr);
+    const m2_view ge = chunk_view(J->base + pl->o_ge, pr);
+    const int first = r.k == 0, last = r.k == r.K - 1;
+    bwd_range(J, ws, r.b, r.ta, r.tb, task % pl->nsets, r.c, first ? &pr->init : &cs,
+              first ? r.s : r.c, last ? &pr->dfinal : &ge, last ? r.s : r.c,
+              first ? &pr->dinit : NULL, r.s);
 }
 
 mamba2_status_t m2_cpu_ssd_backward_workspace(const mamba2_context_t *ctx,
@@ -605,34 +1174,44 @@ mamba2_status_t m2_cpu_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem 
     bwd_make_plan(ctx, pr, &J.pl);
     if (!ws) return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "cpu ssd backward: no workspace");
     J.base = align64(ws);
-    const int64_t H = pr->H, nseq = pr->nseq;
+    const int64_t H = pr->H, nch = J.pl.nch;
+    bwd_progress *prog = (bwd_progress *)(J.base + J.pl.o_prog);
+    for (int64_t i = 0; i < nch * J.pl.nsets; i++) {
+        atomic_init(&prog[i].a, 0);
+        atomic_init(&prog[i].b, 0);
+    }
+    if (J.pl.chunked) { /* chunk start states, then chunk end gradients (see above) */
+        fwd_job F;
+        F.pr = pr;
+        F.k = J.k;
+        F.base = J.base;
+        F.pl = J.pl.fp;
+        F.outputs = 0;
+        fwd_run(ctx, &F);
+        run_tasks(ctx, chunk_items(pr, 3) * J.pl.nsets, bwd_task_b1, &J);
+        run_tasks(ctx, pr->nseq * H, bwd_task_b2, &J);
+    }
+    run_tasks(ctx, nch * J.pl.nsets, bwd_task_b3, &J);
 
-    if (J.pl.mode == BWD_GROUP)
-        run_tasks(ctx, nseq * pr->G, bwd_task_group, &J);
-    else
-        run_tasks(ctx, nseq * H, bwd_task_head, &J);
-    if (J.pl.mode == BWD_PARTIAL)
-        run_tasks(ctx, (pr->B * pr->L + REDUCE_TOKENS - 1) / REDUCE_TOKENS, bwd_task_reduce, &J);
-
-    /* per-head parameters: sum the (sequence, head) slots in sequence order */
+    /* per-head parameters: sum the (chunk, head) slots in chunk order (sequence by sequence) */
     const double *pA = (const double *)(J.base + J.pl.o_pA);
     const double *pbias = (const double *)(J.base + J.pl.o_pbias);
     const double *pD = (const double *)(J.base + J.pl.o_pD);
     for (int64_t h = 0; h < H; h++) {
         if (pr->dA.p) {
             double acc = 0.0;
-            for (int64_t s = 0; s < nseq; s++) acc += pA[s * H + h];
+            for (int64_t c = 0; c < nch; c++) acc += pA[c * H + h];
             ((float *)pr->dA.p)[h * pr->dA.s[0]] = (float)acc;
         }
         if (pr->ddt_bias.p) {
             double acc = 0.0;
-            for (int64_t s = 0; s < nseq; s++) acc += pbias[s * H + h];
+            for (int64_t c = 0; c < nch; c++) acc += pbias[c * H + h];
             ((float *)pr->ddt_bias.p)[h * pr->ddt_bias.s[0]] = (float)acc;
         }
         if (pr->dD.p) {
             for (int64_t j = 0; j < J.pl.nD; j++) {
                 double acc = 0.0;
-                for (int64_t s = 0; s < nseq; s++) acc += pD[(s * H + h) * J.pl.nD + j];
+                for (int64_t c = 0; c < nch; c++) acc += pD[(c * H + h) * J.pl.nD + j];
                 ((float *)pr->dD.p)[h * pr->dD.s[0] + (J.pl.nD > 1 ? j * pr->dD.s[1] : 0)] =
                     (float)acc;
             }

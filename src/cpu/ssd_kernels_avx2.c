@@ -11,11 +11,16 @@
 #include "cpu/ssd_kernels_impl.h"
 
 const m2_cpu_kernels m2_cpu_kernels_avx2 = {
-    "avx2+fma",
-    fwd_block_4xN__avx2,
-    bwd_block_4xN__avx2,
-    scale__avx2,
-    fwd_out__avx2,
-    bwd_dy__avx2,
-    bwd_dxdz__avx2,
+    .isa = "avx2+fma",
+    .tile_p = 2 * M2V_LEN,
+    .tile_n = 4,
+    .sweep = sweep__avx2,
+    .sweep_direct = sweep_direct__avx2,
+    .dt_block = dt_block__avx2,
+    .scale = scale__avx2,
+    .fwd_out = fwd_out__avx2,
+    .bwd_prep = bwd_prep__avx2,
+    .bwd_a_out = bwd_a_out__avx2,
+    .bwd_b_out = bwd_b_out__avx2,
+    .dot = dot__avx2,
 };

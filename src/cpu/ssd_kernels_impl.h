@@ -5,21 +5,25 @@
  * M2_KSUFFIX names it (e.g. __avx2). It defines static kernels named <kernel><M2_KSUFFIX>;
  * the .c file puts them in its m2_cpu_kernels table.
  *
- * Structure (why it looks like this):
- *  - The state recurrence is tiled 4 rows of P at a time with the token loop inside the
- *    tile (fwd_tile4): a 4 x N tile (2 KiB at N = 128) stays in L1 for a whole block of
- *    tokens while B_t and C_t (shared by the 4 rows, loaded once per vector) stream past.
- *  - The backward (bwd_block) works on the same tiles: the rows of S and of G evolve
- *    independently, so per tile it recomputes the block's states from the checkpoint into
- *    an L1-sized buffer and runs the reverse recurrence (rev_tile4) right after; only the
- *    sums over p (dBm, dCm, the decay gradient) combine tiles, in p order.
- *  - A near-peak kernel (register tile, rescaled state, or the chunked GEMM form) can
- *    replace fwd_block / bwd_block without touching the planner in ssd_cpu.c.
- *  - N is the vector dimension: rows of the state, B_t and C_t are contiguous over N. Every
- *    loop over N has a vector body and a scalar tail (N = 5 runs the tail only); rows of P
- *    left over from the 4-row tiles go through a 1-row version of the same loop.
- *  - Dot products over N keep one accumulator per row and reduce it once per token
- *    (m2v_reduce4), so every reduction has one fixed order: the tiling depends only on P.
+ * What is here and why (docs/cpu_ssd.md has the measurements):
+ *  - sweep: the one kernel that touches state elements. The state is carried rescaled inside
+ *    a segment (ssd_cpu.c), so each token costs one FMA per state element for the update and
+ *    one more per contraction asked for: the output row w (over n, per p) and the r row
+ *    (over p, per n). The forward uses update + w; the backward's two passes use
+ *    update + w + r, forward and reversed. A register tile of 2 vectors of p by 4 columns n
+ *    (16 x 4 floats with AVX2) stays in registers for the whole token loop; the state lives
+ *    in the sweep's own layout [Np][Pp], padded with zeros to the tile, so there are no edge
+ *    cases in the kernel. Reductions run in orders fixed by (Pp, Np): results never depend
+ *    on threads.
+ *  - sweep_direct: the reverse sweep plus the decay gradient contracted from its definition,
+ *    for blocks where the backward's telescoping form would lose precision (strong decay).
+ *  - dt_block: dt processing and the segment scales of a set of heads, vectorized over the
+ *    heads (their dt are adjacent); the scales in double.
+ *  - rows of length P: x scaling, the forward epilogue (D and the silu gate), the
+ *    backward's per-token rows. The gate's sigmoid is the lean one of ssd_fast_simd.h: it
+ *    shares the two FMA ports with the sweep and is the largest per-token cost left.
+ * Every loop has a vector body and a scalar tail; the scalar kernel set (M2V_LEN = 1) is
+ * the same text.
  */
 #ifndef M2_KSUFFIX
 #error "define M2_KSUFFIX before including ssd_kernels_impl.h"
@@ -30,304 +34,383 @@
 
 #include "cpu/kernels.h"
 #include "cpu/simd.h"
+#include "cpu/ssd_fast_simd.h"
 
 #define M2_CAT2(a, b) a##b
 #define M2_CAT(a, b) M2_CAT2(a, b)
 #define M2K(name) M2_CAT(name, M2_KSUFFIX)
 
-/* ---- forward recurrence: one tile of rows over a block of tokens -------------------- */
+/* ---- the sweep: one rescaled state over a block of tokens ----------------------------- */
 
-/* 4 state rows (row stride N) over T tokens:
- *   S_t = a[t] S_{t-1} + xd_t ⊗ B_t,   y[t*ldy + r] = S_t[r,:] · C_t (when want_y)
- * S_{-1} rows are S0 + r*N; S_t rows are written to So + t*st + r*N (st = 0 with So == S0:
- * in place). xd and y point at the tile's first column. want_y is a compile-time constant
- * at every call site, so the compiler emits one loop with the C_t dot product and one
- * without (the backward's checkpoint pass needs no y). */
-M2_INLINE void fwd_tile4(int64_t T, int64_t N, const float *a, const float *xd, int64_t ldx,
-                         const float *Bp, const float *Cp, const float *S0, float *So, int64_t st,
-                         float *y, int64_t ldy, const int want_y) {
-    for (int64_t t = 0; t < T; t++) {
-        const float *b = Bp + t * N;
-        const float *c = want_y ? Cp + t * N : NULL;
-        /* in place the previous and the new rows are the same memory, so each iteration
-         * loads all four rows before it stores any */
-        const float *s = t == 0 ? S0 : So + (t - 1) * st;
-        float *o = So + t * st;
-        const float *xt = xd + t * ldx;
-        const float as = a[t], x0 = xt[0], x1 = xt[1], x2 = xt[2], x3 = xt[3];
-        const m2v va = m2v_set1(as);
-        const m2v vx0 = m2v_set1(x0), vx1 = m2v_set1(x1), vx2 = m2v_set1(x2), vx3 = m2v_set1(x3);
-        m2v y0 = m2v_zero(), y1 = m2v_zero(), y2 = m2v_zero(), y3 = m2v_zero();
-        int64_t n = 0;
-        for (; n + M2V_LEN <= N; n += M2V_LEN) {
-            const m2v vb = m2v_load(b + n);
-            const m2v v0 = m2v_fma(vx0, vb, m2v_mul(va, m2v_load(s + n)));
-            const m2v v1 = m2v_fma(vx1, vb, m2v_mul(va, m2v_load(s + N + n)));
-            const m2v v2 = m2v_fma(vx2, vb, m2v_mul(va, m2v_load(s + 2 * N + n)));
-            const m2v v3 = m2v_fma(vx3, vb, m2v_mul(va, m2v_load(s + 3 * N + n)));
-            m2v_store(o + n, v0);
-            m2v_store(o + N + n, v1);
-            m2v_store(o + 2 * N + n, v2);
-            m2v_store(o + 3 * N + n, v3);
-            if (want_y) {
-                const m2v vc = m2v_load(c + n);
-                y0 = m2v_fma(v0, vc, y0);
-                y1 = m2v_fma(v1, vc, y1);
-                y2 = m2v_fma(v2, vc, y2);
-                y3 = m2v_fma(v3, vc, y3);
+/* The state lives in the kernel's own layout S[Np][Pp] (P contiguous, both padded with
+ * zeros to the register tile). Per token t of the block (t = 0..T-1, or T-1..0 with rev):
+ *     S[n][p] += u_t[p] V_t[n]                      (the rescaled update: one FMA)
+ *     w_t[p]  += sum_n S[n][p] W_t[n]               (when W: one FMA; w zeroed by the caller;
+ *                                                    with w_pre, from S before the update)
+ *     acc_t[n] = sum_p S[n][p] r_t[p]               (when r: one FMA, then a lane sum)
+ * u, r, w: [T][Pp]; V, W: packed [Np/4][T][4] (the 4 values of a tile's columns for one
+ * token are adjacent); acc: [T][Np]. The state is multiplied by f when a tile is loaded
+ * (a segment restart; f = 1 is exact).
+ * Register tile: 2 vectors of p x 4 columns n (16 x 4 floats with AVX2), held for the whole
+ * token loop; only the w rows and the r partial sums go through memory. Tiles run n-tile
+ * outer, p-tile inner, so a tile's V/W columns (T*16 bytes) are reused across the p-tiles
+ * and u, w, r (T*Pp floats each) stay in L1. The r partial sums keep one vector of lanes per
+ * (token, column), added p-tile after p-tile and reduced once per n-tile: every sum has
+ * one order fixed by (Pp, Np), never by threads. */
+#define M2_SW_TMAX 64
+
+/* tile *= f (a segment restart) */
+#define SW_SCALE_TILE(f)                                                                        \
+    do {                                                                                        \
+        const m2v vf_ = m2v_set1(f);                                                            \
+        s0a = m2v_mul(vf_, s0a); s0b = m2v_mul(vf_, s0b); s1a = m2v_mul(vf_, s1a);              \
+        s1b = m2v_mul(vf_, s1b); s2a = m2v_mul(vf_, s2a); s2b = m2v_mul(vf_, s2b);              \
+        s3a = m2v_mul(vf_, s3a); s3b = m2v_mul(vf_, s3b);                                       \
+    } while (0)
+
+/* One token of one register tile (see sweep_impl): the update, the w row (from the tile
+ * before the update when w_pre, after it otherwise), the r partial sums (after). */
+#define SW_UPDATE(t)                                                                            \
+    do {                                                                                        \
+        const float *ut = u + (t) * Pp, *vt = V + 4 * (t);                                      \
+        const m2v ua = m2v_load(ut), ub = m2v_load(ut + M2V_LEN);                               \
+        m2v bb = m2v_set1(vt[0]);                                                               \
+        s0a = m2v_fma(ua, bb, s0a); s0b = m2v_fma(ub, bb, s0b);                                 \
+        bb = m2v_set1(vt[1]);                                                                   \
+        s1a = m2v_fma(ua, bb, s1a); s1b = m2v_fma(ub, bb, s1b);                                 \
+        bb = m2v_set1(vt[2]);                                                                   \
+        s2a = m2v_fma(ua, bb, s2a); s2b = m2v_fma(ub, bb, s2b);                                 \
+        bb = m2v_set1(vt[3]);                                                                   \
+        s3a = m2v_fma(ua, bb, s3a); s3b = m2v_fma(ub, bb, s3b);                                 \
+    } while (0)
+#define SW_WROW(t)                                                                              \
+    do {                                                                                        \
+        float *wt = w + (t) * Pp;                                                               \
+        const float *ct = W + 4 * (t);                                                          \
+        m2v ya = m2v_load(wt), yb = m2v_load(wt + M2V_LEN);                                     \
+        m2v cc = m2v_set1(ct[0]);                                                               \
+        ya = m2v_fma(s0a, cc, ya); yb = m2v_fma(s0b, cc, yb);                                   \
+        cc = m2v_set1(ct[1]);                                                                   \
+        ya = m2v_fma(s1a, cc, ya); yb = m2v_fma(s1b, cc, yb);                                   \
+        cc = m2v_set1(ct[2]);                                                                   \
+        ya = m2v_fma(s2a, cc, ya); yb = m2v_fma(s2b, cc, yb);                                   \
+        cc = m2v_set1(ct[3]);                                                                   \
+        ya = m2v_fma(s3a, cc, ya); yb = m2v_fma(s3b, cc, yb);                                   \
+        m2v_store(wt, ya); m2v_store(wt + M2V_LEN, yb);                                         \
+    } while (0)
+#define SW_RSUM(t)                                                                              \
+    do {                                                                                        \
+        const float *rt = r + (t) * Pp;                                                         \
+        float *pt = part + (t) * 4 * M2V_LEN;                                                   \
+        const m2v ra = m2v_load(rt), rb = m2v_load(rt + M2V_LEN);                               \
+        m2v q0, q1, q2, q3;                                                                     \
+        if (first) {                                                                            \
+            q0 = m2v_mul(s0a, ra); q1 = m2v_mul(s1a, ra);                                       \
+            q2 = m2v_mul(s2a, ra); q3 = m2v_mul(s3a, ra);                                       \
+        } else {                                                                                \
+            q0 = m2v_fma(s0a, ra, m2v_load(pt));                                                \
+            q1 = m2v_fma(s1a, ra, m2v_load(pt + M2V_LEN));                                      \
+            q2 = m2v_fma(s2a, ra, m2v_load(pt + 2 * M2V_LEN));                                  \
+            q3 = m2v_fma(s3a, ra, m2v_load(pt + 3 * M2V_LEN));                                  \
+        }                                                                                       \
+        m2v_store(pt, m2v_fma(s0b, rb, q0));                                                    \
+        m2v_store(pt + M2V_LEN, m2v_fma(s1b, rb, q1));                                          \
+        m2v_store(pt + 2 * M2V_LEN, m2v_fma(s2b, rb, q2));                                      \
+        m2v_store(pt + 3 * M2V_LEN, m2v_fma(s3b, rb, q3));                                      \
+    } while (0)
+#define SW_TOKEN(t)                                                                             \
+    do {                                                                                        \
+        if (want_w && w_pre) SW_WROW(t);                                                        \
+        SW_UPDATE(t);                                                                           \
+        if (want_w && !w_pre) SW_WROW(t);                                                       \
+        if (want_r) SW_RSUM(t);                                                                 \
+    } while (0)
+
+/* One register tile (2 vectors of p x 4 columns n) over the block. The tokens run in runs
+ * between the restarts: forward, the tile is multiplied by rf[k] before token ridx[k];
+ * reverse, after it (the adjoint of the same multiply). pf: a few prefetches every 8
+ * tokens. */
+M2_INLINE void sweep_tile(int64_t T, int64_t Pp, const float *u, const float *V, const float *W,
+                          const float *r, float *s, float *w, float *part, int nr,
+                          const int32_t *ridx, const float *rf, m2_pf *pf, const int want_w,
+                          const int w_pre, const int want_r, const int rev, const int first) {
+    m2v s0a = m2v_load(s), s0b = m2v_load(s + M2V_LEN);
+    m2v s1a = m2v_load(s + Pp), s1b = m2v_load(s + Pp + M2V_LEN);
+    m2v s2a = m2v_load(s + 2 * Pp), s2b = m2v_load(s + 2 * Pp + M2V_LEN);
+    m2v s3a = m2v_load(s + 3 * Pp), s3b = m2v_load(s + 3 * Pp + M2V_LEN);
+    const int64_t per8 = pf ? pf->per8 : 0;
+    if (!rev) {
+        for (int k = 0; k <= nr; k++) {
+            const int64_t lo = k == 0 ? 0 : ridx[k - 1], hi = k == nr ? T : ridx[k];
+            for (int64_t t = lo; t < hi; t++) {
+                if ((t & 7) == 0 && per8) m2_pf_issue(pf, per8);
+                SW_TOKEN(t);
+            }
+            if (k < nr) SW_SCALE_TILE(rf[k]);
+        }
+    } else {
+        for (int k = nr; k >= 0; k--) {
+            const int64_t lo = k == 0 ? 0 : ridx[k - 1], hi = k == nr ? T : ridx[k];
+            for (int64_t t = hi - 1; t >= lo; t--) {
+                if ((t & 7) == 0 && per8) m2_pf_issue(pf, per8);
+                SW_TOKEN(t);
+            }
+            if (k > 0) SW_SCALE_TILE(rf[k - 1]);
+        }
+    }
+    m2v_store(s, s0a); m2v_store(s + M2V_LEN, s0b);
+    m2v_store(s + Pp, s1a); m2v_store(s + Pp + M2V_LEN, s1b);
+    m2v_store(s + 2 * Pp, s2a); m2v_store(s + 2 * Pp + M2V_LEN, s2b);
+    m2v_store(s + 3 * Pp, s3a); m2v_store(s + 3 * Pp + M2V_LEN, s3b);
+}
+
+M2_INLINE void sweep_impl(int64_t T, int64_t Np, int64_t Pp, int nr, const int32_t *ridx,
+                          const float *rf, const float *u, const float *V, const float *W,
+                          const float *r, float *S, float *w, float *acc, m2_pf *pf,
+                          const int want_w, const int w_pre, const int want_r, const int rev) {
+    _Alignas(64) float part[M2_SW_TMAX * 4 * M2V_LEN];
+    for (int64_t n0 = 0; n0 < Np; n0 += 4) {
+        const float *Vn = V + n0 * T, *Wn = want_w ? W + n0 * T : NULL;
+        for (int64_t p = 0; p < Pp; p += 2 * M2V_LEN) {
+            float *s = S + n0 * Pp + p;
+            const float *rp = want_r ? r + p : NULL;
+            float *wp = want_w ? w + p : NULL;
+            if (p == 0)
+                sweep_tile(T, Pp, u + p, Vn, Wn, rp, s, wp, part, nr, ridx, rf, pf, want_w,
+                           w_pre, want_r, rev, 1);
+            else
+                sweep_tile(T, Pp, u + p, Vn, Wn, rp, s, wp, part, nr, ridx, rf, pf, want_w,
+                           w_pre, want_r, rev, 0);
+        }
+        if (want_r)
+            for (int64_t t = 0; t < T; t++) {
+                const float *pt = part + t * 4 * M2V_LEN;
+                m2v_reduce4(m2v_load(pt), m2v_load(pt + M2V_LEN), m2v_load(pt + 2 * M2V_LEN),
+                            m2v_load(pt + 3 * M2V_LEN), acc + t * Np + n0);
+            }
+    }
+}
+
+static void M2K(sweep)(int64_t T, int64_t Np, int64_t Pp, int nr, const int32_t *ridx,
+                       const float *rf, int flags, const float *u, const float *V,
+                       const float *W, const float *r, float *S, float *w, float *acc,
+                       m2_pf *pf) {
+    const int rev = (flags & M2_SWEEP_REV) != 0, pre = (flags & M2_SWEEP_W_PRE) != 0;
+#define SW_CALL(ww, pp, rr, rv)                                                                 \
+    sweep_impl(T, Np, Pp, nr, ridx, rf, u, V, ww ? W : NULL, rr ? r : NULL, S, ww ? w : NULL,   \
+               rr ? acc : NULL, pf, ww, pp, rr, rv)
+#define SW_CALL_R(ww, pp, rv)                                                                   \
+    do {                                                                                        \
+        if (r) SW_CALL(ww, pp, 1, rv); else SW_CALL(ww, pp, 0, rv);                             \
+    } while (0)
+#define SW_CALL_W(rv)                                                                           \
+    do {                                                                                        \
+        if (!W) SW_CALL_R(0, 0, rv);                                                            \
+        else if (pre) SW_CALL_R(1, 1, rv);                                                      \
+        else SW_CALL_R(1, 0, rv);                                                               \
+    } while (0)
+    if (rev) SW_CALL_W(1); else SW_CALL_W(0);
+#undef SW_CALL_W
+#undef SW_CALL_R
+#undef SW_CALL
+}
+
+/* ---- the reverse sweep with the decay gradient contracted directly ------------------- */
+
+/* For blocks where the decay is strong, the suffix-sum form of the decay gradient loses
+ * precision (ssd_cpu.c); this sweep computes it from its definition instead,
+ * lam[t] = Σ Ĝ_t ∘ Ŝ_{t-1} (Ŝ_{t-1}: the state before token t's update, after its restart
+ * factor), besides everything the plain reverse sweep does (w_pre row gp = Ĝ_{t+1} B_t,
+ * acc = Ĝ_tᵀ x̂_t). Per register tile it first reruns the forward update from the block's
+ * starting state S0, keeping the tile before every token (T x 8 vectors, in L1), then runs
+ * the reverse recurrence against them. u = x̂ (forward update, and the dB contraction),
+ * g = E dy (reverse update); V = B, W = C, both packed. */
+M2_INLINE void direct_tile(int64_t T, int64_t Pp, const float *xh, const float *gin,
+                           const float *B, const float *C, const float *s0, float *s, float *gp,
+                           float *part, float *dpart, m2v *buf, int nr, const int32_t *ridx,
+                           const float *rf, const int want_w, const int want_r, const int first,
+                           const int first_d) {
+    {   /* the forward update, the tile before each token kept in buf */
+        const float *u = xh, *V = B;
+        m2v s0a = m2v_load(s0), s0b = m2v_load(s0 + M2V_LEN);
+        m2v s1a = m2v_load(s0 + Pp), s1b = m2v_load(s0 + Pp + M2V_LEN);
+        m2v s2a = m2v_load(s0 + 2 * Pp), s2b = m2v_load(s0 + 2 * Pp + M2V_LEN);
+        m2v s3a = m2v_load(s0 + 3 * Pp), s3b = m2v_load(s0 + 3 * Pp + M2V_LEN);
+        int k = 0;
+        for (int64_t t = 0; t < T; t++) {
+            while (k < nr && ridx[k] == t) { SW_SCALE_TILE(rf[k]); k++; }
+            m2v *bt = buf + 8 * t;
+            bt[0] = s0a; bt[1] = s0b; bt[2] = s1a; bt[3] = s1b;
+            bt[4] = s2a; bt[5] = s2b; bt[6] = s3a; bt[7] = s3b;
+            SW_UPDATE(t);
+        }
+    }
+    {   /* the reverse recurrence, contracted with the kept tiles */
+        const float *u = gin, *V = C, *W = B, *r = xh;
+        float *w = gp;
+        const int w_pre = 1;
+        m2v s0a = m2v_load(s), s0b = m2v_load(s + M2V_LEN);
+        m2v s1a = m2v_load(s + Pp), s1b = m2v_load(s + Pp + M2V_LEN);
+        m2v s2a = m2v_load(s + 2 * Pp), s2b = m2v_load(s + 2 * Pp + M2V_LEN);
+        m2v s3a = m2v_load(s + 3 * Pp), s3b = m2v_load(s + 3 * Pp + M2V_LEN);
+        int k = nr - 1;
+        for (int64_t t = T - 1; t >= 0; t--) {
+            SW_TOKEN(t);
+            const m2v *bt = buf + 8 * t;
+            m2v dv = first_d ? m2v_mul(s0a, bt[0])
+                             : m2v_fma(s0a, bt[0], m2v_load(dpart + t * M2V_LEN));
+            dv = m2v_fma(s0b, bt[1], dv);
+            dv = m2v_fma(s1a, bt[2], dv);
+            dv = m2v_fma(s1b, bt[3], dv);
+            dv = m2v_fma(s2a, bt[4], dv);
+            dv = m2v_fma(s2b, bt[5], dv);
+            dv = m2v_fma(s3a, bt[6], dv);
+            dv = m2v_fma(s3b, bt[7], dv);
+            m2v_store(dpart + t * M2V_LEN, dv);
+            while (k >= 0 && ridx[k] == t) { SW_SCALE_TILE(rf[k]); k--; }
+        }
+        m2v_store(s, s0a); m2v_store(s + M2V_LEN, s0b);
+        m2v_store(s + Pp, s1a); m2v_store(s + Pp + M2V_LEN, s1b);
+        m2v_store(s + 2 * Pp, s2a); m2v_store(s + 2 * Pp + M2V_LEN, s2b);
+        m2v_store(s + 3 * Pp, s3a); m2v_store(s + 3 * Pp + M2V_LEN, s3b);
+        (void)w_pre;
+    }
+}
+
+M2_INLINE void direct_impl(int64_t T, int64_t Np, int64_t Pp, int nr, const int32_t *ridx,
+                           const float *rf, const float *S0, const float *xh, const float *gin,
+                           const float *B, const float *C, float *G, float *gp, float *acc,
+                           float *lam, const int want_w, const int want_r) {
+    _Alignas(64) float part[M2_SW_TMAX * 4 * M2V_LEN];
+    _Alignas(64) float dpart[M2_SW_TMAX * M2V_LEN];
+    _Alignas(64) m2v buf[M2_SW_TMAX * 8];
+    for (int64_t n0 = 0; n0 < Np; n0 += 4) {
+        for (int64_t p = 0; p < Pp; p += 2 * M2V_LEN) {
+            const int64_t o = n0 * Pp + p;
+            float *wp = want_w ? gp + p : NULL;
+            if (n0 == 0 && p == 0)
+                direct_tile(T, Pp, xh + p, gin + p, B + n0 * T, C + n0 * T, S0 + o, G + o, wp,
+                            part, dpart, buf, nr, ridx, rf, want_w, want_r, 1, 1);
+            else if (p == 0)
+                direct_tile(T, Pp, xh + p, gin + p, B + n0 * T, C + n0 * T, S0 + o, G + o, wp,
+                            part, dpart, buf, nr, ridx, rf, want_w, want_r, 1, 0);
+            else
+                direct_tile(T, Pp, xh + p, gin + p, B + n0 * T, C + n0 * T, S0 + o, G + o, wp,
+                            part, dpart, buf, nr, ridx, rf, want_w, want_r, 0, 0);
+        }
+        if (want_r)
+            for (int64_t t = 0; t < T; t++) {
+                const float *pt = part + t * 4 * M2V_LEN;
+                m2v_reduce4(m2v_load(pt), m2v_load(pt + M2V_LEN), m2v_load(pt + 2 * M2V_LEN),
+                            m2v_load(pt + 3 * M2V_LEN), acc + t * Np + n0);
+            }
+    }
+    for (int64_t t = 0; t < T; t++) lam[t] = m2v_reduce(m2v_load(dpart + t * M2V_LEN));
+}
+
+static void M2K(sweep_direct)(int64_t T, int64_t Np, int64_t Pp, int nr, const int32_t *ridx,
+                              const float *rf, const float *S0, const float *xh,
+                              const float *gin, const float *B, const float *C, float *G,
+                              float *gp, float *acc, float *lam) {
+    if (gp && acc)
+        direct_impl(T, Np, Pp, nr, ridx, rf, S0, xh, gin, B, C, G, gp, acc, lam, 1, 1);
+    else if (gp)
+        direct_impl(T, Np, Pp, nr, ridx, rf, S0, xh, gin, B, C, G, gp, NULL, lam, 1, 0);
+    else if (acc)
+        direct_impl(T, Np, Pp, nr, ridx, rf, S0, xh, gin, B, C, G, NULL, acc, lam, 0, 1);
+    else
+        direct_impl(T, Np, Pp, nr, ridx, rf, S0, xh, gin, B, C, G, NULL, NULL, lam, 0, 0);
+}
+
+/* ---- dt processing and segment scales of a set of heads ------------------------------ */
+
+/* The segment threshold (see ssd_cpu.c): a head's carried state is renormalized when its
+ * accumulated log decay would fall below this. */
+#define M2_SEG_LOG_MIN (-60.0)
+
+/* For nh heads (one vector lane each) over T tokens, raw dt of token i at raw + i*ld
+ * (the heads contiguous): SPEC §1 step 1 and the rescaled-segment scales.
+ *   v = softplus(raw + bias) (or raw + bias; in double), d = clamp(v, lo, hi), gf = ∂d/∂raw
+ *   c += d A (double; a head's log scale inside its segment, carried across blocks in c[]),
+ *   restarting at 0 on the sequence's first token (seq_start, factor a_0 for the initial
+ *   state) and where c would fall below M2_SEG_LOG_MIN (factor exp(c)): entry (i, factor)
+ *   of the head's restart list.
+ *   E = float(exp(c)), w = float(d / exp(c)), both from the double c.
+ * Outputs per head j: d, E, w, gf (gf may be NULL) at j*ldo + i; restarts at ridx/rf + j*ldo,
+ * their count in nr[j]. bias may be NULL; A, bias: nh floats. */
+static void M2K(dt_block)(int64_t nh, int64_t T, int64_t ldo, const float *raw, int64_t ld,
+                          const float *bias, const float *A, int softplus, double lo, double hi,
+                          int seq_start, double *c, float *d, float *E, float *w, float *gf,
+                          int *nr, int32_t *ridx, float *rf) {
+    for (int64_t j0 = 0; j0 < nh; j0 += M2V_LEN) {
+        const int64_t nl = nh - j0 < M2V_LEN ? nh - j0 : M2V_LEN;
+        /* lanes past nh compute on zeros and are dropped: every head sees the same
+         * operations whatever its lane */
+        float bv[M2V_LEN], rr[M2V_LEN], vv[M2V_LEN], dd[M2V_LEN], gg[M2V_LEN], ev[M2V_LEN];
+        float wv[M2V_LEN];
+        double av[M2V_LEN], cv[M2V_LEN], la[M2V_LEN], cn[M2V_LEN], fa[M2V_LEN];
+        for (int64_t l = 0; l < M2V_LEN; l++) {
+            bv[l] = l < nl && bias ? bias[j0 + l] : 0.0f;
+            av[l] = l < nl ? (double)A[j0 + l] : 0.0;
+            cv[l] = l < nl ? c[j0 + l] : 0.0;
+            if (l < nl) nr[j0 + l] = 0;
+        }
+        for (int64_t i = 0; i < T; i++) {
+            for (int64_t l = 0; l < M2V_LEN; l++) rr[l] = l < nl ? raw[i * ld + j0 + l] : 0.0f;
+            /* softplus in double (libm): its rounding would otherwise bias the decay
+             * gradients, whose sums over time (ddt_bias, dA) amplify any systematic error */
+            for (int64_t l = 0; l < M2V_LEN; l++) {
+                const double r = (double)rr[l] + (double)bv[l];
+                if (softplus && r <= 20.0) {
+                    const double e = exp(r);
+                    vv[l] = (float)log1p(e);
+                    gg[l] = (float)(e / (1.0 + e));
+                } else {
+                    vv[l] = (float)r;
+                    gg[l] = 1.0f;
+                }
+            }
+            for (int64_t k = 0; k < M2V_LEN; k += M2VD_LEN) {
+                const m2vd vd = m2vd_load_ps(vv + k);
+                m2vd_store_ps(dd + k, m2vd_min(m2vd_max(vd, m2vd_set1(lo)), m2vd_set1(hi)));
+                const m2vd l_ = m2vd_mul(m2vd_load_ps(dd + k), m2vd_load(av + k)); /* exact */
+                m2vd_store(la + k, l_);
+                m2vd_store(cn + k, m2vd_add(m2vd_load(cv + k), l_));
+            }
+            /* segment restarts (rare except on the first token) */
+            int any = 0;
+            for (int64_t l = 0; l < nl; l++)
+                any |= (i == 0 && seq_start) || cn[l] < M2_SEG_LOG_MIN;
+            if (any) {
+                for (int64_t l = 0; l < M2V_LEN; l++) fa[l] = i == 0 && seq_start ? la[l] : cn[l];
+                for (int64_t k = 0; k < M2V_LEN; k += M2VD_LEN)
+                    m2vd_store(fa + k, m2vd_exp(m2vd_load(fa + k)));
+                for (int64_t l = 0; l < nl; l++)
+                    if ((i == 0 && seq_start) || cn[l] < M2_SEG_LOG_MIN) {
+                        const int64_t j = j0 + l;
+                        ridx[j * ldo + nr[j]] = (int32_t)i;
+                        rf[j * ldo + nr[j]] = (float)fa[l];
+                        nr[j]++;
+                        cn[l] = 0.0;
+                    }
+            }
+            for (int64_t k = 0; k < M2V_LEN; k += M2VD_LEN) {
+                const m2vd cc = m2vd_load(cn + k);
+                m2vd_store(cv + k, cc);
+                const m2vd ee = m2vd_exp(cc);
+                m2vd_store_ps(ev + k, ee);
+                m2vd_store_ps(wv + k, m2vd_div(m2vd_load_ps(dd + k), ee));
+            }
+            for (int64_t l = 0; l < nl; l++) {
+                const int64_t j = j0 + l;
+                d[j * ldo + i] = dd[l];
+                E[j * ldo + i] = ev[l];
+                w[j * ldo + i] = wv[l];
+                if (gf) gf[j * ldo + i] = ((double)vv[l] >= lo && (double)vv[l] <= hi) ? gg[l] : 0.0f;
             }
         }
-        float ys[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (want_y) m2v_reduce4(y0, y1, y2, y3, ys);
-        for (; n < N; n++) { /* scalar tail of N */
-            const float bn = b[n];
-            const float v0 = x0 * bn + as * s[n];
-            const float v1 = x1 * bn + as * s[N + n];
-            const float v2 = x2 * bn + as * s[2 * N + n];
-            const float v3 = x3 * bn + as * s[3 * N + n];
-            o[n] = v0;
-            o[N + n] = v1;
-            o[2 * N + n] = v2;
-            o[3 * N + n] = v3;
-            if (want_y) {
-                const float cn = c[n];
-                ys[0] += v0 * cn;
-                ys[1] += v1 * cn;
-                ys[2] += v2 * cn;
-                ys[3] += v3 * cn;
-            }
-        }
-        if (want_y) {
-            float *yt = y + t * ldy;
-            yt[0] = ys[0];
-            yt[1] = ys[1];
-            yt[2] = ys[2];
-            yt[3] = ys[3];
-        }
+        for (int64_t l = 0; l < nl; l++) c[j0 + l] = cv[l];
     }
-}
-
-/* The same for one row (rows of P left over from the 4-row tiles). */
-M2_INLINE void fwd_tile1(int64_t T, int64_t N, const float *a, const float *xd, int64_t ldx,
-                         const float *Bp, const float *Cp, const float *S0, float *So, int64_t st,
-                         float *y, int64_t ldy, const int want_y) {
-    for (int64_t t = 0; t < T; t++) {
-        const float *b = Bp + t * N;
-        const float *c = want_y ? Cp + t * N : NULL;
-        const float *s = t == 0 ? S0 : So + (t - 1) * st;
-        float *o = So + t * st;
-        const float as = a[t], x0 = xd[t * ldx];
-        const m2v va = m2v_set1(as), vx0 = m2v_set1(x0);
-        m2v y0 = m2v_zero();
-        int64_t n = 0;
-        for (; n + M2V_LEN <= N; n += M2V_LEN) {
-            const m2v v0 = m2v_fma(vx0, m2v_load(b + n), m2v_mul(va, m2v_load(s + n)));
-            m2v_store(o + n, v0);
-            if (want_y) y0 = m2v_fma(v0, m2v_load(c + n), y0);
-        }
-        float ys = want_y ? m2v_reduce(y0) : 0.0f;
-        for (; n < N; n++) {
-            const float v0 = x0 * b[n] + as * s[n];
-            o[n] = v0;
-            if (want_y) ys += v0 * c[n];
-        }
-        if (want_y) y[t * ldy] = ys;
-    }
-}
-
-M2_INLINE void fwd_block_impl(int64_t T, int64_t P, int64_t N, const float *a, const float *xd,
-                              const float *Bp, const float *Cp, const float *S0, float *Sout,
-                              int64_t st, float *y, const int want_y) {
-    int64_t p = 0;
-    for (; p + 4 <= P; p += 4)
-        fwd_tile4(T, N, a, xd + p, P, Bp, Cp, S0 + p * N, Sout + p * N, st, want_y ? y + p : NULL,
-                  P, want_y);
-    for (; p < P; p++)
-        fwd_tile1(T, N, a, xd + p, P, Bp, Cp, S0 + p * N, Sout + p * N, st, want_y ? y + p : NULL,
-                  P, want_y);
-}
-
-static void M2K(fwd_block_4xN)(int64_t T, int64_t P, int64_t N, const float *a, const float *xd,
-                               const float *Bp, const float *Cp, const float *S0, float *Sout,
-                               int64_t st, float *y) {
-    if (y)
-        fwd_block_impl(T, P, N, a, xd, Bp, Cp, S0, Sout, st, y, 1);
-    else
-        fwd_block_impl(T, P, N, a, xd, Bp, NULL, S0, Sout, st, NULL, 0);
-}
-
-/* ---- reverse recurrence: one tile of rows over a block of tokens, t = T-1 .. 0 -------- */
-
-/* 4 rows of G (row stride N), given the tile's S_t rows at Ss + t*sst + r*N and S_{-1} rows
- * at S0 + r*N. x, dy, gb point at the tile's first column. */
-M2_INLINE void rev_tile4(int64_t T, int64_t N, const float *a, float a_after, const float *x,
-                         int64_t ldx, const float *dy, int64_t lddy, const float *Bp,
-                         const float *Cp, const float *S0, const float *Ss, int64_t sst, float *g,
-                         float *gb, int64_t ldgb, float *dBacc, float *dCacc, float *dec) {
-    for (int64_t t = T - 1; t >= 0; t--) {
-        const float *b = Bp + t * N, *c = Cp + t * N;
-        const float *s = Ss + t * sst;                        /* S_t rows     */
-        const float *sp = t > 0 ? Ss + (t - 1) * sst : S0;    /* S_{t-1} rows */
-        float *dbt = dBacc + t * N, *dct = dCacc + t * N;
-        const float *xt = x + t * ldx, *dyt = dy + t * lddy;
-        const float an = t == T - 1 ? a_after : a[t + 1];
-        const float x0 = xt[0], x1 = xt[1], x2 = xt[2], x3 = xt[3];
-        const float e0 = dyt[0], e1 = dyt[1], e2 = dyt[2], e3 = dyt[3];
-        const m2v van = m2v_set1(an);
-        const m2v vx0 = m2v_set1(x0), vx1 = m2v_set1(x1), vx2 = m2v_set1(x2), vx3 = m2v_set1(x3);
-        const m2v ve0 = m2v_set1(e0), ve1 = m2v_set1(e1), ve2 = m2v_set1(e2), ve3 = m2v_set1(e3);
-        /* per-row accumulators: G·B for gb, G∘S_{t-1} for dec (four independent chains
-         * rather than one, which would serialize on the FMA latency) */
-        m2v gb0 = m2v_zero(), gb1 = m2v_zero(), gb2 = m2v_zero(), gb3 = m2v_zero();
-        m2v de0 = m2v_zero(), de1 = m2v_zero(), de2 = m2v_zero(), de3 = m2v_zero();
-        int64_t n = 0;
-        for (; n + M2V_LEN <= N; n += M2V_LEN) {
-            const m2v vb = m2v_load(b + n), vc = m2v_load(c + n);
-            const m2v g0 = m2v_fma(ve0, vc, m2v_mul(van, m2v_load(g + n)));
-            const m2v g1 = m2v_fma(ve1, vc, m2v_mul(van, m2v_load(g + N + n)));
-            const m2v g2 = m2v_fma(ve2, vc, m2v_mul(van, m2v_load(g + 2 * N + n)));
-            const m2v g3 = m2v_fma(ve3, vc, m2v_mul(van, m2v_load(g + 3 * N + n)));
-            m2v_store(g + n, g0);
-            m2v_store(g + N + n, g1);
-            m2v_store(g + 2 * N + n, g2);
-            m2v_store(g + 3 * N + n, g3);
-            gb0 = m2v_fma(g0, vb, gb0);
-            gb1 = m2v_fma(g1, vb, gb1);
-            gb2 = m2v_fma(g2, vb, gb2);
-            gb3 = m2v_fma(g3, vb, gb3);
-            de0 = m2v_fma(g0, m2v_load(sp + n), de0);
-            de1 = m2v_fma(g1, m2v_load(sp + N + n), de1);
-            de2 = m2v_fma(g2, m2v_load(sp + 2 * N + n), de2);
-            de3 = m2v_fma(g3, m2v_load(sp + 3 * N + n), de3);
-            m2v vdb = m2v_load(dbt + n);
-            vdb = m2v_fma(g0, vx0, vdb);
-            vdb = m2v_fma(g1, vx1, vdb);
-            vdb = m2v_fma(g2, vx2, vdb);
-            vdb = m2v_fma(g3, vx3, vdb);
-            m2v_store(dbt + n, vdb);
-            m2v vdc = m2v_load(dct + n);
-            vdc = m2v_fma(m2v_load(s + n), ve0, vdc);
-            vdc = m2v_fma(m2v_load(s + N + n), ve1, vdc);
-            vdc = m2v_fma(m2v_load(s + 2 * N + n), ve2, vdc);
-            vdc = m2v_fma(m2v_load(s + 3 * N + n), ve3, vdc);
-            m2v_store(dct + n, vdc);
-        }
-        float gbs[4], des[4];
-        m2v_reduce4(gb0, gb1, gb2, gb3, gbs);
-        m2v_reduce4(de0, de1, de2, de3, des);
-        for (; n < N; n++) { /* scalar tail of N */
-            const float bn = b[n], cn = c[n];
-            const float g0 = e0 * cn + an * g[n];
-            const float g1 = e1 * cn + an * g[N + n];
-            const float g2 = e2 * cn + an * g[2 * N + n];
-            const float g3 = e3 * cn + an * g[3 * N + n];
-            g[n] = g0;
-            g[N + n] = g1;
-            g[2 * N + n] = g2;
-            g[3 * N + n] = g3;
-            gbs[0] += g0 * bn;
-            gbs[1] += g1 * bn;
-            gbs[2] += g2 * bn;
-            gbs[3] += g3 * bn;
-            des[0] += g0 * sp[n];
-            des[1] += g1 * sp[N + n];
-            des[2] += g2 * sp[2 * N + n];
-            des[3] += g3 * sp[3 * N + n];
-            float db = dbt[n];
-            db += g0 * x0;
-            db += g1 * x1;
-            db += g2 * x2;
-            db += g3 * x3;
-            dbt[n] = db;
-            float dc = dct[n];
-            dc += s[n] * e0;
-            dc += s[N + n] * e1;
-            dc += s[2 * N + n] * e2;
-            dc += s[3 * N + n] * e3;
-            dct[n] = dc;
-        }
-        float *gbt = gb + t * ldgb;
-        gbt[0] = gbs[0];
-        gbt[1] = gbs[1];
-        gbt[2] = gbs[2];
-        gbt[3] = gbs[3];
-        dec[t] += (des[0] + des[1]) + (des[2] + des[3]);
-    }
-}
-
-/* The same for one row. */
-M2_INLINE void rev_tile1(int64_t T, int64_t N, const float *a, float a_after, const float *x,
-                         int64_t ldx, const float *dy, int64_t lddy, const float *Bp,
-                         const float *Cp, const float *S0, const float *Ss, int64_t sst, float *g,
-                         float *gb, int64_t ldgb, float *dBacc, float *dCacc, float *dec) {
-    for (int64_t t = T - 1; t >= 0; t--) {
-        const float *b = Bp + t * N, *c = Cp + t * N;
-        const float *s = Ss + t * sst;
-        const float *sp = t > 0 ? Ss + (t - 1) * sst : S0;
-        float *dbt = dBacc + t * N, *dct = dCacc + t * N;
-        const float an = t == T - 1 ? a_after : a[t + 1];
-        const float x0 = x[t * ldx], e0 = dy[t * lddy];
-        const m2v van = m2v_set1(an), vx0 = m2v_set1(x0), ve0 = m2v_set1(e0);
-        m2v gb0 = m2v_zero(), de0 = m2v_zero();
-        int64_t n = 0;
-        for (; n + M2V_LEN <= N; n += M2V_LEN) {
-            const m2v g0 = m2v_fma(ve0, m2v_load(c + n), m2v_mul(van, m2v_load(g + n)));
-            m2v_store(g + n, g0);
-            gb0 = m2v_fma(g0, m2v_load(b + n), gb0);
-            de0 = m2v_fma(g0, m2v_load(sp + n), de0);
-            m2v_store(dbt + n, m2v_fma(g0, vx0, m2v_load(dbt + n)));
-            m2v_store(dct + n, m2v_fma(m2v_load(s + n), ve0, m2v_load(dct + n)));
-        }
-        float gbs = m2v_reduce(gb0), des = m2v_reduce(de0);
-        for (; n < N; n++) {
-            const float g0 = e0 * c[n] + an * g[n];
-            g[n] = g0;
-            gbs += g0 * b[n];
-            des += g0 * sp[n];
-            dbt[n] += g0 * x0;
-            dct[n] += s[n] * e0;
-        }
-        gb[t * ldgb] = gbs;
-        dec[t] += des;
-    }
-}
-
-/* Backward of one block: per 4-row tile, recompute the tile's states S_0..S_{T-1} from the
- * checkpoint rows into Stile (T*4*N floats: L1-sized for T = 8, N = 128), then run the
- * reverse recurrence over the same rows while they are still in L1. The rows of S and G
- * never interact, only the sums over p (dBacc, dCacc, dec) do, and those are accumulated
- * tile after tile in p order. */
-M2_INLINE void bwd_block_impl(int64_t T, int64_t P, int64_t N, const float *a, float a_after,
-                              const float *xd, const float *x, int64_t ldx, const float *dy,
-                              const float *Bp, const float *Cp, const float *S0, float *G,
-                              float *Stile, float *y, float *gb, float *dBacc, float *dCacc,
-                              float *dec, const int want_y) {
-    int64_t p = 0;
-    for (; p + 4 <= P; p += 4) {
-        fwd_tile4(T, N, a, xd + p, P, Bp, Cp, S0 + p * N, Stile, 4 * N, want_y ? y + p : NULL, P,
-                  want_y);
-        rev_tile4(T, N, a, a_after, x + p, ldx, dy + p, P, Bp, Cp, S0 + p * N, Stile, 4 * N,
-                  G + p * N, gb + p, P, dBacc, dCacc, dec);
-    }
-    for (; p < P; p++) {
-        fwd_tile1(T, N, a, xd + p, P, Bp, Cp, S0 + p * N, Stile, N, want_y ? y + p : NULL, P,
-                  want_y);
-        rev_tile1(T, N, a, a_after, x + p, ldx, dy + p, P, Bp, Cp, S0 + p * N, Stile, N,
-                  G + p * N, gb + p, P, dBacc, dCacc, dec);
-    }
-}
-
-static void M2K(bwd_block_4xN)(int64_t T, int64_t P, int64_t N, const float *a, float a_after,
-                               const float *xd, const float *x, int64_t ldx, const float *dy,
-                               const float *Bp, const float *Cp, const float *S0, float *G,
-                               float *Stile, float *y, float *gb, float *dBacc, float *dCacc,
-                               float *dec) {
-    if (y)
-        bwd_block_impl(T, P, N, a, a_after, xd, x, ldx, dy, Bp, Cp, S0, G, Stile, y, gb, dBacc,
-                       dCacc, dec, 1);
-    else
-        bwd_block_impl(T, P, N, a, a_after, xd, x, ldx, dy, Bp, Cp, S0, G, Stile, NULL, gb,
-                       dBacc, dCacc, dec, 0);
 }
 
 /* ---- element-wise rows (length P) --------------------------------------------------- */
@@ -339,78 +422,151 @@ static void M2K(scale)(int64_t n, float s, const float *x, float *out) {
     for (; i < n; i++) out[i] = s * x[i];
 }
 
-/* silu(v) = v / (1 + e^-v) */
-M2_INLINE m2v silu_v(m2v v) {
-    return m2v_div(v, m2v_add(m2v_set1(1.0f), m2v_exp(m2v_sub(m2v_zero(), v))));
-}
+/* silu(v) = v σ(v), σ from ssd_fast_simd.h (no division) */
+M2_INLINE m2v silu_v(m2v v) { return m2v_mul(v, m2v_sigmoid(v)); }
 M2_INLINE float silu_s(float v) { return v / (1.0f + expf(-v)); }
-/* silu'(v) = σ(v) (1 + v (1 - σ(v))) */
-M2_INLINE m2v dsilu_v(m2v v) {
-    const m2v one = m2v_set1(1.0f);
-    const m2v sg = m2v_div(one, m2v_add(one, m2v_exp(m2v_sub(m2v_zero(), v))));
-    return m2v_mul(sg, m2v_fma(v, m2v_sub(one, sg), one));
-}
-M2_INLINE float dsilu_s(float v) {
-    const float sg = 1.0f / (1.0f + expf(-v));
-    return sg * (1.0f + v * (1.0f - sg));
-}
-
-static void M2K(fwd_out)(int64_t n, const float *y, const float *x, const float *D,
+static void M2K(fwd_out)(int64_t n, float e, const float *y, const float *x, const float *D,
                          const float *z, float *out) {
+    const m2v ve = m2v_set1(e);
     int64_t i = 0;
     for (; i + M2V_LEN <= n; i += M2V_LEN) {
-        m2v v = m2v_load(y + i);
+        m2v v = m2v_mul(ve, m2v_load(y + i));
         if (D) v = m2v_fma(m2v_load(D + i), m2v_load(x + i), v);
         if (z) v = m2v_mul(v, silu_v(m2v_load(z + i)));
         m2v_store(out + i, v);
     }
     for (; i < n; i++) {
-        float v = y[i];
+        float v = e * y[i];
         if (D) v += D[i] * x[i];
         if (z) v *= silu_s(z[i]);
         out[i] = v;
     }
 }
 
-static void M2K(bwd_dy)(int64_t n, const float *dout, const float *z, float *dy) {
+/* ---- per-token rows of the rescaled backward (length n = P) --------------------------- */
+
+/* u = w x (the sweep input d_t x_t / E_t); dy = dout silu(z) (dout without z);
+ * r = E dy (the rescaled dL/dy); sg = σ(z) when sg (for silu' later, without a second
+ * sigmoid). */
+static void M2K(bwd_prep)(int64_t n, float w, float E, const float *x, const float *dout,
+                          const float *z, float *u, float *dy, float *r, float *sg) {
+    const m2v vw = m2v_set1(w), vE = m2v_set1(E);
     int64_t i = 0;
-    if (!z) {
-        for (; i < n; i++) dy[i] = dout[i];
-        return;
+    for (; i + M2V_LEN <= n; i += M2V_LEN) {
+        m2v g = m2v_load(dout + i);
+        if (z) {
+            const m2v zv = m2v_load(z + i), sv = m2v_sigmoid(zv);
+            g = m2v_mul(g, m2v_mul(zv, sv));
+            if (sg) m2v_store(sg + i, sv);
+        }
+        m2v_store(u + i, m2v_mul(vw, m2v_load(x + i)));
+        m2v_store(dy + i, g);
+        m2v_store(r + i, m2v_mul(vE, g));
     }
-    for (; i + M2V_LEN <= n; i += M2V_LEN)
-        m2v_store(dy + i, m2v_mul(m2v_load(dout + i), silu_v(m2v_load(z + i))));
-    for (; i < n; i++) dy[i] = dout[i] * silu_s(z[i]);
+    for (; i < n; i++) {
+        float g = dout[i];
+        if (z) {
+            const float sv = 1.0f / (1.0f + expf(-z[i]));
+            g *= z[i] * sv;
+            if (sg) sg[i] = sv;
+        }
+        u[i] = w * x[i];
+        dy[i] = g;
+        r[i] = E * g;
+    }
 }
 
-static void M2K(bwd_dxdz)(int64_t n, float d, const float *gb, const float *dy, const float *x,
-                          const float *D, const float *y, const float *dout, const float *z,
-                          float *dx, float *dz) {
-    if (dx) {
-        const m2v vd = m2v_set1(d);
-        int64_t i = 0;
-        for (; i + M2V_LEN <= n; i += M2V_LEN) {
-            m2v v = m2v_mul(vd, m2v_load(gb + i));
+/* After the forward sweep of the backward, for one token (ym = Ŝ_{t-1} C_t, the output
+ * before the token's update; u = x̂_t; r = E_t dy_t): y = E (ym + cb u) with cb = B_t·C_t
+ * (the SSM output S_t C_t, D term excluded), dz = dout (y + D x) silu'(z) (when dz; σ(z)
+ * in sg, from bwd_prep),
+ * dD += dy x (when dD); returns Σ r ym = a_t dy_t·(S_{t-1} C_t) (when ym; else 0). */
+static float M2K(bwd_a_out)(int64_t n, float E, float cb, const float *ym, const float *u,
+                            const float *r, const float *x, const float *D, const float *dout,
+                            const float *z, const float *sg, const float *dy, float *dz,
+                            float *dD) {
+    const m2v one = m2v_set1(1.0f);
+    const m2v vE = m2v_set1(E), vcb = m2v_set1(cb);
+    m2v acc = m2v_zero();
+    int64_t i = 0;
+    for (; i + M2V_LEN <= n; i += M2V_LEN) {
+        const m2v xv = m2v_load(x + i);
+        if (ym) {
+            const m2v yv = m2v_load(ym + i);
+            acc = m2v_fma(m2v_load(r + i), yv, acc);
+            if (dz) {
+                m2v v = m2v_mul(vE, m2v_fma(vcb, m2v_load(u + i), yv));
+                if (D) v = m2v_fma(m2v_load(D + i), xv, v);
+                /* silu'(z) = σ (1 + z (1 - σ)) with σ from bwd_prep */
+                const m2v zv = m2v_load(z + i), sv = m2v_load(sg + i);
+                const m2v ds = m2v_mul(sv, m2v_fma(zv, m2v_sub(one, sv), one));
+                m2v_store(dz + i, m2v_mul(m2v_mul(m2v_load(dout + i), v), ds));
+            }
+        }
+        if (dD) m2v_store(dD + i, m2v_fma(m2v_load(dy + i), xv, m2v_load(dD + i)));
+    }
+    float s = m2v_reduce(acc);
+    for (; i < n; i++) {
+        if (ym) {
+            s += r[i] * ym[i];
+            if (dz) {
+                float v = E * (ym[i] + cb * u[i]);
+                if (D) v += D[i] * x[i];
+                dz[i] = dout[i] * v * (sg[i] * (1.0f + z[i] * (1.0f - sg[i])));
+            }
+        }
+        if (dD) dD[i] += dy[i] * x[i];
+    }
+    return s;
+}
+
+/* After the reverse sweep, for one token (gp = Ĝ_{t+1} B_t, before the token's update;
+ * r = E_t dy_t; u = x̂_t): gb = gp + cb r = Ĝ_t B_t, dx = w gb + D dy (when dx),
+ * xg[0] = Σ x gb (E_t x_t·G_t B_t), xg[1] = Σ u gp (= a_{t+1} d_t x_t·G_{t+1} B_t). */
+static void M2K(bwd_b_out)(int64_t n, float w, float cb, const float *gp, const float *r,
+                           const float *u, const float *x, const float *D, const float *dy,
+                           float *dx, float *xg) {
+    const m2v vw = m2v_set1(w), vcb = m2v_set1(cb);
+    m2v a0 = m2v_zero(), a1 = m2v_zero();
+    int64_t i = 0;
+    for (; i + M2V_LEN <= n; i += M2V_LEN) {
+        const m2v g = m2v_load(gp + i);
+        const m2v gb = m2v_fma(vcb, m2v_load(r + i), g);
+        a0 = m2v_fma(m2v_load(x + i), gb, a0);
+        a1 = m2v_fma(m2v_load(u + i), g, a1);
+        if (dx) {
+            m2v v = m2v_mul(vw, gb);
             if (D) v = m2v_fma(m2v_load(D + i), m2v_load(dy + i), v);
             m2v_store(dx + i, v);
         }
-        for (; i < n; i++) {
-            float v = d * gb[i];
+    }
+    float s0 = m2v_reduce(a0), s1 = m2v_reduce(a1);
+    for (; i < n; i++) {
+        const float gb = gp[i] + cb * r[i];
+        s0 += x[i] * gb;
+        s1 += u[i] * gp[i];
+        if (dx) {
+            float v = w * gb;
             if (D) v += D[i] * dy[i];
             dx[i] = v;
         }
     }
-    if (dz) {
-        int64_t i = 0;
-        for (; i + M2V_LEN <= n; i += M2V_LEN) {
-            m2v v = m2v_load(y + i); /* y before the gate: S_t·C_t + D x_t */
-            if (D) v = m2v_fma(m2v_load(D + i), m2v_load(x + i), v);
-            m2v_store(dz + i, m2v_mul(m2v_mul(m2v_load(dout + i), v), dsilu_v(m2v_load(z + i))));
-        }
-        for (; i < n; i++) {
-            float v = y[i];
-            if (D) v += D[i] * x[i];
-            dz[i] = dout[i] * v * dsilu_s(z[i]);
-        }
+    xg[0] = s0;
+    xg[1] = s1;
+}
+
+/* Σ a[i] b[i] over n floats: four vector accumulators (fixed lanes), summed in double. */
+static double M2K(dot)(int64_t n, const float *a, const float *b) {
+    m2v s0 = m2v_zero(), s1 = m2v_zero(), s2 = m2v_zero(), s3 = m2v_zero();
+    int64_t i = 0;
+    for (; i + 4 * M2V_LEN <= n; i += 4 * M2V_LEN) {
+        s0 = m2v_fma(m2v_load(a + i), m2v_load(b + i), s0);
+        s1 = m2v_fma(m2v_load(a + i + M2V_LEN), m2v_load(b + i + M2V_LEN), s1);
+        s2 = m2v_fma(m2v_load(a + i + 2 * M2V_LEN), m2v_load(b + i + 2 * M2V_LEN), s2);
+        s3 = m2v_fma(m2v_load(a + i + 3 * M2V_LEN), m2v_load(b + i + 3 * M2V_LEN), s3);
     }
+    double r = (double)m2v_reduce(s0) + (double)m2v_reduce(s1) + (double)m2v_reduce(s2) +
+               (double)m2v_reduce(s3);
+    for (; i < n; i++) r += (double)a[i] * (double)b[i];
+    return r;
 }

@@ -11,11 +11,16 @@
 #include "cpu/ssd_kernels_impl.h"
 
 const m2_cpu_kernels m2_cpu_kernels_scalar = {
-    "scalar",
-    fwd_block_4xN__scalar,
-    bwd_block_4xN__scalar,
-    scale__scalar,
-    fwd_out__scalar,
-    bwd_dy__scalar,
-    bwd_dxdz__scalar,
+    .isa = "scalar",
+    .tile_p = 2 * M2V_LEN,
+    .tile_n = 4,
+    .sweep = sweep__scalar,
+    .sweep_direct = sweep_direct__scalar,
+    .dt_block = dt_block__scalar,
+    .scale = scale__scalar,
+    .fwd_out = fwd_out__scalar,
+    .bwd_prep = bwd_prep__scalar,
+    .bwd_a_out = bwd_a_out__scalar,
+    .bwd_b_out = bwd_b_out__scalar,
+    .dot = dot__scalar,
 };

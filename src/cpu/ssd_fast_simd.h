@@ -1,0 +1,127 @@
+/*
+ * ssd_fast_simd.h — vector helpers the SSD kernels need beyond cpu/simd.h: a double-precision
+ * vector (m2vd, for the segment scales E_t = exp(c_t), which must be accurate to far better
+ * than float), a lean sigmoid and a fast reciprocal (the silu gate), a lane select.
+ *
+ * Included by ssd_kernels_impl.h after cpu/simd.h, under the same M2_SIMD_<ISA> switch, so a
+ * kernel body stays free of #ifdefs. As in simd.h, the scalar mapping is a vector of one lane
+ * and uses libm; the two kernel sets differ in the last bits, never between runs or threads.
+ * Every lane is computed by the same operations whatever its position, so a head's results
+ * do not depend on which lane (which head set, which thread) it lands in.
+ */
+#ifndef MAMBA2C_CPU_SSD_FAST_SIMD_H
+#define MAMBA2C_CPU_SSD_FAST_SIMD_H
+
+#include "cpu/simd.h"
+
+#if defined(M2_SIMD_AVX2)
+
+#define M2VD_LEN 4
+typedef __m256d m2vd;
+
+#define m2vd_set1(x) _mm256_set1_pd(x)
+#define m2vd_add(a, b) _mm256_add_pd((a), (b))
+#define m2vd_mul(a, b) _mm256_mul_pd((a), (b))
+#define m2vd_div(a, b) _mm256_div_pd((a), (b))
+#define m2vd_min(a, b) _mm256_min_pd((a), (b))
+#define m2vd_max(a, b) _mm256_max_pd((a), (b))
+#define m2vd_load(p) _mm256_loadu_pd(p)
+#define m2vd_store(p, v) _mm256_storeu_pd((p), (v))
+/* 4 floats at p as doubles, and back (round to nearest) */
+#define m2vd_load_ps(p) _mm256_cvtps_pd(_mm_loadu_ps(p))
+#define m2vd_store_ps(p, v) _mm_storeu_ps((p), _mm256_cvtpd_ps(v))
+
+/* exp(x) in double: x = n ln2 + r (ln2 split in two, |r| <= ln2/2), e^r as its Taylor series
+ * to degree 12 (truncation < 2e-16 relative), 2^n through the exponent bits. x is clamped to
+ * [-708, 708]: e^-708 ~ 3e-308 stands in for anything smaller (0 once rounded to float). */
+M2_INLINE m2vd m2vd_exp(m2vd x) {
+    x = _mm256_min_pd(_mm256_max_pd(x, _mm256_set1_pd(-708.0)), _mm256_set1_pd(708.0));
+    const __m256d n = _mm256_round_pd(_mm256_mul_pd(x, _mm256_set1_pd(1.4426950408889634)),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256d r = _mm256_fnmadd_pd(n, _mm256_set1_pd(6.93147180369123816490e-01), x);
+    r = _mm256_fnmadd_pd(n, _mm256_set1_pd(1.90821492927058770002e-10), r);
+    __m256d y = _mm256_set1_pd(1.0 / 479001600.0); /* 1/12! */
+    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(1.0 / 39916800.0));
+    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(1.0 / 3628800.0));
+    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(1.0 / 362880.0));
+    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(1.0 / 40320.0));
+    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(1.0 / 5040.0));
+    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(1.0 / 720.0));
+    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(1.0 / 120.0));
+    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(1.0 / 24.0));
+    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(1.0 / 6.0));
+    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(0.5));
+    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(1.0));
+    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(1.0));
+    /* 2^n: n + 1.5*2^52 holds n in its low mantissa bits */
+    const __m256d magic = _mm256_set1_pd(6755399441055744.0);
+    __m256i k = _mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(n, magic)),
+                                 _mm256_castpd_si256(magic));
+    k = _mm256_slli_epi64(_mm256_add_epi64(k, _mm256_set1_epi64x(1023)), 52);
+    return _mm256_mul_pd(y, _mm256_castsi256_pd(k));
+}
+
+/* 1/x: the hardware estimate (12 bits) and one Newton step, r (2 - x r): about 2^-22
+ * relative. Used for 1/(1 + e^-z) in the gate, where a division would cost more than the
+ * rest of the element's work. */
+M2_INLINE m2v m2v_rcp(m2v x) {
+    const __m256 r = _mm256_rcp_ps(x);
+    return _mm256_mul_ps(r, _mm256_fnmadd_ps(x, r, _mm256_set1_ps(2.0f)));
+}
+
+/* σ(z) = 1/(1 + e^-z), lean: the silu gate costs more than the rest of the forward's
+ * per-element work (all of it on the two FMA ports). e^x for x = -z clamped to [-87, 87]:
+ * n = round(x log2e) read off a magic-number sum whose low mantissa bits also hold the
+ * biased exponent of 2^n (no round or convert instruction), r = x - n ln2 (ln2 in two
+ * parts), e^r = 1 + r q(r) with q of degree 4 fitted for relative error (1.7e-7 evaluated in
+ * float on |r| <= ln2/2), then the reciprocal estimate and one Newton step (2^-22). At the
+ * clamp, σ ~ 1.6e-38 stands in for smaller values. The clamp's operand order passes a NaN z
+ * through. */
+M2_INLINE m2v m2v_sigmoid(m2v z) {
+    __m256 x = _mm256_sub_ps(_mm256_setzero_ps(), z);
+    x = _mm256_min_ps(_mm256_set1_ps(87.0f), _mm256_max_ps(_mm256_set1_ps(-87.0f), x));
+    const __m256 magic = _mm256_set1_ps(12582912.0f + 127.0f); /* 1.5 * 2^23 + bias */
+    const __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), magic);
+    const __m256 n = _mm256_sub_ps(t, magic);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 q = _mm256_set1_ps(8.3178728819e-03f);
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(4.1897952557e-02f));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.6667181253e-01f));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(4.9999150634e-01f));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(9.9999988079e-01f));
+    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.0f));
+    const __m256 e = _mm256_mul_ps(q, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23)));
+    return m2v_rcp(_mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+/* a > b lane-wise as an all-ones mask; m2v_select(mask, a, b) = mask ? a : b */
+#define m2v_gt(a, b) _mm256_cmp_ps((a), (b), _CMP_GT_OQ)
+#define m2v_select(m, a, b) _mm256_blendv_ps((b), (a), (m))
+
+#elif defined(M2_SIMD_SCALAR)
+
+#define M2VD_LEN 1
+typedef double m2vd;
+
+#define m2vd_set1(x) ((double)(x))
+#define m2vd_add(a, b) ((a) + (b))
+#define m2vd_mul(a, b) ((a) * (b))
+#define m2vd_div(a, b) ((a) / (b))
+#define m2vd_min(a, b) ((a) < (b) ? (a) : (b))
+#define m2vd_max(a, b) ((a) > (b) ? (a) : (b))
+#define m2vd_load(p) (*(p))
+#define m2vd_store(p, v) (*(p) = (v))
+#define m2vd_load_ps(p) ((double)*(p))
+#define m2vd_store_ps(p, v) (*(p) = (float)(v))
+M2_INLINE m2vd m2vd_exp(m2vd x) { return exp(x); }
+M2_INLINE m2v m2v_rcp(m2v x) { return 1.0f / x; }
+M2_INLINE m2v m2v_sigmoid(m2v z) { return 1.0f / (1.0f + expf(-z)); }
+#define m2v_gt(a, b) ((a) > (b))
+#define m2v_select(m, a, b) ((m) ? (a) : (b))
+
+#else
+#error "define M2_SIMD_AVX2 or M2_SIMD_SCALAR before including cpu/ssd_fast_simd.h"
+#endif
+
+#endif /* MAMBA2C_CPU_SSD_FAST_SIMD_H */
