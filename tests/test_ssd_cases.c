@@ -107,6 +107,9 @@ static th_ssd_case cases[] = {
     {"chunked_L6500_H2_all", SH(1, 6500, 2, 8, 16, 64, 1), .D_mode = 2, ALL_OPTS},
     {"chunked_varlen_split_and_not", SH(1, 0, 2, 4, 8, 64, 1), .nseq = 3,
      .seqlen = {6200, 40, 7000}, .D_mode = 1, ALL_OPTS},
+    /* a Mamba-2 layer's real sizes (the demo's slice): long sums over time and P*N = 8192
+     * state elements per head; caught a decay-gradient form that cancels (dA 1.8e-5) */
+    {"layer_L2048_P64_N128_all", SH(1, 2048, 4, 64, 128, 128, 1), .D_mode = 2, ALL_OPTS},
     {"chunked_strong_decay", SH(1, 6200, 1, 4, 4, 64, 1), .softplus = 1, STATES,
      .dt_mode = TH_DT_LARGE},
 };
