@@ -3,32 +3,37 @@
  * (SPEC §6): tiling, threading, conv-state packing and the fixed-order reductions. The
  * arithmetic lives in the per-ISA kernel sets (conv1d_kernels.h), picked from ctx->isa.
  *
- * Work is split into tasks over (batch row, token block, channel block of CB channels). With
- * cu_seqlens the L packed tokens of row 0 are cut into blocks without regard to sequence
- * boundaries, and a block is processed segment by segment (the part of each sequence it
- * holds), so the split is balanced however the sequences are distributed. Inside a task the
- * kernels run a chunk of tokens at a time. The input window of a chunk's first token reaches W-1
- * tokens back: earlier tokens of the same sequence are read in place from x; positions before
- * the sequence start come from the initial conv state (or zeros), packed channel-major into a
- * small history buffer.
+ * Work is split into tasks over (batch row, token block, group of channel blocks of CB
+ * channels); a task walks its channel blocks in order. With cu_seqlens the L packed tokens of
+ * row 0 are cut into blocks without regard to sequence boundaries, and a block is processed
+ * segment by segment (the part of each sequence it holds), so the split is balanced however
+ * the sequences are distributed. Inside a task the kernels run a chunk of tokens at a time.
+ * The input window of a chunk's first token reaches W-1 tokens back: earlier tokens of the
+ * same sequence are read in place from x; positions before the sequence start come from the
+ * initial conv state (or zeros), packed channel-major into a small history buffer.
  *
  * Forward: tasks write disjoint slices of out; a second pass, one task per sequence, writes
  * final_conv_state (the last W-1 inputs; for a sequence shorter than W-1 they include initial
  * state entries).
  *
- * Backward, per chunk of tokens [ca, ce) of a sequence [s0, s1):
- *   g_t = dout_t act'(pre_t) for t in [ca, min(ce + W-1, s1)) (pre recomputed; the W-1 extra
- *   tokens are the look-ahead dx needs) into a per-call scratch padded with zero rows;
- *   dx_j = Σ_k w_k g_{j+W-1-k} for j in [ca, ce) (the forward kernel run on g with flipped
- *   weights), plus dfinal where j is among the last W-1 positions; the chunk at the sequence
- *   start also yields dinit (positions s0-W+1 .. s0-1).
+ * Backward: one fused kernel run per segment [a, e) of a sequence [s0, s1), chunk by chunk,
+ * its input and gradient windows carried from chunk to chunk: g_t = dout_t act'(pre_t) (pre
+ * recomputed) for t < min(e + W-1, s1) (the W-1 tokens past e are the look-ahead dx needs),
+ * the dweight / dbias sums over [a, e), dx_j = Σ_k w_k g_{j+W-1-k} for j in [a, e), plus
+ * dfinal where j is among the last W-1 positions. A segment at a sequence start also runs the
+ * first W-1 tokens once more on their own for dinit (positions s0-W+1 .. s0-1). x and dout
+ * are read once, dx written once.
  * Determinism: dweight and dbias are sums over all tokens. A segment sums its tokens in float
- * in token order, FLUSH_TOKENS tokens at a time, and adds each such float sum (in order) to its
- * token block's double partial row in the workspace; after all tasks, the partial rows are
- * added in block order.
- * Token blocks depend on the problem alone (never on the thread count), and channel blocks
- * start at multiples of 8, so each channel's float operations are the same in every run:
- * results are bitwise identical for any thread count.
+ * in a fixed order (per kernel call, then FLUSH_TOKENS tokens at a time), and adds each such
+ * float sum (in order) to its token block's double partial row in the workspace; after all
+ * tasks, the partial rows are added in block order.
+ * Token blocks and kernel calls depend on the problem alone (never on the thread count), and
+ * channel blocks start at multiples of 8, so each channel's float operations are the same in
+ * every run: results are bitwise identical for any thread count.
+ *
+ * Decode step with one token per row and a packed cache (the common case): a task is a block
+ * of channels over all rows, its weights packed once; the step kernel de-interleaves each
+ * cache slot in registers and writes it back in place. Small steps run on the calling thread.
  */
 #include <stdint.h>
 #include <string.h>
@@ -41,20 +46,25 @@
  * Blocking. Rows of consecutive tokens are far apart in memory (a row of x is C or more
  * floats, usually over a 4 KiB page), and a kernel call walks its tokens once per vector of
  * channels. A call therefore covers few tokens (the pages of its x and out rows stay within
- * the first-level TLB, and its rows in L1) and many channels (long contiguous runs per row).
- * The history of a chunk that does not start a sequence is read from x in place, so short
- * chunks cost only W-1 reloaded rows each.
+ * the first-level TLB, its rows in L1, and the rows' streams few enough for the prefetchers;
+ * 32 tokens per call halved the backward's speed) and many channels (long contiguous runs
+ * per row). The history of a chunk that does not start a sequence is read from x in place,
+ * so short chunks cost only W-1 reloaded rows each. Few backward blocks keep the partial
+ * rows of dweight / dbias (written, then read once more) small next to x, dout and dx.
  */
 #define CB 512            /* channels per block; a multiple of 8 (lanes map to fixed channels) */
 #define FWD_CHUNK 16      /* tokens per forward kernel call                                   */
-#define BWD_CHUNK 16      /* tokens per backward kernel call (+ W-1 look-ahead)               */
+#define BWD_CHUNK 16      /* tokens per backward kernel call (the last + W-1 look-ahead)      */
 #define FWD_BLOCK 256     /* tokens per forward task                                          */
-#define BWD_MAX_BLOCKS 64 /* at most about this many backward token blocks (partial rows)     */
+#define BWD_MAX_BLOCKS 16 /* at most about this many backward token blocks (partial rows)     */
 #define FLUSH_TOKENS 64   /* dweight/dbias: float sums over this many tokens, then into double */
 #define MAXW M2C1_MAX_W
+#define TASKS_PER_THREAD 4 /* forward / backward: at least about this many tasks per thread  */
+#define STEP_CB 1024      /* at most this many channels per decode-step task                  */
+#define STEP_SERIAL_BYTES (512 * 1024) /* a decode step moving less runs on one thread        */
 
-#if CB % 8 != 0 || FLUSH_TOKENS % BWD_CHUNK != 0
-#error "CB must be a multiple of 8, FLUSH_TOKENS a multiple of BWD_CHUNK"
+#if CB % 8 != 0 || STEP_CB % 8 != 0 || FLUSH_TOKENS % BWD_CHUNK != 0
+#error "CB and STEP_CB must be multiples of 8, FLUSH_TOKENS a multiple of BWD_CHUNK"
 #endif
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -79,6 +89,17 @@ static void run_tasks(mamba2_context_t *ctx, int64_t ntasks, m2_task_fn fn, void
 }
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Channel blocks per task: as many as still leave about TASKS_PER_THREAD tasks per thread
+ * over the ntb token blocks. A task walks its channel blocks in order over the same rows,
+ * so the rows' next columns (which the kernels prefetch) are its own next work. Channel
+ * grouping never changes a result. */
+static int64_t group_blocks(int64_t ntb, int64_t ncb, int nthreads) {
+    int64_t ngroups = ceil_div((int64_t)TASKS_PER_THREAD * nthreads, ntb > 0 ? ntb : 1);
+    if (ngroups > ncb) ngroups = ncb;
+    if (ngroups < 1) ngroups = 1;
+    return ceil_div(ncb, ngroups);
+}
 
 /* Row length of the packed per-block buffers: CB, or C rounded up to 8 when smaller. */
 static int64_t pack_width(const m2_conv1d_problem *pr) {
@@ -108,17 +129,11 @@ static int64_t seq_of(const m2_conv1d_problem *pr, int64_t r, int64_t A) {
     return lo;
 }
 
-/* Packed weights of channels [c0, c0+n), rows of length ld: wt[k*ld + c] = weight[c0+c, k];
- * with wflip, also the flipped kernel wflip[k*ld + c] = weight[c0+c, W-1-k] (for dx). */
-static void pack_weights(const m2_conv1d_problem *pr, int64_t c0, int64_t n, int64_t ld,
-                         float *wt, float *wflip) {
+/* Packed weights of channels [c0, c0+n), rows of length ld: wt[k*ld + c] = weight[c0+c, k]. */
+static void pack_weights(const m2_conv1d_kernels *k, const m2_conv1d_problem *pr, int64_t c0,
+                         int64_t n, int64_t ld, float *wt) {
     const float *w = (const float *)pr->weight.p;
-    for (int64_t c = 0; c < n; c++)
-        for (int64_t k = 0; k < pr->W; k++) {
-            const float v = w[(c0 + c) * pr->weight.s[0] + k];
-            wt[k * ld + c] = v;
-            if (wflip) wflip[(pr->W - 1 - k) * ld + c] = v;
-        }
+    k->pack_w(pr->W, n, w + c0 * pr->weight.s[0], pr->weight.s[0], wt, ld);
 }
 
 /* W-1 history rows of channels [c0, c0+n) from a conv state view st[S,C,W-1] at slot q
@@ -186,8 +201,8 @@ static void for_each_segment(const m2_conv1d_problem *pr, int64_t r, int64_t A, 
 typedef struct fwd_job {
     const m2_conv1d_problem *pr;
     const m2_conv1d_kernels *k;
-    int64_t nblk, ncb, block, ld; /* token blocks per row, channel blocks, tokens per block,
-                                     row length of the packed buffers */
+    int64_t nblk, ncb, gcb, block, ld; /* token blocks per row, channel blocks, channel blocks
+                                          per task, tokens per block, packed row length */
     /* per task (set by fwd_task before the segments run) */
     int64_t c0, n;
     const float *wt;
@@ -213,15 +228,18 @@ static void fwd_segment(void *arg, int64_t b, int64_t s, int64_t s0, int64_t s1,
 static void fwd_task(void *arg, int64_t task, int thread) {
     fwd_job J = *(const fwd_job *)arg; /* a private copy: the per-task fields below */
     const m2_conv1d_problem *pr = J.pr;
-    const int64_t cb = task % J.ncb, blk = (task / J.ncb) % J.nblk, r = task / (J.ncb * J.nblk);
+    const int64_t ngr = ceil_div(J.ncb, J.gcb);
+    const int64_t grp = task % ngr, blk = (task / ngr) % J.nblk, r = task / (ngr * J.nblk);
     float wt[MAXW * CB], hbuf[(MAXW - 1) * CB]; /* 30 KiB of stack at most */
-    J.c0 = cb * CB;
-    J.n = pr->C - J.c0 < CB ? pr->C - J.c0 : CB;
-    pack_weights(pr, J.c0, J.n, J.ld, wt, NULL);
     J.wt = wt;
     J.hbuf = hbuf;
     const int64_t A = blk * J.block, E = A + J.block < pr->L ? A + J.block : pr->L;
-    for_each_segment(pr, r, A, E, fwd_segment, &J);
+    for (int64_t cb = grp * J.gcb; cb < (grp + 1) * J.gcb && cb < J.ncb; cb++) {
+        J.c0 = cb * CB;
+        J.n = pr->C - J.c0 < CB ? pr->C - J.c0 : CB;
+        pack_weights(J.k, pr, J.c0, J.n, J.ld, wt);
+        for_each_segment(pr, r, A, E, fwd_segment, &J);
+    }
 }
 
 /* final[s, c, i] = u_{len-W+1+i}: x inside the sequence, the initial state (or 0) before. */
@@ -254,7 +272,8 @@ mamba2_status_t m2_cpu_conv1d_forward(mamba2_context_t *ctx, const m2_conv1d_pro
     J.ld = pack_width(pr);
     J.block = FWD_BLOCK;
     J.nblk = ceil_div(pr->L, J.block);
-    run_tasks(ctx, nrows(pr) * J.nblk * J.ncb, fwd_task, &J);
+    J.gcb = group_blocks(nrows(pr) * J.nblk, J.ncb, plan_threads(ctx));
+    run_tasks(ctx, nrows(pr) * J.nblk * ceil_div(J.ncb, J.gcb), fwd_task, &J);
     if (pr->final.p && pr->W > 1) run_tasks(ctx, pr->nseq, final_task, (void *)pr);
     return MAMBA2_STATUS_OK;
 }
@@ -262,24 +281,24 @@ mamba2_status_t m2_cpu_conv1d_forward(mamba2_context_t *ctx, const m2_conv1d_pro
 /* ---- backward ----------------------------------------------------------------------- */
 
 typedef struct bwd_plan {
-    int64_t block, nblk, ncb, ld; /* tokens per block, blocks per row, channel blocks,
-                                     row length of the packed buffers                    */
+    int64_t block, nblk, ncb, gcb, ld; /* tokens per block, blocks per row, channel blocks,
+                                          channel blocks per task, packed row length      */
     int64_t nparts;               /* partial rows: nrows * nblk (0: no dweight / dbias)   */
     int nthreads;
     size_t parts_bytes, scratch_floats; /* workspace: partial rows, then per-thread scratch */
 } bwd_plan;
 
-/* Per-thread scratch (floats, rows of ld): g with W-1 zero rows before and after the chunk
- * and its look-ahead, history, the dinit rows, float sums of dweight and dbias, the packed
- * and the flipped weights. */
-enum { S_G = 0 };
-static int64_t off_hist(int64_t ld) { return (BWD_CHUNK + 2 * (MAXW - 1)) * ld; }
-static int64_t off_tmp(int64_t ld) { return off_hist(ld) + (MAXW - 1) * ld; }
-static int64_t off_dw(int64_t ld) { return off_tmp(ld) + (MAXW - 1) * ld; }
-static int64_t off_db(int64_t ld) { return off_dw(ld) + MAXW * ld; }
-static int64_t off_wt(int64_t ld) { return off_db(ld) + ld; }
-static int64_t off_wflip(int64_t ld) { return off_wt(ld) + MAXW * ld; }
-static int64_t scratch_floats(int64_t ld) { return ceil_div(off_wflip(ld) + MAXW * ld, 16) * 16; }
+/* Per-thread scratch (floats, rows of ld): the kernel's carried windows (W-1 input rows, W-1
+ * gradient rows), the history buffer, the dinit rows, float sums of dweight and dbias, the
+ * packed weights. */
+static int64_t off_hist(int64_t W, int64_t ld) { return 2 * (W - 1) * ld; }
+static int64_t off_tmp(int64_t W, int64_t ld) { return off_hist(W, ld) + (W - 1) * ld; }
+static int64_t off_dw(int64_t W, int64_t ld) { return off_tmp(W, ld) + (W - 1) * ld; }
+static int64_t off_db(int64_t W, int64_t ld) { return off_dw(W, ld) + W * ld; }
+static int64_t off_wt(int64_t W, int64_t ld) { return off_db(W, ld) + ld; }
+static int64_t scratch_floats(int64_t W, int64_t ld) {
+    return ceil_div(off_wt(W, ld) + W * ld, 16) * 16;
+}
 
 /* The token blocks depend on B and L only (never on the thread count): about
  * BWD_MAX_BLOCKS blocks over all B*L tokens, each a multiple of BWD_CHUNK and >= 64 tokens. */
@@ -295,8 +314,9 @@ static bwd_plan plan_bwd(const mamba2_context_t *ctx, const m2_conv1d_problem *p
     p.ld = pack_width(pr);
     p.nparts = (pr->dweight.p || pr->dbias.p) ? nrows(pr) * p.nblk : 0;
     p.nthreads = plan_threads(ctx);
+    p.gcb = group_blocks(nrows(pr) * p.nblk, p.ncb, p.nthreads);
     p.parts_bytes = (size_t)(ceil_div(p.nparts * (pr->W + 1) * pr->C, 8) * 8) * sizeof(double);
-    p.scratch_floats = (size_t)scratch_floats(p.ld);
+    p.scratch_floats = (size_t)scratch_floats(pr->W, p.ld);
     return p;
 }
 
@@ -320,99 +340,138 @@ typedef struct bwd_job {
     double *part; /* this task's partial row: part[k*C + c] for c in [c0, c0+n) */
 } bwd_job;
 
+/* The kernel's windows at the start of a run at token a: the W-1 inputs before a, zero
+ * gradients. */
+static void init_windows(const bwd_job *J, int64_t b, int64_t s, int64_t s0, int64_t a,
+                         float *st) {
+    const int64_t W1 = J->pr->W - 1, n = J->n, ld = J->p.ld;
+    int64_t ldh;
+    const float *hist = history(J->pr, s, b, s0, a, J->c0, n, ld, J->sc + off_hist(J->pr->W, ld),
+                                &ldh);
+    for (int64_t i = 0; i < W1; i++) {
+        memcpy(st + i * ld, hist + i * ldh, (size_t)n * sizeof(float));
+        memset(st + (W1 + i) * ld, 0, (size_t)n * sizeof(float));
+    }
+}
+
+/*
+ * Tokens [a, e) of sequence s ([s0, s1), row b). One run of the fused kernel over
+ * [a, e + W-1) in chunks of BWD_CHUNK tokens: g for tokens < min(e + W-1, s1) (past e only
+ * the look-ahead dx needs, past s1 zeros), dweight/dbias sums over [a, e), dx of inputs
+ * [a, e). The chunks start at a + i*BWD_CHUNK and the last one takes the look-ahead too,
+ * whatever else is requested, so the float sums group the same way in every call. At a sequence start a short separate run over the first
+ * W-1 tokens yields dinit (the gradients of positions s0-W+1 .. s0-1).
+ */
 static void bwd_segment(void *arg, int64_t b, int64_t s, int64_t s0, int64_t s1, int64_t a,
                         int64_t e) {
     const bwd_job *J = (const bwd_job *)arg;
     const m2_conv1d_problem *pr = J->pr;
+    const m2_conv1d_kernels *K = J->k;
     const int64_t W = pr->W, W1 = W - 1, n = J->n, c0 = J->c0, C = pr->C, ld = J->p.ld;
-    float *G = J->sc + S_G, *hbuf = J->sc + off_hist(ld), *tmp = J->sc + off_tmp(ld);
-    float *dwc = J->sc + off_dw(ld), *dbc = J->sc + off_db(ld);
-    const float *wt = J->sc + off_wt(ld), *wflip = J->sc + off_wflip(ld);
+    float *st = J->sc, *tmp = J->sc + off_tmp(W, ld);
+    float *dwc = J->sc + off_dw(W, ld), *dbc = J->sc + off_db(W, ld);
+    const float *wt = J->sc + off_wt(W, ld);
+    const int64_t xs = pr->x.s[1], ds = pr->dout.s[1];
     const float *x = (const float *)pr->x.p + b * pr->x.s[0] + c0;
     const float *dout = (const float *)pr->dout.p + b * pr->dout.s[0] + c0;
+    float *dx = pr->dx.p ? (float *)pr->dx.p + b * pr->dx.s[0] + c0 : NULL;
+    const int64_t dxs = pr->dx.s[1];
     const float *bias = pr->bias.p ? (const float *)pr->bias.p + c0 : NULL;
     const float *dfin = pr->dfinal.p ? (const float *)pr->dfinal.p + s * pr->dfinal.s[0] +
                                            c0 * pr->dfinal.s[1]
                                      : NULL;
     const int64_t fs = s1 - W1; /* first position the final state holds */
-    for (int64_t ca = a; ca < e; ca += BWD_CHUNK) {
-        const int64_t ce = ca + BWD_CHUNK < e ? ca + BWD_CHUNK : e;
-        const int64_t gend = ce + W1 < s1 ? ce + W1 : s1; /* g needed for [ca, gend) */
-        const int64_t Tg = gend - ca, Tc = ce - ca;
-        /* G row W-1+i holds g_{ca+i}; the rows around the computed ones are zero */
-        for (int64_t i = 0; i < W1; i++) memset(G + i * ld, 0, (size_t)n * sizeof(float));
-        for (int64_t i = W1 + Tg; i < Tc + 2 * W1; i++)
-            memset(G + i * ld, 0, (size_t)n * sizeof(float));
-        if ((ca - a) % FLUSH_TOKENS == 0) { /* a new float partial sum */
+    const int64_t gend = e + W1 < s1 ? e + W1 : s1;
+
+    /* dinit: the first W-1 tokens' gradients reach back before s0 */
+    if (a == s0 && pr->dinit.p && W1 > 0) {
+        init_windows(J, b, s, s0, a, st);
+        const int64_t Tg = gend - a < W1 ? gend - a : W1;
+        K->bwd(W, pr->silu, W1, Tg, 0, 0, n, x + a * xs, xs, dout + a * ds, ds, wt, ld, bias, st,
+               ld, tmp, ld, dwc, dbc);
+        float *di = (float *)pr->dinit.p + s * pr->dinit.s[0] + c0 * pr->dinit.s[1];
+        for (int64_t c = 0; c < n; c++)
+            for (int64_t i = 0; i < W1; i++) {
+                const int64_t j = s0 - W1 + i;
+                float v = tmp[i * ld + c];
+                if (dfin && j >= fs) v += dfin[c * pr->dfinal.s[1] + (j - fs)];
+                di[c * pr->dinit.s[1] + i] = v;
+            }
+    }
+    if (!dx && !J->part) return;
+
+    init_windows(J, b, s, s0, a, st);
+    if (J->part) {
+        for (int64_t k = 0; k < W; k++) memset(dwc + k * ld, 0, (size_t)n * sizeof(float));
+        memset(dbc, 0, (size_t)n * sizeof(float));
+    }
+    const int64_t tend = dx ? e + W1 : e; /* the look-ahead serves dx alone */
+    for (int64_t ca = a, ce; ca < tend; ca = ce) {
+        ce = ca + BWD_CHUNK < e ? ca + BWD_CHUNK : tend; /* the look-ahead joins the last chunk */
+        const int64_t T = ce - ca;
+        const int64_t Tg = gend - ca < 0 ? 0 : gend - ca < T ? gend - ca : T;
+        const int64_t Tacc = e - ca < 0 ? 0 : e - ca < T ? e - ca : T;
+        const int64_t temit = a + W1 - ca > 0 ? a + W1 - ca : 0; /* first dx: input a */
+        const int64_t r0 = Tg > 0 ? ca : a;                       /* rows read: < Tg only */
+        K->bwd(W, pr->silu, T, Tg, Tacc, temit, n, x + r0 * xs, xs, dout + r0 * ds, ds, wt, ld,
+               bias, st, ld, dx ? dx + (ca + temit - W1) * dxs : NULL, dxs, dwc, dbc);
+        if (J->part && Tacc > 0 && ((ce - a) % FLUSH_TOKENS == 0 || ce >= e)) {
+            for (int64_t k = 0; k <= W; k++) { /* row k == W: dbias */
+                double *prow = J->part + k * C + c0;
+                const float *frow = k < W ? dwc + k * ld : dbc;
+                for (int64_t c = 0; c < n; c++) prow[c] += (double)frow[c];
+            }
             for (int64_t k = 0; k < W; k++) memset(dwc + k * ld, 0, (size_t)n * sizeof(float));
             memset(dbc, 0, (size_t)n * sizeof(float));
         }
-        int64_t ldh;
-        const float *hist = history(pr, s, b, s0, ca, c0, n, ld, hbuf, &ldh);
-        J->k->bwd_g(W, pr->silu, Tg, Tc, n, x + ca * pr->x.s[1], pr->x.s[1], hist, ldh, wt, ld,
-                    bias, dout + ca * pr->dout.s[1], pr->dout.s[1], G + W1 * ld, ld, dwc, dbc);
-        if (J->part && ((ce - a) % FLUSH_TOKENS == 0 || ce == e))
-            for (int64_t c = 0; c < n; c++) {
-                for (int64_t k = 0; k < W; k++) J->part[k * C + c0 + c] += (double)dwc[k * ld + c];
-                J->part[W * C + c0 + c] += (double)dbc[c];
-            }
-        /* dx_j = Σ_k w_k g_{j+W-1-k} = Σ_k wflip_k g_{j+k}: the forward kernel on g */
-        if (pr->dx.p) {
-            float *dx = (float *)pr->dx.p + b * pr->dx.s[0] + c0;
-            J->k->fwd(W, 0, Tc, n, G + 2 * W1 * ld, ld, G + W1 * ld, ld, wflip, ld, NULL,
-                      dx + ca * pr->dx.s[1], pr->dx.s[1]);
-            if (dfin)
-                for (int64_t j = ca > fs ? ca : fs; j < ce; j++)
-                    for (int64_t c = 0; c < n; c++)
-                        dx[j * pr->dx.s[1] + c] += dfin[c * pr->dfinal.s[1] + (j - fs)];
-        }
-        /* dinit: positions s0-W+1 .. s0-1, from the chunk at the sequence start */
-        if (ca == s0 && pr->dinit.p && W1 > 0) {
-            J->k->fwd(W, 0, W1, n, G + W1 * ld, ld, G, ld, wflip, ld, NULL, tmp, ld);
-            float *di = (float *)pr->dinit.p + s * pr->dinit.s[0] + c0 * pr->dinit.s[1];
-            for (int64_t c = 0; c < n; c++)
-                for (int64_t i = 0; i < W1; i++) {
-                    const int64_t j = s0 - W1 + i;
-                    float v = tmp[i * ld + c];
-                    if (dfin && j >= fs) v += dfin[c * pr->dfinal.s[1] + (j - fs)];
-                    di[c * pr->dinit.s[1] + i] = v;
-                }
-        }
     }
+    if (dx && dfin) /* inputs held by the final state also receive its gradient */
+        for (int64_t j = a > fs ? a : fs; j < e; j++)
+            for (int64_t c = 0; c < n; c++)
+                dx[j * dxs + c] += dfin[c * pr->dfinal.s[1] + (j - fs)];
 }
 
 static void bwd_task(void *arg, int64_t task, int thread) {
     bwd_job J = *(const bwd_job *)arg; /* a private copy: the per-task fields below */
     const m2_conv1d_problem *pr = J.pr;
-    const int64_t ncb = J.p.ncb, nblk = J.p.nblk, ld = J.p.ld;
-    const int64_t cb = task % ncb, blk = (task / ncb) % nblk, r = task / (ncb * nblk);
-    J.sc = J.scratch + (size_t)thread * J.p.scratch_floats;
-    J.c0 = cb * CB;
-    J.n = pr->C - J.c0 < CB ? pr->C - J.c0 : CB;
-    pack_weights(pr, J.c0, J.n, ld, J.sc + off_wt(ld), J.sc + off_wflip(ld));
-    J.part = NULL;
-    if (J.parts) {
-        J.part = J.parts + (r * nblk + blk) * (pr->W + 1) * pr->C;
-        for (int64_t k = 0; k <= pr->W; k++)
-            memset(J.part + k * pr->C + J.c0, 0, (size_t)J.n * sizeof(double));
-    }
+    const int64_t ncb = J.p.ncb, gcb = J.p.gcb, nblk = J.p.nblk, ld = J.p.ld;
+    const int64_t ngr = ceil_div(ncb, gcb);
+    const int64_t grp = task % ngr, blk = (task / ngr) % nblk, r = task / (ngr * nblk);
     const int64_t A = blk * J.p.block, E = A + J.p.block < pr->L ? A + J.p.block : pr->L;
-    for_each_segment(pr, r, A, E, bwd_segment, &J);
+    J.sc = J.scratch + (size_t)thread * J.p.scratch_floats;
+    for (int64_t cb = grp * gcb; cb < (grp + 1) * gcb && cb < ncb; cb++) {
+        J.c0 = cb * CB;
+        J.n = pr->C - J.c0 < CB ? pr->C - J.c0 : CB;
+        pack_weights(J.k, pr, J.c0, J.n, ld, J.sc + off_wt(pr->W, ld));
+        J.part = NULL;
+        if (J.parts) {
+            J.part = J.parts + (r * nblk + blk) * (pr->W + 1) * pr->C;
+            for (int64_t k = 0; k <= pr->W; k++)
+                memset(J.part + k * pr->C + J.c0, 0, (size_t)J.n * sizeof(double));
+        }
+        for_each_segment(pr, r, A, E, bwd_segment, &J);
+    }
 }
 
-/* dweight / dbias of channel block `task`: the partial rows added in block order. */
+/* dweight / dbias of channel block `task`: the partial rows added in block order (row by
+ * row, so the reads are contiguous). */
 static void reduce_task(void *arg, int64_t task, int thread) {
     const bwd_job *J = (const bwd_job *)arg;
     const m2_conv1d_problem *pr = J->pr;
-    const int64_t W = pr->W, C = pr->C, c0 = task * CB, c1 = c0 + CB < C ? c0 + CB : C;
-    for (int64_t c = c0; c < c1; c++)
+    const int64_t W = pr->W, C = pr->C, c0 = task * CB, n = c0 + CB < C ? CB : C - c0;
+    double acc[(MAXW + 1) * CB];
+    memset(acc, 0, sizeof acc);
+    for (int64_t p = 0; p < J->p.nparts; p++)
         for (int64_t k = 0; k <= W; k++) {
-            double acc = 0.0;
-            for (int64_t p = 0; p < J->p.nparts; p++) acc += J->parts[(p * (W + 1) + k) * C + c];
-            if (k < W && pr->dweight.p)
-                ((float *)pr->dweight.p)[c * pr->dweight.s[0] + k] = (float)acc;
-            if (k == W && pr->dbias.p) ((float *)pr->dbias.p)[c] = (float)acc;
+            const double *row = J->parts + (p * (W + 1) + k) * C + c0;
+            for (int64_t c = 0; c < n; c++) acc[k * CB + c] += row[c];
         }
+    for (int64_t c = 0; c < n; c++) {
+        if (pr->dweight.p)
+            for (int64_t k = 0; k < W; k++)
+                ((float *)pr->dweight.p)[(c0 + c) * pr->dweight.s[0] + k] = (float)acc[k * CB + c];
+        if (pr->dbias.p) ((float *)pr->dbias.p)[c0 + c] = (float)acc[W * CB + c];
+    }
 }
 
 mamba2_status_t m2_cpu_conv1d_backward(mamba2_context_t *ctx, const m2_conv1d_problem *pr,
@@ -426,7 +485,7 @@ mamba2_status_t m2_cpu_conv1d_backward(mamba2_context_t *ctx, const m2_conv1d_pr
     J.scratch = (float *)((unsigned char *)ws + J.p.parts_bytes);
     const int any = pr->dx.p || pr->dweight.p || pr->dbias.p || pr->dinit.p;
     if (!any) return MAMBA2_STATUS_OK;
-    run_tasks(ctx, nrows(pr) * J.p.nblk * J.p.ncb, bwd_task, &J);
+    run_tasks(ctx, nrows(pr) * J.p.nblk * ceil_div(J.p.ncb, J.p.gcb), bwd_task, &J);
     if (pr->dweight.p || pr->dbias.p) run_tasks(ctx, J.p.ncb, reduce_task, &J);
     /* empty sequences: no task saw them; final = init there, so dinit = dfinal (or 0) */
     if (pr->dinit.p && pr->W > 1)
@@ -448,12 +507,32 @@ mamba2_status_t m2_cpu_conv1d_backward(mamba2_context_t *ctx, const m2_conv1d_pr
 typedef struct step_job {
     const m2_conv1d_problem *pr;
     const m2_conv1d_kernels *k;
-    int64_t ncb, ld;
+    int64_t ncb, cb, ld; /* channel blocks, channels per block, packed row length */
 } step_job;
 
-/* Row b, channel block cb: the forward over the T tokens with the cache slot as history,
- * then the slot receives the last W-1 of [old slot, T tokens] (the history was copied out
- * first, so the in-place update reads nothing it has overwritten). */
+/* One token per row with a packed cache (conv_cache[q, c, i] at c*(W-1) + i): the step kernel
+ * reads and rewrites each slot in place. A task is a block of channels over all rows, so its
+ * weights are packed once. */
+static void step1_task(void *arg, int64_t task, int thread) {
+    const step_job *J = (const step_job *)arg;
+    const m2_conv1d_problem *pr = J->pr;
+    const int64_t c0 = task * J->cb, n = pr->C - c0 < J->cb ? pr->C - c0 : J->cb;
+    float wt[MAXW * STEP_CB];
+    pack_weights(J->k, pr, c0, n, J->ld, wt);
+    const float *bias = pr->bias.p ? (const float *)pr->bias.p + c0 : NULL;
+    for (int64_t b = 0; b < pr->B; b++) {
+        const int64_t q = m2_conv1d_slot(pr, b);
+        if (q < 0) continue; /* padding row: out and cache untouched */
+        J->k->step(pr->W, pr->silu, n, (const float *)pr->x.p + b * pr->x.s[0] + c0,
+                   (float *)pr->cache.p + q * pr->cache.s[0] + c0 * (pr->W - 1), wt, J->ld, bias,
+                   (float *)pr->out.p + b * pr->out.s[0] + c0);
+    }
+}
+
+/* The general case (T tokens per row, any cache strides). Row b, channel block cb: the
+ * forward over the T tokens with the cache slot as history, then the slot receives the last
+ * W-1 of [old slot, T tokens] (the history was copied out first, so the in-place update
+ * reads nothing it has overwritten). */
 static void step_task(void *arg, int64_t task, int thread) {
     const step_job *J = (const step_job *)arg;
     const m2_conv1d_problem *pr = J->pr;
@@ -464,7 +543,7 @@ static void step_task(void *arg, int64_t task, int thread) {
     const int64_t n = pr->C - c0 < CB ? pr->C - c0 : CB;
     const int64_t ld = J->ld;
     float wt[MAXW * CB], hist[(MAXW - 1) * CB]; /* 30 KiB of stack at most */
-    pack_weights(pr, c0, n, ld, wt, NULL);
+    pack_weights(J->k, pr, c0, n, ld, wt);
     pack_state(pr, &pr->cache, q, c0, n, ld, hist);
     const float *x = (const float *)pr->x.p + b * pr->x.s[0] + c0;
     float *out = (float *)pr->out.p + b * pr->out.s[0] + c0;
@@ -482,6 +561,21 @@ mamba2_status_t m2_cpu_conv1d_step(mamba2_context_t *ctx, const m2_conv1d_proble
     step_job J;
     J.pr = pr;
     J.k = kernels_for(ctx);
+    if (pr->L == 1 && pr->W > 1 && pr->cache.s[1] == pr->W - 1) {
+        /* Equal blocks of at most STEP_CB channels (long contiguous runs of each cache slot);
+         * a call moving little data runs on the calling thread alone (waking the pool costs
+         * more than it saves there). */
+        const int64_t bytes = pr->B * pr->C * (int64_t)sizeof(float) * 2 * pr->W;
+        J.ncb = ceil_div(pr->C, STEP_CB);
+        J.cb = ceil_div(ceil_div(pr->C, J.ncb), 8) * 8; /* equal blocks, multiples of 8 */
+        J.ld = J.cb;
+        J.ncb = ceil_div(pr->C, J.cb);
+        if (bytes < STEP_SERIAL_BYTES || !ctx->pool)
+            for (int64_t t = 0; t < J.ncb; t++) step1_task(&J, t, 0);
+        else
+            run_tasks(ctx, J.ncb, step1_task, &J);
+        return MAMBA2_STATUS_OK;
+    }
     J.ncb = ceil_div(pr->C, CB);
     J.ld = pack_width(pr);
     run_tasks(ctx, pr->B * J.ncb, step_task, &J);

@@ -33,16 +33,35 @@ typedef struct m2_conv1d_kernels {
                 const float *hist, int64_t ldh, const float *wt, int64_t ldw, const float *bias,
                 float *out, int64_t ldo);
 
-    /* The backward's per-token gradient, same window as fwd, for t < T:
+    /* The fused backward over T consecutive tokens of one sequence (a chunk of a longer run;
+     * the windows carry over between calls through st). For t < T, with u as in fwd:
      *   pre_t = bias[c] + Σ_k wt[k*ldw + c] u_{t-W+1+k}[c]
-     *   g_t   = dout[t*lddo + c] * act'(pre_t),   stored at G[t*ldg + c]
-     * and for t < Tacc (<= T) the parameter sums, added to what dw / db hold:
-     *   dw[k*ldw + c] += Σ_t g_t u_{t-W+1+k}[c]      db[c] += Σ_t g_t
-     * (summed over t in order in registers, then added once). */
-    void (*bwd_g)(int64_t W, int silu, int64_t T, int64_t Tacc, int64_t n, const float *x,
-                  int64_t ldx, const float *hist, int64_t ldh, const float *wt, int64_t ldw,
-                  const float *bias, const float *dout, int64_t lddo, float *G, int64_t ldg,
-                  float *dw, float *db);
+     *   g_t   = dout[t*lddo + c] * act'(pre_t)  for t < Tg,  0 for Tg <= t < T
+     *   dw[k*ldw + c] += Σ_{t<Tacc} g_t u_{t-W+1+k}[c]    db[c] += Σ_{t<Tacc} g_t
+     *     (summed in registers in an order fixed by T and Tacc, then added once; Tacc <= Tg;
+     *     with Tacc == 0, dw and db are not touched)
+     *   for temit <= t < T (when dx != NULL), the gradient of input t-W+1:
+     *     dx[(t-temit)*lddx + c] = Σ_k wt[k*ldw + c] g_{t-k}
+     * x and dout rows are read for t < Tg only. st holds 2(W-1) rows (length ldst): rows
+     * 0..W-2 the inputs u_{-W+1..-1} (the history, as hist in fwd), rows W-1..2W-3 the
+     * gradients g_{-W+1..-1} (zeros at the start of a run); on return they hold the same for
+     * the next chunk (u_{T-W+1..T-1}, g_{T-W+1..T-1}; inputs past Tg read as 0). One call per
+     * chunk of at most a few dozen tokens keeps its rows in L1 while n spans many vectors. */
+    void (*bwd)(int64_t W, int silu, int64_t T, int64_t Tg, int64_t Tacc, int64_t temit,
+                int64_t n, const float *x, int64_t ldx, const float *dout, int64_t lddo,
+                const float *wt, int64_t ldw, const float *bias, float *st, int64_t ldst,
+                float *dx, int64_t lddx, float *dw, float *db);
+
+    /* One decode token of one row, n channels, against its conv cache cache[c*(W-1) + i]
+     * (channel-major, contiguous), updated in place:
+     *   out[c] = act(bias[c] + Σ_{k<W-1} wt[k*ldw + c] cache[c*(W-1) + k] + wt[(W-1)*ldw + c] x[c])
+     *   cache[c] <- (cache[c*(W-1) + 1 ..], x[c])
+     * The same float operations, channel for channel, as fwd with the cache as history. */
+    void (*step)(int64_t W, int silu, int64_t n, const float *x, float *cache, const float *wt,
+                 int64_t ldw, const float *bias, float *out);
+
+    /* Packs weights w[c*lds + k] (c < n, k < W) into wt[k*ldw + c]. */
+    void (*pack_w)(int64_t W, int64_t n, const float *w, int64_t lds, float *wt, int64_t ldw);
 } m2_conv1d_kernels;
 
 extern const m2_conv1d_kernels m2_conv1d_kernels_scalar; /* conv1d_kernels_scalar.c           */

@@ -10,5 +10,7 @@
 const m2_conv1d_kernels m2_conv1d_kernels_avx2 = {
     "avx2+fma",
     conv1d_fwd__avx2,
-    conv1d_bwd_g__avx2,
+    conv1d_bwd__avx2,
+    conv1d_step__avx2,
+    conv1d_pack_w__avx2,
 };

@@ -10,5 +10,7 @@
 const m2_conv1d_kernels m2_conv1d_kernels_scalar = {
     "scalar",
     conv1d_fwd__scalar,
-    conv1d_bwd_g__scalar,
+    conv1d_bwd__scalar,
+    conv1d_step__scalar,
+    conv1d_pack_w__scalar,
 };
