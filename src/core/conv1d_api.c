@@ -14,13 +14,6 @@
 
 #include "core/conv1d.h"
 
-/* A tensor taking part in the overlap checks. */
-typedef struct span {
-    const char *name;
-    const mamba2_tensor_t *t;
-    int64_t numel;
-} span;
-
 typedef enum { CALL_FORWARD = 0, CALL_BACKWARD = 1, CALL_STEP = 2 } call_kind;
 
 typedef struct conv_call {
@@ -236,20 +229,7 @@ static mamba2_status_t validate(const conv_call *c, m2_conv1d_problem *pr) {
 #undef OUT
 
     /* no output may share memory with an input or another output */
-    for (int i = 0; i < nout; i++) {
-        if (outs[i].numel == 0) continue;
-        for (int j = 0; j < nin; j++)
-            if (ins[j].numel > 0 && m2_may_overlap(outs[i].t, ins[j].t))
-                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "output %s overlaps %s %s in memory",
-                                outs[i].name,
-                                step && strcmp(ins[j].name, "conv_cache") == 0 ? "the in-place"
-                                                                               : "input",
-                                ins[j].name);
-        for (int j = 0; j < i; j++)
-            if (outs[j].numel > 0 && m2_may_overlap(outs[i].t, outs[j].t))
-                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "output %s overlaps output %s in memory",
-                                outs[i].name, outs[j].name);
-    }
+    TRY(m2_check_no_overlap(ins, nin, outs, nout, step ? "conv_cache" : NULL));
 
     pr->B = B;
     pr->L = L;

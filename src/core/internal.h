@@ -206,6 +206,17 @@ void m2_fmt_dims(char *buf, size_t n, int rank, const int64_t *dims);
 mamba2_status_t m2_check_tensor(const char *name, const mamba2_tensor_t *t, int rank,
                                 const int64_t *want, const char *layout, mamba2_dtype_t dtype,
                                 const char *dtype_why, int is_output, int64_t *numel);
+/* A tensor taking part in the overlap checks of an entry point. */
+typedef struct span {
+    const char *name;
+    const mamba2_tensor_t *t;
+    int64_t numel;
+} span;
+/* No output may share memory with an input or an earlier output (empty tensors never do).
+ * inplace_name, if not NULL, names the input updated in place (a decode cache), so the
+ * message says "the in-place" instead of "input" for it. */
+mamba2_status_t m2_check_no_overlap(const span *ins, int nin, const span *outs, int nout,
+                                    const char *inplace_name);
 /* 0 only when the two tensors provably share no byte (see validate.c). */
 int m2_may_overlap(const mamba2_tensor_t *a, const mamba2_tensor_t *b);
 /* The m2_view of a tensor (NULL -> absent view). */

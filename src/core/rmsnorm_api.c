@@ -22,13 +22,6 @@
         if (st_ != MAMBA2_STATUS_OK) return st_;                                           \
     } while (0)
 
-/* A tensor taking part in the overlap checks. */
-typedef struct span {
-    const char *name;
-    const mamba2_tensor_t *t;
-    int64_t numel;
-} span;
-
 typedef struct rms_call {
     mamba2_context_t *ctx;
     const mamba2_rmsnorm_gated_options_t *opts;
@@ -146,17 +139,7 @@ static mamba2_status_t validate(const rms_call *c, m2_rmsnorm_problem *pr) {
 #undef OUT
 
     /* no output may share memory with an input or another output */
-    for (int i = 0; i < nout; i++) {
-        if (outs[i].numel == 0) continue;
-        for (int j = 0; j < nin; j++)
-            if (ins[j].numel > 0 && m2_may_overlap(outs[i].t, ins[j].t))
-                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                                "output %s overlaps input %s in memory", outs[i].name, ins[j].name);
-        for (int j = 0; j < i; j++)
-            if (outs[j].numel > 0 && m2_may_overlap(outs[i].t, outs[j].t))
-                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                                "output %s overlaps output %s in memory", outs[i].name, outs[j].name);
-    }
+    TRY(m2_check_no_overlap(ins, nin, outs, nout, NULL));
 
     pr->M = M;
     pr->D = D;

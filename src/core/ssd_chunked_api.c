@@ -22,13 +22,6 @@ typedef enum { ST_CUMSUM = 0, ST_BMM = 1, ST_STATE = 2, ST_PASSING = 3, ST_SCAN 
 static const char *const stage_name[5] = {"ssd_chunk_cumsum", "ssd_bmm_chunk", "ssd_chunk_state",
                                           "ssd_state_passing", "ssd_chunk_scan"};
 
-/* A tensor taking part in the overlap checks. */
-typedef struct span {
-    const char *name;
-    const mamba2_tensor_t *t;
-    int64_t numel;
-} span;
-
 typedef struct chunk_call {
     stage_t stage;
     mamba2_context_t *ctx;
@@ -286,18 +279,7 @@ static mamba2_status_t validate(const chunk_call *c, m2_ssd_chunk_problem *pr) {
 #undef OUT
 
     /* no output may share memory with an input or another output */
-    for (int i = 0; i < nout; i++) {
-        if (outs[i].numel == 0) continue;
-        for (int j = 0; j < nin; j++)
-            if (ins[j].numel > 0 && m2_may_overlap(outs[i].t, ins[j].t))
-                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                                "output %s overlaps input %s in memory", outs[i].name, ins[j].name);
-        for (int j = 0; j < i; j++)
-            if (outs[j].numel > 0 && m2_may_overlap(outs[i].t, outs[j].t))
-                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                                "output %s overlaps output %s in memory", outs[i].name,
-                                outs[j].name);
-    }
+    TRY(m2_check_no_overlap(ins, nin, outs, nout, NULL));
 
     pr->B = B;
     pr->L = L;

@@ -16,13 +16,6 @@
 
 #include "core/ssd_step.h"
 
-/* A tensor taking part in the overlap checks. */
-typedef struct span {
-    const char *name;
-    const mamba2_tensor_t *t;
-    int64_t numel;
-} span;
-
 typedef struct step_call {
     mamba2_context_t *ctx;
     const mamba2_ssd_step_options_t *opts;
@@ -213,21 +206,8 @@ static mamba2_status_t validate(const step_call *c, m2_ssd_step_problem *pr) {
 #undef IN
 #undef OUT
 
-    /* no output may share memory with an input, the cache or another output */
-    for (int i = 0; i < nout; i++) {
-        if (outs[i].numel == 0) continue;
-        for (int j = 0; j < nin; j++)
-            if (ins[j].numel > 0 && m2_may_overlap(outs[i].t, ins[j].t))
-                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                                "output %s overlaps %s %s in memory", outs[i].name,
-                                strcmp(ins[j].name, "state_cache") == 0 ? "the in-place" : "input",
-                                ins[j].name);
-        for (int j = 0; j < i; j++)
-            if (outs[j].numel > 0 && m2_may_overlap(outs[i].t, outs[j].t))
-                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                                "output %s overlaps output %s in memory", outs[i].name,
-                                outs[j].name);
-    }
+    /* no output may share memory with an input or another output */
+    TRY(m2_check_no_overlap(ins, nin, outs, nout, "state_cache"));
 
     pr->B = B;
     pr->T = T;

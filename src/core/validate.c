@@ -290,3 +290,22 @@ mamba2_status_t m2_workspace_acquire(size_t need, void *workspace, size_t worksp
         *aligned = (void *)(((uintptr_t)workspace + M2_WS_ALIGN - 1) & ~(uintptr_t)(M2_WS_ALIGN - 1));
     return MAMBA2_STATUS_OK;
 }
+
+mamba2_status_t m2_check_no_overlap(const span *ins, int nin, const span *outs, int nout,
+                                    const char *inplace_name) {
+    for (int i = 0; i < nout; i++) {
+        if (outs[i].numel == 0) continue;
+        for (int j = 0; j < nin; j++)
+            if (ins[j].numel > 0 && m2_may_overlap(outs[i].t, ins[j].t))
+                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "output %s overlaps %s %s in memory",
+                                outs[i].name,
+                                inplace_name && strcmp(ins[j].name, inplace_name) == 0 ? "the in-place"
+                                                                                       : "input",
+                                ins[j].name);
+        for (int j = 0; j < i; j++)
+            if (outs[j].numel > 0 && m2_may_overlap(outs[i].t, outs[j].t))
+                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "output %s overlaps output %s in memory",
+                                outs[i].name, outs[j].name);
+    }
+    return MAMBA2_STATUS_OK;
+}
