@@ -224,7 +224,25 @@ typedef struct chunk_ref {
     int64_t s, k, K, b, ta, tb, t0, t1, c; /* c: global index */
 } chunk_ref;
 
+/* Only problems with few (sequence, head) pairs split sequences (seq_nchunks); for all
+ * others every sequence is one chunk, and the chunk bookkeeping below is O(1) per item
+ * instead of a walk over the sequences (quadratic in the count of packed sequences). */
+static int may_split(const m2_ssd_problem *pr) { return pr->nseq * pr->H < M2_CPU_PAR_WIDTH; }
+
+/* Global index of sequence si's first chunk. */
+static int64_t seq_first_chunk(const m2_ssd_problem *pr, int64_t si) {
+    if (!may_split(pr)) return si;
+    int64_t c0 = 0;
+    for (int64_t s = 0; s < si; s++) {
+        int64_t b, t0, t1;
+        m2_ssd_seq(pr, s, &b, &t0, &t1);
+        c0 += seq_nchunks(pr, t1 - t0);
+    }
+    return c0;
+}
+
 static int64_t total_chunks(const m2_ssd_problem *pr) {
+    if (!may_split(pr)) return pr->nseq;
     int64_t n = 0;
     for (int64_t s = 0; s < pr->nseq; s++) {
         int64_t b, t0, t1;
@@ -238,6 +256,17 @@ static int64_t total_chunks(const m2_ssd_problem *pr) {
  * mode 0 = every chunk, 1 = the chunks a first pass runs (all of an unsplit sequence;
  * 0 .. K-2 of a split one), 3 = the second full pass (1 .. K-1 of a split sequence). */
 static int chunk_item(const m2_ssd_problem *pr, int mode, int64_t i, chunk_ref *r) {
+    if (!may_split(pr)) { /* item i is sequence i, whole (mode 3 has no items) */
+        if (mode == 3 || i < 0 || i >= pr->nseq) return 0;
+        m2_ssd_seq(pr, i, &r->b, &r->t0, &r->t1);
+        r->s = i;
+        r->k = 0;
+        r->K = 1;
+        r->ta = r->t0;
+        r->tb = r->t1;
+        r->c = i;
+        return 1;
+    }
     int64_t c = 0;
     for (int64_t s = 0; s < pr->nseq; s++) {
         int64_t b, t0, t1;
@@ -265,6 +294,7 @@ static int chunk_item(const m2_ssd_problem *pr, int mode, int64_t i, chunk_ref *
 }
 
 static int64_t chunk_items(const m2_ssd_problem *pr, int mode) {
+    if (!may_split(pr)) return mode == 3 ? 0 : pr->nseq;
     int64_t n = 0;
     for (int64_t s = 0; s < pr->nseq; s++) {
         int64_t b, t0, t1;
@@ -530,12 +560,7 @@ static void fwd_task_p2(void *arg, int64_t task, int thread) {
     const fwd_job *J = (const fwd_job *)arg;
     const m2_ssd_problem *pr = J->pr;
     const int64_t si = task / pr->H, h = task % pr->H;
-    int64_t c0 = 0;
-    for (int64_t s = 0; s < si; s++) {
-        int64_t b, t0, t1;
-        m2_ssd_seq(pr, s, &b, &t0, &t1);
-        c0 += seq_nchunks(pr, t1 - t0);
-    }
+    const int64_t c0 = seq_first_chunk(pr, si);
     int64_t b, t0, t1;
     m2_ssd_seq(pr, si, &b, &t0, &t1);
     const int64_t K = seq_nchunks(pr, t1 - t0);
@@ -1119,12 +1144,7 @@ static void bwd_task_b2(void *arg, int64_t task, int thread) {
     const bwd_job *J = (const bwd_job *)arg;
     const m2_ssd_problem *pr = J->pr;
     const int64_t si = task / pr->H, h = task % pr->H, P = pr->P, N = pr->N;
-    int64_t c0 = 0;
-    for (int64_t s = 0; s < si; s++) {
-        int64_t b, t0, t1;
-        m2_ssd_seq(pr, s, &b, &t0, &t1);
-        c0 += seq_nchunks(pr, t1 - t0);
-    }
+    const int64_t c0 = seq_first_chunk(pr, si);
     int64_t b, t0, t1;
     m2_ssd_seq(pr, si, &b, &t0, &t1);
     const int64_t K = seq_nchunks(pr, t1 - t0);
