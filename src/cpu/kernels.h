@@ -27,7 +27,7 @@
  * Stream i: rows[i] rows of lines[i] cache lines, ld[i] bytes apart, from p[i]; rw[i]:
  * prefetch for writing. The cursor (cs, cr, cl) walks the streams in order.
  */
-#define M2_PF_MAX 6
+#define M2_PF_MAX 8
 typedef struct m2_pf {
     int n;
     const char *p[M2_PF_MAX];
@@ -83,6 +83,7 @@ static inline void m2_pf_issue(m2_pf *pf, int64_t count) {
 /* sweep flags */
 #define M2_SWEEP_REV 1   /* tokens in reverse order (restart factors applied after a token) */
 #define M2_SWEEP_W_PRE 2 /* the w row from the state before the token's update            */
+#define M2_SWEEP_R_PRE 4 /* the acc row likewise                                          */
 
 typedef struct m2_cpu_kernels {
     const char *isa;
@@ -93,15 +94,18 @@ typedef struct m2_cpu_kernels {
     /*
      * One rescaled state over a block of T <= 64 tokens (see ssd_kernels_impl.h):
      *   S[n][p] += u_t[p] V_t[n];  w_t[p] += S_t[:,p]·W_t (W != NULL; S_{t-1}, the state
-     *   before the update, with M2_SWEEP_W_PRE); acc[t*Np + n] = S_t[n,:]·r_t (r != NULL);
+     *   before the update, with M2_SWEEP_W_PRE); acc[t*Np + n] = S_t[n,:]·r_t (r != NULL;
+     *   S_{t-1} with M2_SWEEP_R_PRE);
      *   t ascending, or descending with M2_SWEEP_REV.
      * S: [Np][Pp]. u, r, w: [T][Pp]; V, W: [Np/4][T][4]. Restarts: S *= rf[k] before token
      * ridx[k] (ascending indices; with M2_SWEEP_REV, after it). pf (may be NULL): lines to prefetch,
-     * pf->per8 every 8 tokens of every register tile.
+     * pf->per8 every 8 tokens of every register tile. Sc (may be NULL): a second copy of
+     * the final state, [Np][Pp] like S (the backward's snapshots, written without a pass
+     * over S).
      */
     void (*sweep)(int64_t T, int64_t Np, int64_t Pp, int nr, const int32_t *ridx,
                   const float *rf, int flags, const float *u, const float *V, const float *W,
-                  const float *r, float *S, float *w, float *acc, m2_pf *pf);
+                  const float *r, float *S, float *Sc, float *w, float *acc, m2_pf *pf);
 
     /*
      * The reverse sweep (flags M2_SWEEP_REV | M2_SWEEP_W_PRE; u = gin, V = C, W = B, r = xh)

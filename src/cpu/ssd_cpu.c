@@ -431,6 +431,33 @@ static void fwd_prefetch_plan(const m2_ssd_problem *pr, int64_t b, int64_t u, in
     }
 }
 
+/* Rows requested during a backward sweep of head h (pass A over block [u, u + Tb), pass B
+ * likewise, walking the blocks the other way): the row `wr` it writes right after the sweep
+ * (dz in pass A, dx in pass B) for this block, then the x, dout and z rows bwd_prep reads
+ * for the block [v, v + Tn) the pass visits next and, for the first head of a group in the
+ * set, that group's B and C rows of it; `extra`: a contiguous block (pass B: the head's λ
+ * restart snapshot of the next block). As in the forward, these rows are a new page per
+ * token, which the hardware prefetchers do not follow. */
+static void bwd_prefetch_plan(const m2_ssd_problem *pr, const m2_view *wr, int64_t b, int64_t u,
+                              int64_t Tb, int64_t v, int64_t Tn, int64_t h, int64_t g,
+                              int first_of_group, const float *extra, int64_t extra_bytes,
+                              int64_t per_sweep, m2_pf *pf) {
+    const int64_t f4 = sizeof(float), P = pr->P, N = pr->N;
+    m2_pf_init(pf);
+    m2_pf_add(pf, extra, extra_bytes, 1, extra_bytes, 0);
+    if (wr && wr->p) m2_pf_add(pf, row3(wr, b, u, h), wr->s[1] * f4, Tb, P * f4, 1);
+    if (Tn > 0) {
+        m2_pf_add(pf, row3(&pr->x, b, v, h), pr->x.s[1] * f4, Tn, P * f4, 0);
+        m2_pf_add(pf, row3(&pr->dout, b, v, h), pr->dout.s[1] * f4, Tn, P * f4, 0);
+        if (pr->z.p) m2_pf_add(pf, row3(&pr->z, b, v, h), pr->z.s[1] * f4, Tn, P * f4, 0);
+        if (first_of_group) {
+            m2_pf_add(pf, row3(&pr->Bm, b, v, g), pr->Bm.s[1] * f4, Tn, N * f4, 0);
+            m2_pf_add(pf, row3(&pr->Cm, b, v, g), pr->Cm.s[1] * f4, Tn, N * f4, 0);
+        }
+    }
+    pf->per8 = (pf->left + per_sweep - 1) / per_sweep;
+}
+
 /* One forward pass of heads [h0, h0 + nh) of sequence row b over tokens [ta, tb), from the
  * state row `in` of view vin (zeros when vin->p is NULL), the end state to row `out` of vout
  * (when vout->p). With outputs: out, and the requested position states. Else only the state
@@ -491,7 +518,7 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
             const int64_t h = h0 + j, k = h / hpg - g0;
             if (!outputs) {
                 K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T, 0, ub + j * TP,
-                         Bp + k * TN, NULL, NULL, S + j * SN, NULL, NULL, NULL);
+                         Bp + k * TN, NULL, NULL, S + j * SN, NULL, NULL, NULL, NULL);
                 continue;
             }
             m2_pf pf;
@@ -499,7 +526,7 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
             pf.per8 = (pf.left + slots_per_sweep * ((Tb + 7) / 8) - 1) /
                       (slots_per_sweep * ((Tb + 7) / 8));
             K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T, 0, ub + j * TP, Bp + k * TN,
-                     Cp + k * TN, NULL, S + j * SN, y + j * TP, NULL, &pf);
+                     Cp + k * TN, NULL, S + j * SN, NULL, y + j * TP, NULL, &pf);
             const float *Dh = !pr->D.p             ? NULL
                               : pr->D_per_channel ? (const float *)pr->D.p + h * pr->D.s[0]
                                                   : Db + j * Pp;
@@ -630,34 +657,38 @@ mamba2_status_t m2_cpu_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *
  * The decay needs no per-element work: λ_t = ∂L/∂log a_t = a_t Σ G_t ∘ S_{t-1} obeys
  *     λ_t = λ_{t+1} + dy_t·y_t − d_t x_t·(G_t B_t)
  * (y_t = S_t C_t without the D term), so ∂L/∂d_t = x_t·(G_t B_t) + A λ_t and ∂L/∂A = Σ d_t λ_t.
- * The suffix sum is restarted from its definition, λ_{e+1} = Σ Ĝ_{e+1} ∘ Ŝ_e, at snapshots of
- * Ŝ taken every few hundred tokens by the forward sweep, so its rounding never accumulates
- * over more than one snapshot interval however long the sequence.
- * Pass A (forward over the sequence): Ŝ with ŷ and dCm, dz, dD, Σ dy·y per token, the
- *   segment scale at each block start, the snapshots.
+ * The terms dy·y and x·(G B) cancel (they share the token's own contribution), so the
+ * suffix sum is restarted from its definition, λ_{e+1} = Σ Ĝ_{e+1} ∘ Ŝ_e, at every block
+ * end: pass A's sweep writes its end state a second time into a snapshot (no extra pass),
+ * pass B prefetches it one block ahead and contracts it with Ĝ. Measured on
+ * [4,2048,16,64,128,128,4] with every option (demo): dA 1.3e-6 with a restart every 32
+ * tokens, 1.8e-6 every 64, 1.8e-5 every 2048 (SPEC §8: 1e-5).
+ * Pass A (forward over the sequence): Ŝ with dCm, dz, dD, Σ dy·y per token, the segment
+ *   scale at each block start, the snapshots. The output y (the W contraction) only when
+ *   dz needs it; else dy·y = C·(Ŝᵀ r) comes from the dC contraction, taken from the state
+ *   before the update (M2_SWEEP_R_PRE, then dCm = that + (r·u) B) so that the cancelling
+ *   own-token term is never formed.
  * Pass B (reverse): Ĝ with Ĝ B (dx, ddt) and dBm; dA, ddt_bias, dinitial_state.
  * Both sweeps are the forward's kernel: 2-3 FMAs per state element per token each.
  */
 #define BWD_BLOCK 32
-/* λ restarts: a snapshot every BWD_SNAP_TOKENS tokens, at most BWD_SNAP_MAX per sequence
- * (the interval grows for longer sequences to bound the workspace). */
-#define BWD_SNAP_TOKENS 256
+/* λ restarts: a snapshot every BWD_SNAP_TOKENS tokens (every block), as long as the
+ * snapshots of the longest chunk fit in BWD_SNAP_BYTES per thread (at least BWD_SNAP_MIN of
+ * them); beyond that the interval grows with the chunk length. */
+#define BWD_SNAP_TOKENS 32
+#define BWD_SNAP_BYTES ((size_t)64 << 20)
+#define BWD_SNAP_MIN 256
 /* A token whose log decay d·A is below this makes its (block, head) take the direct
- * contraction of the decay gradient in pass B (see bwd_task). The telescoping suffix sum
- * was meant for weak decays, but measured on [4,2048,16,64,128,128,4] with every option it
- * put dA at 1.8e-5 and ddt_bias at 1.3e-5 (SPEC §8 allows 1e-5; snapshots every 32 tokens
- * still gave 1.3e-6): its per-token terms dy·y and x·(G B) cancel. Until that form is made
- * accurate, every block takes the direct contraction (3e-7 there, ~20% more backward
- * time): +infinity sends every finite d·A below the threshold. */
-#define BWD_STRONG_LOG (HUGE_VAL)
-#define BWD_SNAP_MAX 256
+ * contraction of the decay gradient in pass B (sweep_direct, the block's states recomputed
+ * from its snapshot): with strong decays λ is tiny against the cancelling terms. */
+#define BWD_STRONG_LOG (-1.0)
 
 typedef struct bwd_plan {
     int64_t T, Pp, Np, hs, nsets, ngmax;
     int64_t Lmax, nblk, snap_every, nsnap, nD; /* Lmax: longest chunk */
     int64_t nch;
     int nthr, chunked;
-    int want_decay, want_dc, want_y, want_db, want_gb, need_a_rows, need_a_sweep, need_b;
+    int want_decay, want_dc, want_acc, want_y, want_db, want_gb, need_a_rows, need_a_sweep, need_b;
     fwd_plan fp; /* the forward's chunk passes, run inside the backward's workspace */
     /* global region (offsets from the aligned base; the forward's chunk buffers first) */
     size_t o_pA, o_pbias, o_pD, o_prog, o_ge, o_gl, glob;
@@ -694,23 +725,29 @@ static void bwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
         if (chunk_item(pr, 0, i, &r) && r.tb - r.ta > pl->Lmax) pl->Lmax = r.tb - r.ta;
     }
     pl->nblk = (pl->Lmax + pl->T - 1) / pl->T;
-    pl->snap_every = BWD_SNAP_TOKENS / pl->T;
-    if (pl->nblk > pl->snap_every * BWD_SNAP_MAX)
-        pl->snap_every = (pl->nblk + BWD_SNAP_MAX - 1) / BWD_SNAP_MAX;
     pl->nD = pr->D_per_channel ? pr->P : 1;
 
     pl->want_decay = pr->ddt.p || pr->dA.p || pr->ddt_bias.p;
     pl->want_dc = pr->dCm.p != NULL;
-    pl->want_y = (pr->dz.p && pr->z.p) || pl->want_decay;
+    /* y_t in pass A only for dz; the decay's dy·y term comes from the dC contraction
+     * (C_t·(S_tᵀ dy_t)), which pass A makes anyway when dCm is wanted */
+    pl->want_y = pr->dz.p && pr->z.p;
+    pl->want_acc = pl->want_dc || pl->want_decay;
     pl->want_db = pr->dBm.p != NULL;
     pl->want_gb = pr->dx.p || pl->want_decay;
     pl->need_a_sweep = pl->want_dc || pl->want_y || pl->want_decay;
     pl->need_a_rows = pl->need_a_sweep || pr->dD.p;
     pl->need_b = pl->want_gb || pl->want_db || pr->dinit.p;
-    pl->nsnap = pl->want_decay ? (pl->nblk + pl->snap_every - 1) / pl->snap_every : 0;
 
     pl->hs = fwd_head_set(pr, pl->nch, pl->nthr, (int64_t)((Np * Pp + 4 * T * Pp + T * Np + 2 * T * Np) * f));
     pl->nsets = (H + pl->hs - 1) / pl->hs;
+    {
+        int64_t smax = (int64_t)(BWD_SNAP_BYTES / ((size_t)pl->hs * Np * Pp * f));
+        if (smax < BWD_SNAP_MIN) smax = BWD_SNAP_MIN;
+        pl->snap_every = BWD_SNAP_TOKENS / pl->T;
+        if (pl->nblk > pl->snap_every * smax) pl->snap_every = (pl->nblk + smax - 1) / smax;
+    }
+    pl->nsnap = pl->want_decay ? (pl->nblk + pl->snap_every - 1) / pl->snap_every : 0;
     const int64_t hpg = H / pr->G;
     pl->ngmax = (pl->hs + hpg - 1) / hpg + 1;
     if (pl->ngmax > pr->G) pl->ngmax = pr->G;
@@ -822,7 +859,7 @@ static void bwd_recompute(const bwd_job *J, int64_t b, const m2_view *vin, int64
             pack_tiles(Bp + q * TN, row3(&pr->Bm, b, u, g0 + q), pr->Bm.s[1], Tb, N, Np);
         for (int64_t j = 0; j < nh; j++)
             K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T, 0, ub + j * TP,
-                     Bp + ((h0 + j) / hpg - g0) * TN, NULL, NULL, st + j * SN, NULL, NULL, NULL);
+                     Bp + ((h0 + j) / hpg - g0) * TN, NULL, NULL, st + j * SN, NULL, NULL, NULL, NULL);
     }
 }
 
@@ -863,6 +900,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
     const float *Ah = (const float *)pr->A.p + h0;
     const float *dtb = pr->dt_bias.p ? (const float *)pr->dt_bias.p + h0 : NULL;
     const int64_t nb = (t1 - t0 + T - 1) / T, M = pl->snap_every;
+    const int64_t per_sweep = (Np / K->tile_n) * (Pp / K->tile_p); /* prefetch slots per token/8 */
     /* the previous task of this chunk shares our first head's group: its dBm/dCm
      * contributions for a token must be in place before ours are added (head order) */
     bwd_progress *prog = (bwd_progress *)(J->base + pl->o_prog) + ci * pl->nsets;
@@ -913,19 +951,27 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                 pack_tiles(Bp + q * TN, row3(&pr->Bm, b, u, g0 + q), pr->Bm.s[1], Tb, N, Np);
                 if (pl->want_y)
                     pack_tiles(Cp + q * TN, row3(&pr->Cm, b, u, g0 + q), pr->Cm.s[1], Tb, N, Np);
-                if (pl->want_y)
+                if (pl->want_y || pl->want_decay)
                     for (int64_t i = 0; i < Tb; i++)
                         cbv[q * T + i] = (float)K->dot(N, row3(&pr->Bm, b, u + i, g0 + q),
                                                        row3(&pr->Cm, b, u + i, g0 + q));
             }
             if (pl->want_y) memset(wb, 0, (size_t)(nh * TP) * sizeof(float));
+            const int64_t v = u + Tb, Tn = t1 - v < T ? t1 - v : T;
+            /* the λ restart snapshots (pass B) are the sweep's second copy of its end state */
+            float *snapk = pl->want_decay && ((k + 1) % M == 0 || k == nb - 1)
+                               ? snap + (k / M) * nh * SN : NULL;
             for (int64_t j = 0; j < nh; j++) {
-                const int64_t q = (h0 + j) / hpg - g0;
-                K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T, M2_SWEEP_W_PRE, ub + j * TP,
+                const int64_t h = h0 + j, q = h / hpg - g0;
+                m2_pf pf;
+                bwd_prefetch_plan(pr, pr->z.p ? &pr->dz : NULL, b, u, Tb, v, Tn, h, h / hpg,
+                                  j == 0 || h % hpg == 0, NULL, 0, per_sweep * ((Tb + 7) / 8), &pf);
+                K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T,
+                         M2_SWEEP_W_PRE | (pl->want_y ? 0 : M2_SWEEP_R_PRE), ub + j * TP,
                          Bp + q * TN, pl->want_y ? Cp + q * TN : NULL,
-                         pl->want_dc ? rb + j * TP : NULL,
-                         S + j * SN, pl->want_y ? wb + j * TP : NULL,
-                         pl->want_dc ? acc + j * TN : NULL, NULL);
+                         pl->want_acc ? rb + j * TP : NULL,
+                         S + j * SN, snapk ? snapk + j * SN : NULL, pl->want_y ? wb + j * TP : NULL,
+                         pl->want_acc ? acc + j * TN : NULL, &pf);
             }
         }
         for (int64_t i = 0; i < Tb; i++)
@@ -940,7 +986,20 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                     dyb + jt,
                     pr->dz.p && pr->z.p ? row3(&pr->dz, b, t, h) : NULL,
                     pr->dD.p ? dDacc + j * Pp : NULL);
-                if (pl->want_decay) s1[j * pl->Lmax + (t - t0)] = (double)sdy;
+                if (pl->want_decay && pl->want_y) {
+                    s1[j * pl->Lmax + (t - t0)] = (double)sdy;
+                } else if (pl->want_acc) {
+                    /* without y, the sweep's acc row is Ŝ_{t-1}ᵀ r (M2_SWEEP_R_PRE):
+                     * a_t dy·(S_{t-1} C) = C·acc, and the dCm row Ŝ_tᵀ r = acc + (r·u) B */
+                    float *ar = acc + j * TN + i * Np;
+                    if (pl->want_decay)
+                        s1[j * pl->Lmax + (t - t0)] = K->dot(N, row3(&pr->Cm, b, t, h / hpg), ar);
+                    if (pl->want_dc) {
+                        const float ru = (float)K->dot(P, rb + jt, ub + jt);
+                        const float *Br = row3(&pr->Bm, b, t, h / hpg);
+                        for (int64_t n = 0; n < N; n++) ar[n] = ar[n] + ru * Br[n];
+                    }
+                }
             }
         if (pl->want_dc) {
             if (pred) wait_progress(&pred->a, u + Tb - t0);
@@ -963,8 +1022,6 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
             }
             memset(dDacc, 0, (size_t)(nh * Pp) * sizeof(float));
         }
-        if (pl->want_decay && ((k + 1) % M == 0 || k == nb - 1))
-            memcpy(snap + (k / M) * nh * SN, S, (size_t)(nh * SN) * sizeof(float));
     }
     atomic_store_explicit(&prog[set].a, t1 - t0, memory_order_release);
 
@@ -1012,8 +1069,15 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                 }
             }
             if (pl->want_gb) memset(wb, 0, (size_t)(nh * TP) * sizeof(float));
+            const int64_t v = u - T, Tn = k > 0 ? T : 0; /* the block visited next */
+            const float *snext = pl->want_decay && k > 0 && k % M == 0
+                                     ? snap + ((k - 1) / M) * nh * SN : NULL;
             for (int64_t j = 0; j < nh; j++) {
-                const int64_t q = (h0 + j) / hpg - g0;
+                const int64_t h = h0 + j, q = h / hpg - g0;
+                m2_pf pf;
+                bwd_prefetch_plan(pr, &pr->dx, b, u, Tb, v, Tn, h, h / hpg,
+                                  j == 0 || h % hpg == 0, snext ? snext + j * SN : NULL,
+                                  SN * (int64_t)sizeof(float), per_sweep * ((Tb + 7) / 8), &pf);
                 if (pl->want_decay && strong[k * nh + j])
                     K->sweep_direct(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T,
                                     rcs + ((k - k0) * nh + j) * SN, ub + j * TP, rb + j * TP,
@@ -1024,8 +1088,8 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                     K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T,
                              M2_SWEEP_REV | M2_SWEEP_W_PRE, rb + j * TP, Cp + q * TN,
                              pl->want_gb ? Bp + q * TN : NULL, pl->want_db ? ub + j * TP : NULL,
-                             S + j * SN, pl->want_gb ? wb + j * TP : NULL,
-                             pl->want_db ? acc + j * TN : NULL, NULL);
+                             S + j * SN, NULL, pl->want_gb ? wb + j * TP : NULL,
+                             pl->want_db ? acc + j * TN : NULL, &pf);
             }
             if (pl->want_gb)
                 for (int64_t i = Tb - 1; i >= 0; i--)
@@ -1131,7 +1195,7 @@ static void bwd_task_b1(void *arg, int64_t task, int thread) {
             pack_tiles(Cp + q * TN, row3(&pr->Cm, b, u, g0 + q), pr->Cm.s[1], Tb, N, Np);
         for (int64_t j = 0; j < nh; j++)
             K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T, M2_SWEEP_REV, rb + j * TP,
-                     Cp + ((h0 + j) / hpg - g0) * TN, NULL, NULL, G + j * SN, NULL, NULL, NULL);
+                     Cp + ((h0 + j) / hpg - g0) * TN, NULL, NULL, G + j * SN, NULL, NULL, NULL, NULL);
     }
     const m2_view gl = chunk_view(J->base + pl->o_gl, pr);
     for (int64_t j = 0; j < nh; j++) state_out(&gl, r.c, h0 + j, P, N, Pp, G + j * SN, 1.0f);

@@ -121,9 +121,10 @@
 #define SW_TOKEN(t)                                                                             \
     do {                                                                                        \
         if (want_w && w_pre) SW_WROW(t);                                                        \
+        if (want_r == 2) SW_RSUM(t);                                                            \
         SW_UPDATE(t);                                                                           \
         if (want_w && !w_pre) SW_WROW(t);                                                       \
-        if (want_r) SW_RSUM(t);                                                                 \
+        if (want_r == 1) SW_RSUM(t);                                                            \
     } while (0)
 
 /* One register tile (2 vectors of p x 4 columns n) over the block. The tokens run in runs
@@ -131,7 +132,7 @@
  * reverse, after it (the adjoint of the same multiply). pf: a few prefetches every 8
  * tokens. */
 M2_INLINE void sweep_tile(int64_t T, int64_t Pp, const float *u, const float *V, const float *W,
-                          const float *r, float *s, float *w, float *part, int nr,
+                          const float *r, float *s, float *sc, float *w, float *part, int nr,
                           const int32_t *ridx, const float *rf, m2_pf *pf, const int want_w,
                           const int w_pre, const int want_r, const int rev, const int first) {
     m2v s0a = m2v_load(s), s0b = m2v_load(s + M2V_LEN);
@@ -162,24 +163,30 @@ M2_INLINE void sweep_tile(int64_t T, int64_t Pp, const float *u, const float *V,
     m2v_store(s + Pp, s1a); m2v_store(s + Pp + M2V_LEN, s1b);
     m2v_store(s + 2 * Pp, s2a); m2v_store(s + 2 * Pp + M2V_LEN, s2b);
     m2v_store(s + 3 * Pp, s3a); m2v_store(s + 3 * Pp + M2V_LEN, s3b);
+    if (sc) {
+        m2v_store(sc, s0a); m2v_store(sc + M2V_LEN, s0b);
+        m2v_store(sc + Pp, s1a); m2v_store(sc + Pp + M2V_LEN, s1b);
+        m2v_store(sc + 2 * Pp, s2a); m2v_store(sc + 2 * Pp + M2V_LEN, s2b);
+        m2v_store(sc + 3 * Pp, s3a); m2v_store(sc + 3 * Pp + M2V_LEN, s3b);
+    }
 }
 
 M2_INLINE void sweep_impl(int64_t T, int64_t Np, int64_t Pp, int nr, const int32_t *ridx,
                           const float *rf, const float *u, const float *V, const float *W,
-                          const float *r, float *S, float *w, float *acc, m2_pf *pf,
+                          const float *r, float *S, float *Sc, float *w, float *acc, m2_pf *pf,
                           const int want_w, const int w_pre, const int want_r, const int rev) {
     _Alignas(64) float part[M2_SW_TMAX * 4 * M2V_LEN];
     for (int64_t n0 = 0; n0 < Np; n0 += 4) {
         const float *Vn = V + n0 * T, *Wn = want_w ? W + n0 * T : NULL;
         for (int64_t p = 0; p < Pp; p += 2 * M2V_LEN) {
-            float *s = S + n0 * Pp + p;
+            float *s = S + n0 * Pp + p, *sc = Sc ? Sc + n0 * Pp + p : NULL;
             const float *rp = want_r ? r + p : NULL;
             float *wp = want_w ? w + p : NULL;
             if (p == 0)
-                sweep_tile(T, Pp, u + p, Vn, Wn, rp, s, wp, part, nr, ridx, rf, pf, want_w,
+                sweep_tile(T, Pp, u + p, Vn, Wn, rp, s, sc, wp, part, nr, ridx, rf, pf, want_w,
                            w_pre, want_r, rev, 1);
             else
-                sweep_tile(T, Pp, u + p, Vn, Wn, rp, s, wp, part, nr, ridx, rf, pf, want_w,
+                sweep_tile(T, Pp, u + p, Vn, Wn, rp, s, sc, wp, part, nr, ridx, rf, pf, want_w,
                            w_pre, want_r, rev, 0);
         }
         if (want_r)
@@ -193,15 +200,19 @@ M2_INLINE void sweep_impl(int64_t T, int64_t Np, int64_t Pp, int nr, const int32
 
 static void M2K(sweep)(int64_t T, int64_t Np, int64_t Pp, int nr, const int32_t *ridx,
                        const float *rf, int flags, const float *u, const float *V,
-                       const float *W, const float *r, float *S, float *w, float *acc,
-                       m2_pf *pf) {
+                       const float *W, const float *r, float *S, float *Sc, float *w,
+                       float *acc, m2_pf *pf) {
     const int rev = (flags & M2_SWEEP_REV) != 0, pre = (flags & M2_SWEEP_W_PRE) != 0;
+    const int rpre = (flags & M2_SWEEP_R_PRE) != 0;
 #define SW_CALL(ww, pp, rr, rv)                                                                 \
-    sweep_impl(T, Np, Pp, nr, ridx, rf, u, V, ww ? W : NULL, rr ? r : NULL, S, ww ? w : NULL,   \
+    sweep_impl(T, Np, Pp, nr, ridx, rf, u, V, ww ? W : NULL, rr ? r : NULL, S, Sc,             \
+               ww ? w : NULL,                                                                   \
                rr ? acc : NULL, pf, ww, pp, rr, rv)
 #define SW_CALL_R(ww, pp, rv)                                                                   \
     do {                                                                                        \
-        if (r) SW_CALL(ww, pp, 1, rv); else SW_CALL(ww, pp, 0, rv);                             \
+        if (r && rpre) SW_CALL(ww, pp, 2, rv);                                                  \
+        else if (r) SW_CALL(ww, pp, 1, rv);                                                     \
+        else SW_CALL(ww, pp, 0, rv);                                                            \
     } while (0)
 #define SW_CALL_W(rv)                                                                           \
     do {                                                                                        \
