@@ -80,8 +80,8 @@ MAMBA2_API const char *mamba2_version_string(void);
 typedef enum mamba2_dtype {
     MAMBA2_DTYPE_F32 = 0,
     MAMBA2_DTYPE_F64 = 1,  /* reference backend only (float64 oracle, gradient checks) */
-    MAMBA2_DTYPE_BF16 = 2, /* reserved: activation storage type, not yet supported     */
-    MAMBA2_DTYPE_F16 = 3,  /* reserved: activation storage type, not yet supported     */
+    MAMBA2_DTYPE_BF16 = 2, /* activation storage of the fused SSD op (CPU and reference */
+    MAMBA2_DTYPE_F16 = 3,  /* backends; see "dtypes" there); other ops: not yet         */
     MAMBA2_DTYPE_I32 = 4,  /* index tensors (cu_seqlens)                                */
     MAMBA2_DTYPE_I64 = 5
 } mamba2_dtype_t;
@@ -145,10 +145,17 @@ MAMBA2_API mamba2_status_t mamba2_context_force_isa(mamba2_context_t *ctx, const
  *   initial_state[S,H,P,N] and final_state[S,H,P,N] (float32), where S = B, or
  *   S = nseq when cu_seqlens[nseq+1] (int32 or int64; requires B == 1) packs nseq
  *   independent sequences into the L tokens.
- * dtypes: x, dt, Bm, Cm, z, out (and their gradients) share one dtype, F32 (CPU
- * backend) or F32/F64 (reference backend). A, D, dt_bias, states and their
- * gradients are F32, except that with F64 activations on the reference backend they
- * are F64 too.
+ * dtypes: x, dt, Bm, Cm, z, out, dout (and their gradients dx, ddt, dBm, dCm, dz)
+ * share one dtype, x's: F32/BF16/F16 (CPU backend) or F32/F64/BF16/F16 (reference).
+ * A, D, dt_bias, the states (initial, final, position, dfinal) and their gradients
+ * (dA, dD, ddt_bias, dinitial_state) are F32, except that with F64 activations on the
+ * reference backend they are F64 too; with BF16/F16 activations they stay F32.
+ * Half storage changes only loads and stores: arithmetic is float32 (CPU) or float64
+ * (reference), and each half output is rounded once, to nearest even (dBm, dCm: summed
+ * over a group's heads in float32 first; the CPU backend's workspace then holds that sum,
+ * 2*B*L*G*N floats). A result beyond
+ * the range of F16 (|v| > 65504) becomes ±inf in that element; the call still succeeds.
+ * A dtype a backend does not accept is MAMBA2_STATUS_UNSUPPORTED, naming the ones it does.
  * L == 0 is valid: out is empty and final_state = initial_state (or 0).
  */
 typedef struct mamba2_ssd_options {

@@ -395,15 +395,18 @@ int main(int argc, char **argv) {
     FWD_ERR("chunk_size 0", A0, INV, "chunk_size", a->opts.chunk_size = 0);
     FWD_ERR("chunk_size -3", A0, INV, "chunk_size", a->opts.chunk_size = -3);
     /* dtypes */
-    FWD_ERR("all activations BF16 (CPU)", A0, UNS, "x|dt|Bm|Cm|z|out",
+    /* bf16/f16 storage: every activation in one half dtype, parameters and states f32 */
+    FWD_ERR("BF16 activations with a BF16 A (CPU)", A0, INV, "A",
             (a->t[TH_X].dtype = a->t[TH_DT].dtype = a->t[TH_BM].dtype = a->t[TH_CM].dtype =
-                 a->t[TH_Z].dtype = a->t[TH_OUT].dtype = MAMBA2_DTYPE_BF16));
-    FWD_ERR("all activations BF16 (reference)", R0, UNS, "x|dt|Bm|Cm|z|out",
+                 a->t[TH_Z].dtype = a->t[TH_OUT].dtype = a->t[TH_A].dtype = MAMBA2_DTYPE_BF16));
+    FWD_ERR("BF16 activations with a BF16 A (reference)", R0, INV, "A",
             (a->t[TH_X].dtype = a->t[TH_DT].dtype = a->t[TH_BM].dtype = a->t[TH_CM].dtype =
-                 a->t[TH_Z].dtype = a->t[TH_OUT].dtype = MAMBA2_DTYPE_BF16));
-    FWD_ERR("all activations F16 (CPU)", A0, UNS, "x|dt|Bm|Cm|z|out",
+                 a->t[TH_Z].dtype = a->t[TH_OUT].dtype = a->t[TH_A].dtype = MAMBA2_DTYPE_BF16));
+    FWD_ERR("F16 activations with an F16 A (CPU)", A0, INV, "A",
             (a->t[TH_X].dtype = a->t[TH_DT].dtype = a->t[TH_BM].dtype = a->t[TH_CM].dtype =
-                 a->t[TH_Z].dtype = a->t[TH_OUT].dtype = MAMBA2_DTYPE_F16));
+                 a->t[TH_Z].dtype = a->t[TH_OUT].dtype = a->t[TH_A].dtype = MAMBA2_DTYPE_F16));
+    FWD_ERR("x BF16, the other activations F32 (CPU)", A0, INV, "x|dt|Bm|Cm|z|out",
+            a->t[TH_X].dtype = MAMBA2_DTYPE_BF16);
     FWD_ERR("F64 tensors on the CPU backend", C64, UNS, "x|dt|Bm|Cm|z|out|A", (void)0);
     FWD_ERR("x F64, rest F32 (reference)", R0, INV, "x|dt|Bm|Cm|z|out",
             (a->t[TH_X] = io64.v[TH_X].t));

@@ -26,10 +26,13 @@ Layout policy (what is passed zero-copy and what is not), for every tensor argum
   - Outputs are always allocated here (fresh, contiguous), so an output is never a
     stride-0 broadcast or an overlapping view.
   - dtypes: the C SSD op computes in float32 (CPU and REF backends) or float64 (REF
-    backend only). bfloat16/float16 activations are converted to float32 for the call and
-    the outputs converted back to the input dtype (one copy each way, documented in the
-    functions below). Parameters (A, D, dt_bias, states) are converted to the compute
-    dtype when they differ.
+    backend only). bfloat16/float16 activations that all share one dtype (x, dt, B, C, z,
+    and dout for the backward) are passed to the fused SSD op as they are when the backend
+    accepts half storage (asked once per backend and dtype, see native_half); otherwise,
+    and for every other op, they are converted to float32 for the call and the outputs
+    converted back to the input dtype (one copy each way). Parameters (A, D, dt_bias,
+    states) are converted to the compute dtype (float32 for half activations) when they
+    differ.
   - Devices: only CPU tensors carry data this library can read. A CUDA (or any other
     non-CPU) tensor raises DeviceError (a NotImplementedError); a meta tensor raises
     DeviceError when real computation is requested (shape-only tracing goes through the
@@ -515,11 +518,65 @@ def _check_device(name: str, t: torch.Tensor) -> None:
 
 def compute_dtype(*acts: Optional[torch.Tensor]) -> torch.dtype:
     """The dtype the SSD op computes in for these activations: float64 if any is float64
-    (reference backend), else float32 (bfloat16/float16 are widened to float32)."""
+    (reference backend), else float32 (bfloat16/float16 compute in float32; the fused SSD
+    op may still receive them as stored, see native_half)."""
     for a in acts:
         if a is not None and a.dtype == torch.float64:
             return torch.float64
     return torch.float32
+
+
+# bfloat16/float16 activation storage for the fused SSD op. The C library decides which
+# backends accept it (include/mamba2c.h); until one does, the binding widens to float32 as
+# before. native_half: None = ask each backend once (a tiny call; UNSUPPORTED -> widen),
+# False = always widen, True = pass half tensors without asking (errors surface as raised).
+native_half: Optional[bool] = None
+_HALF_CODES = {torch.bfloat16: DT_BF16, torch.float16: DT_F16}
+_half_ok: dict = {}  # (backend, dtype code) -> bool, filled by _probe_half
+
+
+def _probe_half(backend: int, code: int) -> bool:
+    """Does `backend` run mamba2_ssd_forward on activations of dtype `code` (DT_BF16/DT_F16)?
+    One [1,1,1,1] call, remembered per (backend, code) for the process."""
+    key = (backend, code)
+    ok = _half_ok.get(key)
+    if ok is None:
+        lib = load()
+        s = _state()
+        tdt = torch.bfloat16 if code == DT_BF16 else torch.float16
+        t = {k: torch.zeros(1, 1, 1, 1, dtype=tdt) for k in ("out", "x", "B", "C")}
+        t["dt"] = torch.full((1, 1, 1), 0.05, dtype=tdt)
+        t["fin"] = torch.zeros(1, 1, 1, 1, dtype=torch.float32)
+        t["A"] = torch.full((1,), -0.5, dtype=torch.float32)
+        order = ("out", "fin", "x", "dt", "A", "B", "C")
+        for i, k in enumerate(order):
+            _out_desc(s.buf, i * _TSZ, t[k], _TORCH_DTYPE[t[k].dtype])
+        popt = _options(s, [], 7, 1, None, None, None, None, None, False, 0.0, math.inf,
+                        torch.float32, DT_F32)
+        try:
+            st = lib.mamba2_ssd_forward(_context(backend), *[s.base + i * _TSZ for i in range(7)],
+                                        popt, None, 0)
+        except Exception:  # e.g. a backend that cannot create a context
+            st = -1
+        ok = _half_ok[key] = st == STATUS_OK
+    return ok
+
+
+def _half_code(backend: int, *acts: Optional[torch.Tensor]) -> int:
+    """DT_BF16/DT_F16 when every given activation has that one half dtype and the backend
+    accepts it for the SSD op (see native_half); else 0 (widen to float32)."""
+    if native_half is False:
+        return 0
+    dt = acts[0].dtype
+    code = _HALF_CODES.get(dt)
+    if code is None:
+        return 0
+    for a in acts[1:]:
+        if a is not None and a.dtype is not dt:
+            return 0
+    if native_half is True or _probe_half(backend, code):
+        return code
+    return 0
 
 
 def _backend_for(cdtype: torch.dtype) -> int:
@@ -571,15 +628,19 @@ def _out_desc(buf, off: int, t: torch.Tensor, code: int) -> None:
 
 
 def _options(s: "_Scratch", keep: list, slot: int, chunk_size, D, z, dt_bias, init, cu,
-             dt_softplus, dt_lo, dt_hi, cdtype, code, positions=None) -> int:
-    """Pack the optional tensors (slots slot..slot+5) and the options struct."""
+             dt_softplus, dt_lo, dt_hi, cdtype, code, positions=None, zdtype=None,
+             zcode=None) -> int:
+    """Pack the optional tensors (slots slot..slot+5) and the options struct. z, an
+    activation, is described in (zdtype, zcode) when given (half storage), else like the
+    parameters in (cdtype, code)."""
     buf, base = s.buf, s.base
     pD = pz = pb = pi = pc = pp = 0
     if D is not None:
         keep.append(_desc(buf, slot * _TSZ, "D", D, cdtype, code))
         pD = base + slot * _TSZ
     if z is not None:
-        keep.append(_desc(buf, (slot + 1) * _TSZ, "z", z, cdtype, code))
+        keep.append(_desc(buf, (slot + 1) * _TSZ, "z", z, zdtype or cdtype,
+                          code if zcode is None else zcode))
         pz = base + (slot + 1) * _TSZ
     if dt_bias is not None:
         keep.append(_desc(buf, (slot + 2) * _TSZ, "dt_bias", dt_bias, cdtype, code))
@@ -639,23 +700,26 @@ def _ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_s
     code = DT_F64 if cdtype is _F64 else DT_F32
     backend = _backend_for(cdtype)
     buf, base = s.buf, s.base
+    # activations: x's half dtype as is when the backend takes it, else the compute dtype
+    acode = _half_code(backend, x, dt, B, C, z) if x.dtype in _HALF_CODES else 0
+    adtype, acode = (x.dtype, acode) if acode else (cdtype, code)
     if x.dim() != 4 or B.dim() != 4:
         raise Mamba2ValueError(f"mamba2c: x must be [B,L,H,P] and B [B,L,G,N]; got x "
                                f"{tuple(x.shape)}, B {tuple(B.shape)}")
     Bsz, L, H, P = x.shape
     N = B.shape[3]
     S = Bsz if cu_seqlens is None else cu_seqlens.shape[0] - 1
-    out = torch.empty(Bsz, L, H, P, dtype=cdtype)
+    out = torch.empty(Bsz, L, H, P, dtype=adtype)
     final = torch.empty(S, H, P, N, dtype=cdtype)
-    _out_desc(buf, 0, out, code)
+    _out_desc(buf, 0, out, acode)
     _out_desc(buf, _TSZ, final, code)
-    keep = [_desc(buf, 2 * _TSZ, "x", x, cdtype, code),
-            _desc(buf, 3 * _TSZ, "dt", dt, cdtype, code),
+    keep = [_desc(buf, 2 * _TSZ, "x", x, adtype, acode),
+            _desc(buf, 3 * _TSZ, "dt", dt, adtype, acode),
             _desc(buf, 4 * _TSZ, "A", A, cdtype, code),
-            _desc(buf, 5 * _TSZ, "B", B, cdtype, code),
-            _desc(buf, 6 * _TSZ, "C", C, cdtype, code)]
+            _desc(buf, 5 * _TSZ, "B", B, adtype, acode),
+            _desc(buf, 6 * _TSZ, "C", C, adtype, acode)]
     p_o = _options(s, keep, 7, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
-                   dt_softplus, dt_lo, dt_hi, cdtype, code, positions)
+                   dt_softplus, dt_lo, dt_hi, cdtype, code, positions, adtype, acode)
     ctx = _context(backend)
     pos_states = None
     if positions is None:
@@ -682,6 +746,7 @@ def _ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_s
 
 # Gradient order everywhere in the package (matches mamba2_ssd_grads_t).
 GRAD_NAMES = ("dx", "ddt", "dA", "dB", "dC", "dD", "dz", "ddt_bias", "dinitial_states")
+_ACT_GRADS = frozenset((0, 1, 3, 4, 6))  # dx, ddt, dB, dC, dz: stored like the activations
 
 
 def ssd_backward(dout, dfinal, x, dt, A, B, C, chunk_size: int, D=None, z=None, dt_bias=None,
@@ -697,29 +762,32 @@ def ssd_backward(dout, dfinal, x, dt, A, B, C, chunk_size: int, D=None, z=None, 
     code = DT_F64 if cdtype is _F64 else DT_F32
     backend = _backend_for(cdtype)
     buf, base = s.buf, s.base
+    acode = _half_code(backend, x, dt, B, C, z, dout) if x.dtype in _HALF_CODES else 0
+    adtype, acode = (x.dtype, acode) if acode else (cdtype, code)
     inputs = (x, dt, A, B, C, D, z, dt_bias, initial_states)
     grads = [None] * 9
     ptrs = [0] * 9
     for i in range(9):
         t = inputs[i]
         if needs[i] and t is not None:
-            g = torch.empty(t.shape, dtype=cdtype)
+            act = i in _ACT_GRADS  # dx, ddt, dB, dC, dz: the activation dtype
+            g = torch.empty(t.shape, dtype=adtype if act else cdtype)
             grads[i] = g
-            _out_desc(buf, i * _TSZ, g, code)
+            _out_desc(buf, i * _TSZ, g, acode if act else code)
             ptrs[i] = base + i * _TSZ
     _G.pack_into(buf, s.grd_off, *ptrs)
-    keep = [_desc(buf, 9 * _TSZ, "dout", dout, cdtype, code)]
+    keep = [_desc(buf, 9 * _TSZ, "dout", dout, adtype, acode)]
     p_df = 0
     if dfinal is not None:
         keep.append(_desc(buf, 10 * _TSZ, "dfinal_states", dfinal, cdtype, code))
         p_df = base + 10 * _TSZ
-    keep += [_desc(buf, 11 * _TSZ, "x", x, cdtype, code),
-             _desc(buf, 12 * _TSZ, "dt", dt, cdtype, code),
+    keep += [_desc(buf, 11 * _TSZ, "x", x, adtype, acode),
+             _desc(buf, 12 * _TSZ, "dt", dt, adtype, acode),
              _desc(buf, 13 * _TSZ, "A", A, cdtype, code),
-             _desc(buf, 14 * _TSZ, "B", B, cdtype, code),
-             _desc(buf, 15 * _TSZ, "C", C, cdtype, code)]
+             _desc(buf, 14 * _TSZ, "B", B, adtype, acode),
+             _desc(buf, 15 * _TSZ, "C", C, adtype, acode)]
     p_o = _options(s, keep, 16, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
-                   dt_softplus, dt_lo, dt_hi, cdtype, code)
+                   dt_softplus, dt_lo, dt_hi, cdtype, code, None, adtype, acode)
     st = lib.mamba2_ssd_backward(_context(backend), base + s.grd_off, base + 9 * _TSZ, p_df,
                                  base + 11 * _TSZ, base + 12 * _TSZ, base + 13 * _TSZ,
                                  base + 14 * _TSZ, base + 15 * _TSZ, p_o, None, 0)

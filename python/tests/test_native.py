@@ -93,7 +93,8 @@ def test_c_dtype_error_maps_to_type_error():
 
 
 def test_c_unsupported_maps_to_not_implemented():
-    st = _raw_forward({k: _native.DT_F16 for k in ("out", "x", "dt", "B", "C")})
+    # float64 is the reference backend's dtype; the CPU backend reports UNSUPPORTED
+    st = _raw_forward({k: _native.DT_F64 for k in ("out", "fin", "x", "dt", "A", "B", "C")})
     assert st == _native.STATUS_UNSUPPORTED
     with pytest.raises(NotImplementedError, match="does not support"):
         _native._raise_status(st, "mamba2_ssd_forward")

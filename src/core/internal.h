@@ -132,8 +132,13 @@ m2_isa m2_detect_isa(void);
 
 typedef struct m2_backend_ops {
     const char *name;
-    /* which activation dtypes this backend accepts (bit (1 << dtype)) */
+    /* which activation dtypes this backend accepts (bit (1 << dtype)), for every op */
     uint32_t act_dtypes;
+    /* further activation dtypes the fused SSD op (mamba2_ssd_forward/_states/_backward)
+     * accepts: BF16/F16 storage, with A, D, dt_bias and the states F32. 0 (the default of
+     * a designated initializer) = none. Kept apart from act_dtypes so that enabling half
+     * storage for the SSD op does not let other ops' kernels see half data. */
+    uint32_t ssd_extra_act_dtypes;
     mamba2_status_t (*ssd_forward_workspace)(const mamba2_context_t *ctx,
                                              const m2_ssd_problem *pr, size_t *bytes);
     mamba2_status_t (*ssd_forward)(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws);

@@ -95,16 +95,30 @@ static mamba2_status_t validate(const ssd_call *c, m2_ssd_problem *pr) {
         adt != MAMBA2_DTYPE_F16)
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                         "x has dtype %s; expected a floating-point dtype", m2_dtype_name(adt));
-    if (!(c->ctx->ops->act_dtypes & (1u << adt)))
+    const uint32_t ok_dtypes = c->ctx->ops->act_dtypes | c->ctx->ops->ssd_extra_act_dtypes;
+    if (!(ok_dtypes & (1u << adt))) {
+        char list[64] = "";
+        static const mamba2_dtype_t all[4] = {MAMBA2_DTYPE_F32, MAMBA2_DTYPE_F64,
+                                              MAMBA2_DTYPE_BF16, MAMBA2_DTYPE_F16};
+        for (int i = 0; i < 4; i++)
+            if (ok_dtypes & (1u << all[i])) {
+                if (list[0]) strcat(list, ", ");
+                strcat(list, m2_dtype_name(all[i]));
+            }
         return m2_error(MAMBA2_STATUS_UNSUPPORTED,
                         "x has dtype %s, which the %s backend does not support for the SSD op "
-                        "(supported: f32%s)",
-                        m2_dtype_name(adt), c->ctx->ops->name,
-                        (c->ctx->ops->act_dtypes & (1u << MAMBA2_DTYPE_F64)) ? ", f64" : "");
+                        "(supported: %s)",
+                        m2_dtype_name(adt), c->ctx->ops->name, list[0] ? list : "none");
+    }
+    /* x, dt, Bm, Cm, z, out and the activation gradients share x's dtype; A, D, dt_bias, the
+     * states and their gradients are f64 with f64 activations, else f32 (also for bf16/f16
+     * activations: parameters and states are never stored in half precision) */
     mamba2_dtype_t pdt = adt == MAMBA2_DTYPE_F64 ? MAMBA2_DTYPE_F64 : MAMBA2_DTYPE_F32;
     const char *awhy = "the dtype of x";
     const char *pwhy = pdt == MAMBA2_DTYPE_F64 ? "parameters and states follow f64 activations"
-                                               : "parameters and states are f32";
+                       : adt == MAMBA2_DTYPE_F32
+                           ? "parameters and states are f32"
+                           : "parameters and states are f32, also with half-precision activations";
 
     /* sizes from x [B,L,H,P] and Bm [B,L,G,N] */
     if (c->x->rank != 4)

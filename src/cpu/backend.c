@@ -1,6 +1,7 @@
 /*
- * backend.c — the optimized CPU backend's function table: float32, AVX2+FMA or portable
- * scalar kernels chosen at run time (ctx->isa), threaded by the context's pool.
+ * backend.c — the optimized CPU backend's function table: float32 (the fused SSD op also
+ * bf16/f16 storage), AVX2+FMA or portable scalar kernels chosen at run time (ctx->isa),
+ * threaded by the context's pool.
  * Entries of ops this backend does not implement stay NULL (the core reports
  * MAMBA2_STATUS_UNSUPPORTED for them).
  */
@@ -9,6 +10,7 @@
 const m2_backend_ops m2_cpu_backend = {
     .name = "cpu",
     .act_dtypes = 1u << MAMBA2_DTYPE_F32,
+    .ssd_extra_act_dtypes = (1u << MAMBA2_DTYPE_BF16) | (1u << MAMBA2_DTYPE_F16),
     .ssd_forward_workspace = m2_cpu_ssd_forward_workspace,
     .ssd_forward = m2_cpu_ssd_forward,
     .ssd_backward_workspace = m2_cpu_ssd_backward_workspace,

@@ -144,6 +144,10 @@ typedef struct m2_cpu_kernels {
     void (*bwd_b_out)(int64_t n, float w, float cb, const float *gp, const float *r,
                       const float *u, const float *x, const float *D, const float *dy,
                       float *dx, float *xg);
+    /* Activation rows in their storage dtype (F32, BF16, F16; a mamba2_dtype_t): n elements
+     * at src as floats into dst, and n floats rounded to nearest even into dst. */
+    void (*load_row)(int64_t n, int dtype, const void *src, float *dst);
+    void (*store_row)(int64_t n, int dtype, const float *src, void *dst);
     /* Σ a[i] b[i], accumulated in a fixed order, returned in double */
     double (*dot)(int64_t n, const float *a, const float *b);
 } m2_cpu_kernels;

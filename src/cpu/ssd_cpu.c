@@ -68,6 +68,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/half.h"
 #include "core/internal.h"
 #include "cpu/cpu.h"
 #include "cpu/kernels.h"
@@ -117,6 +118,57 @@ static inline float *row3(const m2_view *v, int64_t i0, int64_t i1, int64_t i2) 
 }
 static inline float at1(const m2_view *v, int64_t i) { return ((const float *)v->p)[i * v->s[0]]; }
 
+/* ---- activations in their storage dtype ------------------------------------------------
+ * x, dt, Bm, Cm, z, out and the activation gradients are F32, BF16 or F16 (pr->act_dtype);
+ * the kernels compute in float. A row is read through act_in (the row itself for F32, else
+ * converted into tmp) and written through act_out + act_flush (into tmp, then rounded into
+ * the tensor; nothing to do for F32). Rows are converted where they are used, so they are in
+ * cache, and a half tensor moves half the bytes. tmp: one of the per-thread rows `cv`
+ * (ACT_ROWS rows of max(Pp, Np) floats, then the dt block). */
+#define ACT_ROWS 4
+static inline int act_f32(const m2_ssd_problem *pr) { return pr->act_dtype == MAMBA2_DTYPE_F32; }
+static inline int64_t act_size(const m2_ssd_problem *pr) { return act_f32(pr) ? 4 : 2; }
+static inline char *arow(const m2_ssd_problem *pr, const m2_view *v, int64_t i0, int64_t i1,
+                         int64_t i2) {
+    return (char *)v->p + (i0 * v->s[0] + i1 * v->s[1] + i2 * v->s[2]) * act_size(pr);
+}
+static inline const float *act_in(const m2_ssd_problem *pr, const m2_cpu_kernels *K,
+                                  const m2_view *v, int64_t i0, int64_t i1, int64_t i2,
+                                  int64_t n, float *tmp) {
+    if (act_f32(pr)) return row3(v, i0, i1, i2);
+    K->load_row(n, (int)pr->act_dtype, arow(pr, v, i0, i1, i2), tmp);
+    return tmp;
+}
+static inline float *act_out(const m2_ssd_problem *pr, const m2_view *v, int64_t i0,
+                             int64_t i1, int64_t i2, float *tmp) {
+    return act_f32(pr) ? row3(v, i0, i1, i2) : tmp;
+}
+static inline void act_flush(const m2_ssd_problem *pr, const m2_cpu_kernels *K,
+                             const m2_view *v, int64_t i0, int64_t i1, int64_t i2, int64_t n,
+                             const float *tmp) {
+    if (!act_f32(pr)) K->store_row(n, (int)pr->act_dtype, tmp, arow(pr, v, i0, i1, i2));
+}
+/* dt of heads [h0, h0 + nh) for tokens [u, u + Tb) as dt_block reads it: rows ACT_DT_LD(nh)
+ * apart (in place for F32, converted into tmp else) */
+#define ACT_DT_LD(nh) (act_f32(pr) ? pr->dt.s[1] : (nh))
+static inline const float *act_dt(const m2_ssd_problem *pr, const m2_cpu_kernels *K, int64_t b,
+                                  int64_t u, int64_t h0, int64_t nh, int64_t Tb, float *tmp) {
+    if (act_f32(pr)) return row3(&pr->dt, b, u, h0);
+    for (int64_t i = 0; i < Tb; i++)
+        K->load_row(nh, (int)pr->act_dtype, arow(pr, &pr->dt, b, u + i, h0), tmp + i * nh);
+    return tmp;
+}
+/* one value of a [B,L,H] activation output */
+static inline void act_store1(const m2_ssd_problem *pr, const m2_view *v, int64_t i0,
+                              int64_t i1, int64_t i2, float x) {
+    if (act_f32(pr))
+        *row3(v, i0, i1, i2) = x;
+    else if (pr->act_dtype == MAMBA2_DTYPE_BF16)
+        *(uint16_t *)arow(pr, v, i0, i1, i2) = m2_f32_to_bf16(x);
+    else
+        *(uint16_t *)arow(pr, v, i0, i1, i2) = m2_f32_to_f16(x);
+}
+
 /* D row of head h as P floats: [H,P] is read in place, [H] is broadcast into buf. */
 static const float *head_D(const m2_ssd_problem *pr, int64_t h, float *buf) {
     if (!pr->D.p) return NULL;
@@ -127,10 +179,13 @@ static const float *head_D(const m2_ssd_problem *pr, int64_t h, float *buf) {
 }
 
 static mamba2_status_t check_dtype(const m2_ssd_problem *pr) {
-    if (pr->act_dtype != MAMBA2_DTYPE_F32 || pr->par_dtype != MAMBA2_DTYPE_F32)
+    const int act = pr->act_dtype == MAMBA2_DTYPE_F32 || pr->act_dtype == MAMBA2_DTYPE_BF16 ||
+                    pr->act_dtype == MAMBA2_DTYPE_F16;
+    if (!act || pr->par_dtype != MAMBA2_DTYPE_F32)
         return m2_error(MAMBA2_STATUS_UNSUPPORTED,
-                        "the cpu backend supports float32 tensors only (got dtypes %d/%d)",
-                        (int)pr->act_dtype, (int)pr->par_dtype);
+                        "the cpu backend supports f32, bf16 or f16 activations with f32 "
+                        "parameters and states (got %s/%s)",
+                        m2_dtype_name(pr->act_dtype), m2_dtype_name(pr->par_dtype));
     return MAMBA2_STATUS_OK;
 }
 
@@ -153,20 +208,25 @@ static mamba2_status_t check_dtype(const m2_ssd_problem *pr) {
 
 /* Rows of T tokens (n floats each, `ld` apart) into the sweep's packed [Np/4][T][4] layout,
  * columns n >= N zero. */
-static void pack_tiles(float *dst, const float *src, int64_t ld, int64_t T, int64_t n,
-                       int64_t Np) {
-    for (int64_t t = 0; t < T; t++) {
-        const float *r = src + t * ld;
-        int64_t j = 0;
-        for (; j + 4 <= n; j += 4) memcpy(dst + j * T + 4 * t, r + j, 4 * sizeof(float));
-        if (j < n) {
-            float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            memcpy(tmp, r + j, (size_t)(n - j) * sizeof(float));
-            memcpy(dst + j * T + 4 * t, tmp, sizeof tmp);
-            j += 4;
-        }
-        for (; j < Np; j += 4) memset(dst + j * T + 4 * t, 0, 4 * sizeof(float));
+/* Row t of a block of T tokens into the packed layout [Np/4][T][4] (zeros past n). */
+static void pack_row(float *dst, const float *r, int64_t t, int64_t T, int64_t n, int64_t Np) {
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) memcpy(dst + j * T + 4 * t, r + j, 4 * sizeof(float));
+    if (j < n) {
+        float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        memcpy(tmp, r + j, (size_t)(n - j) * sizeof(float));
+        memcpy(dst + j * T + 4 * t, tmp, sizeof tmp);
+        j += 4;
     }
+    for (; j < Np; j += 4) memset(dst + j * T + 4 * t, 0, 4 * sizeof(float));
+}
+
+/* Rows (b, u + t, g), t < T, of a [B,L,G,N] activation, packed (tmp: one row, for half). */
+static void pack_act(const m2_ssd_problem *pr, const m2_cpu_kernels *K, float *dst,
+                     const m2_view *v, int64_t b, int64_t u, int64_t g, int64_t T, int64_t n,
+                     int64_t Np, float *tmp) {
+    for (int64_t t = 0; t < T; t++)
+        pack_row(dst, act_in(pr, K, v, b, u + t, g, n, tmp), t, T, n, Np);
 }
 
 /* State [S,H,P,N] row (s,h) -> the sweep's [Np][Pp] layout (zeros when absent or padded). */
@@ -346,6 +406,7 @@ typedef struct fwd_plan {
     int chunked, nthr;
     size_t o_cs, o_cl, o_cdec, glob;                                       /* global     */
     size_t o_S, o_u, o_y, o_B, o_C, o_d, o_E, o_w, o_D, o_ri, o_rf, o_c; /* per thread */
+    size_t o_cv; /* activation rows converted from half storage (ACT_ROWS + the dt block) */
     size_t per_thread, total;
 } fwd_plan;
 
@@ -409,6 +470,7 @@ static void fwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
     pl->o_ri = carve(&off, hs * T * sizeof(int32_t)); /* segment restarts per head   */
     pl->o_rf = carve(&off, hs * T * f);
     pl->o_c = carve(&off, hs * (2 * sizeof(double) + sizeof(int) + f));
+    pl->o_cv = carve(&off, (ACT_ROWS * (size_t)(Pp > Np ? Pp : Np) + T * hs) * f);
     pl->per_thread = round64(off);
     pl->total = pl->glob + pl->per_thread * (size_t)pl->nthr + 64; /* + slack for alignment */
 }
@@ -419,15 +481,15 @@ static void fwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
 static void fwd_prefetch_plan(const m2_ssd_problem *pr, int64_t b, int64_t u, int64_t Tb,
                               int64_t v, int64_t Tn, int64_t h, int64_t g, int first_of_group,
                               m2_pf *pf) {
-    const int64_t f4 = sizeof(float), P = pr->P, N = pr->N;
+    const int64_t f4 = act_size(pr), P = pr->P, N = pr->N;
     m2_pf_init(pf);
-    if (pr->z.p) m2_pf_add(pf, row3(&pr->z, b, u, h), pr->z.s[1] * f4, Tb, P * f4, 0);
-    m2_pf_add(pf, row3(&pr->out, b, u, h), pr->out.s[1] * f4, Tb, P * f4, 1);
+    if (pr->z.p) m2_pf_add(pf, arow(pr, &pr->z, b, u, h), pr->z.s[1] * f4, Tb, P * f4, 0);
+    m2_pf_add(pf, arow(pr, &pr->out, b, u, h), pr->out.s[1] * f4, Tb, P * f4, 1);
     if (Tn <= 0) return;
-    m2_pf_add(pf, row3(&pr->x, b, v, h), pr->x.s[1] * f4, Tn, P * f4, 0);
+    m2_pf_add(pf, arow(pr, &pr->x, b, v, h), pr->x.s[1] * f4, Tn, P * f4, 0);
     if (first_of_group) {
-        m2_pf_add(pf, row3(&pr->Bm, b, v, g), pr->Bm.s[1] * f4, Tn, N * f4, 0);
-        m2_pf_add(pf, row3(&pr->Cm, b, v, g), pr->Cm.s[1] * f4, Tn, N * f4, 0);
+        m2_pf_add(pf, arow(pr, &pr->Bm, b, v, g), pr->Bm.s[1] * f4, Tn, N * f4, 0);
+        m2_pf_add(pf, arow(pr, &pr->Cm, b, v, g), pr->Cm.s[1] * f4, Tn, N * f4, 0);
     }
 }
 
@@ -442,17 +504,17 @@ static void bwd_prefetch_plan(const m2_ssd_problem *pr, const m2_view *wr, int64
                               int64_t Tb, int64_t v, int64_t Tn, int64_t h, int64_t g,
                               int first_of_group, const float *extra, int64_t extra_bytes,
                               int64_t per_sweep, m2_pf *pf) {
-    const int64_t f4 = sizeof(float), P = pr->P, N = pr->N;
+    const int64_t f4 = act_size(pr), P = pr->P, N = pr->N;
     m2_pf_init(pf);
     m2_pf_add(pf, extra, extra_bytes, 1, extra_bytes, 0);
     if (wr && wr->p) m2_pf_add(pf, row3(wr, b, u, h), wr->s[1] * f4, Tb, P * f4, 1);
     if (Tn > 0) {
-        m2_pf_add(pf, row3(&pr->x, b, v, h), pr->x.s[1] * f4, Tn, P * f4, 0);
-        m2_pf_add(pf, row3(&pr->dout, b, v, h), pr->dout.s[1] * f4, Tn, P * f4, 0);
-        if (pr->z.p) m2_pf_add(pf, row3(&pr->z, b, v, h), pr->z.s[1] * f4, Tn, P * f4, 0);
+        m2_pf_add(pf, arow(pr, &pr->x, b, v, h), pr->x.s[1] * f4, Tn, P * f4, 0);
+        m2_pf_add(pf, arow(pr, &pr->dout, b, v, h), pr->dout.s[1] * f4, Tn, P * f4, 0);
+        if (pr->z.p) m2_pf_add(pf, arow(pr, &pr->z, b, v, h), pr->z.s[1] * f4, Tn, P * f4, 0);
         if (first_of_group) {
-            m2_pf_add(pf, row3(&pr->Bm, b, v, g), pr->Bm.s[1] * f4, Tn, N * f4, 0);
-            m2_pf_add(pf, row3(&pr->Cm, b, v, g), pr->Cm.s[1] * f4, Tn, N * f4, 0);
+            m2_pf_add(pf, arow(pr, &pr->Bm, b, v, g), pr->Bm.s[1] * f4, Tn, N * f4, 0);
+            m2_pf_add(pf, arow(pr, &pr->Cm, b, v, g), pr->Cm.s[1] * f4, Tn, N * f4, 0);
         }
     }
     pf->per8 = (pf->left + per_sweep - 1) / per_sweep;
@@ -474,6 +536,8 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
     float *d = (float *)(ws + pl->o_d), *E = (float *)(ws + pl->o_E);
     float *w = (float *)(ws + pl->o_w), *Db = (float *)(ws + pl->o_D);
     int32_t *ridx = (int32_t *)(ws + pl->o_ri);
+    const int64_t RW = Pp > Np ? Pp : Np; /* converted activation rows (half storage) */
+    float *cv = (float *)(ws + pl->o_cv), *cvd = cv + ACT_ROWS * RW;
     float *rf = (float *)(ws + pl->o_rf);
     double *c = (double *)(ws + pl->o_c), *dec = c + nh;
     int *nr = (int *)(dec + nh);
@@ -498,7 +562,7 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
         Tb = tb - u < T ? tb - u : T;
         const int64_t tp = next < pr->npos ? m2_ssd_pos(pr, next) - flat0 : -1;
         if (tp >= u && tp < u + Tb) Tb = tp - u + 1;
-        K->dt_block(nh, Tb, T, row3(&pr->dt, b, u, h0), pr->dt.s[1], dtb, Ah, pr->dt_softplus,
+        K->dt_block(nh, Tb, T, act_dt(pr, K, b, u, h0, nh, Tb, cvd), ACT_DT_LD(nh), dtb, Ah, pr->dt_softplus,
                     pr->dt_lo, pr->dt_hi, u == ta, c, d, E, w, NULL, nr, ridx, rf);
         if (ldec)
             for (int64_t j = 0; j < nh; j++)
@@ -506,11 +570,11 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
         /* token-major packing: each token's rows for all heads and groups at once */
         for (int64_t i = 0; i < Tb; i++)
             for (int64_t j = 0; j < nh; j++)
-                K->scale(P, w[j * T + i], row3(&pr->x, b, u + i, h0 + j), ub + j * TP + i * Pp);
+                K->scale(P, w[j * T + i], act_in(pr, K, &pr->x, b, u + i, h0 + j, P, cv), ub + j * TP + i * Pp);
         for (int64_t k = 0; k < ng; k++) {
-            pack_tiles(Bp + k * TN, row3(&pr->Bm, b, u, g0 + k), pr->Bm.s[1], Tb, N, Np);
+            pack_act(pr, K, Bp + k * TN, &pr->Bm, b, u, g0 + k, Tb, N, Np, cv);
             if (outputs)
-                pack_tiles(Cp + k * TN, row3(&pr->Cm, b, u, g0 + k), pr->Cm.s[1], Tb, N, Np);
+                pack_act(pr, K, Cp + k * TN, &pr->Cm, b, u, g0 + k, Tb, N, Np, cv);
         }
         if (outputs) memset(y, 0, (size_t)(nh * TP) * sizeof(float));
         const int64_t v = u + Tb, Tn = tb - v < T ? tb - v : T;
@@ -530,9 +594,13 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
             const float *Dh = !pr->D.p             ? NULL
                               : pr->D_per_channel ? (const float *)pr->D.p + h * pr->D.s[0]
                                                   : Db + j * Pp;
-            for (int64_t i = 0; i < Tb; i++)
-                K->fwd_out(P, E[j * T + i], y + j * TP + i * Pp, row3(&pr->x, b, u + i, h), Dh,
-                           pr->z.p ? row3(&pr->z, b, u + i, h) : NULL, row3(&pr->out, b, u + i, h));
+            for (int64_t i = 0; i < Tb; i++) {
+                float *o = act_out(pr, &pr->out, b, u + i, h, cv + 2 * RW);
+                K->fwd_out(P, E[j * T + i], y + j * TP + i * Pp,
+                           act_in(pr, K, &pr->x, b, u + i, h, P, cv), Dh,
+                           pr->z.p ? act_in(pr, K, &pr->z, b, u + i, h, P, cv + RW) : NULL, o);
+                act_flush(pr, K, &pr->out, b, u + i, h, P, o);
+            }
         }
         for (int64_t j = 0; j < nh; j++) e_last[j] = E[j * T + Tb - 1];
         if (tp == u + Tb - 1) { /* the states after token tp */
@@ -691,10 +759,10 @@ typedef struct bwd_plan {
     int want_decay, want_dc, want_acc, want_y, want_db, want_gb, need_a_rows, need_a_sweep, need_b;
     fwd_plan fp; /* the forward's chunk passes, run inside the backward's workspace */
     /* global region (offsets from the aligned base; the forward's chunk buffers first) */
-    size_t o_pA, o_pbias, o_pD, o_prog, o_ge, o_gl, glob;
+    size_t o_pA, o_pbias, o_pD, o_prog, o_ge, o_gl, o_gbc, glob;
     /* per-thread region */
     size_t o_S, o_u, o_r, o_w, o_dy, o_sg, o_acc, o_B, o_C, o_d, o_E, o_wt, o_gf, o_ri, o_rf;
-    size_t o_small, o_cb, o_s1, o_snap, o_dD, o_Dh, o_cbv, o_strong, o_rcs, o_stmp, o_lamb;
+    size_t o_small, o_cb, o_s1, o_snap, o_dD, o_Dh, o_cbv, o_strong, o_rcs, o_stmp, o_lamb, o_cv;
     size_t per_thread, total;
 } bwd_plan;
 
@@ -761,6 +829,10 @@ static void bwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
     const size_t nst = pl->chunked ? nsh * (size_t)(pr->P * pr->N) * f : 0;
     pl->o_ge = carve(&off, nst); /* gradient into each chunk's end state */
     pl->o_gl = carve(&off, nst); /* a chunk's local gradient into its start state */
+    /* half storage: dBm, dCm summed over heads in float32 (grad_row) */
+    const size_t ngb = pr->act_dtype != MAMBA2_DTYPE_F32 && (pr->dBm.p || pr->dCm.p)
+                           ? 2 * (size_t)(pr->B * pr->L * pr->G * pr->N) : 0;
+    pl->o_gbc = carve(&off, ngb * f);
     pl->glob = round64(off);
 
     off = 0;
@@ -794,6 +866,7 @@ static void bwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
     pl->o_rcs = carve(&off, sdk * (size_t)pl->snap_every * hs * Np * Pp * f);
     pl->o_stmp = carve(&off, sdk * hs * Np * Pp * f);
     pl->o_lamb = carve(&off, hs * T * f);
+    pl->o_cv = carve(&off, (ACT_ROWS * (size_t)(Pp > Np ? Pp : Np) + T * hs) * f);
     pl->per_thread = round64(off);
     if (pl->fp.per_thread > pl->per_thread) pl->per_thread = pl->fp.per_thread;
     pl->fp.glob = pl->glob; /* the forward passes use the same per-thread regions */
@@ -814,6 +887,18 @@ static void put_row(float *dst, const float *v, int64_t n, int accumulate) {
         for (int64_t i = 0; i < n; i++) dst[i] = dst[i] + v[i];
     else
         memcpy(dst, v, (size_t)n * sizeof(float));
+}
+
+/* Where row (b, t, g) of dBm (which 0) or dCm (1) is summed over the group's heads: the
+ * tensor itself for F32; for half storage a float32 copy in the workspace ([B*L*G][N] each),
+ * rounded into the tensor once at the end (grad_flush), so that the sum over heads is rounded
+ * once. */
+static float *grad_row(const bwd_job *J, const m2_view *v, int which, int64_t b, int64_t t,
+                       int64_t g) {
+    const m2_ssd_problem *pr = J->pr;
+    if (act_f32(pr)) return row3(v, b, t, g);
+    const int64_t rows = pr->B * pr->L * pr->G;
+    return (float *)(J->base + J->pl.o_gbc) + ((which * rows + (b * pr->L + t) * pr->G + g) * pr->N);
 }
 
 static void wait_progress(_Atomic int64_t *p, int64_t need) {
@@ -837,6 +922,8 @@ static void bwd_recompute(const bwd_job *J, int64_t b, const m2_view *vin, int64
     float *d = (float *)(ws + pl->o_d), *E = (float *)(ws + pl->o_E);
     float *wt = (float *)(ws + pl->o_wt), *rf = (float *)(ws + pl->o_rf);
     int32_t *ridx = (int32_t *)(ws + pl->o_ri);
+    const int64_t RW = Pp > Np ? Pp : Np; /* converted activation rows (half storage) */
+    float *cv = (float *)(ws + pl->o_cv), *cvd = cv + ACT_ROWS * RW;
     double *ctmp = (double *)(ws + pl->o_small) + 4 * nh;
     int *nr = (int *)(ctmp + nh);
     const float *Ah = (const float *)pr->A.p + h0;
@@ -850,13 +937,13 @@ static void bwd_recompute(const bwd_job *J, int64_t b, const m2_view *vin, int64
         memcpy(rcs + (k - k0) * nh * SN, st, (size_t)(nh * SN) * sizeof(float));
         if (k == k1) break;
         for (int64_t j = 0; j < nh; j++) ctmp[j] = cb[k * nh + j];
-        K->dt_block(nh, Tb, T, row3(&pr->dt, b, u, h0), pr->dt.s[1], dtb, Ah, pr->dt_softplus,
+        K->dt_block(nh, Tb, T, act_dt(pr, K, b, u, h0, nh, Tb, cvd), ACT_DT_LD(nh), dtb, Ah, pr->dt_softplus,
                     pr->dt_lo, pr->dt_hi, k == 0, ctmp, d, E, wt, NULL, nr, ridx, rf);
         for (int64_t i = 0; i < Tb; i++)
             for (int64_t j = 0; j < nh; j++)
-                K->scale(P, wt[j * T + i], row3(&pr->x, b, u + i, h0 + j), ub + j * TP + i * Pp);
+                K->scale(P, wt[j * T + i], act_in(pr, K, &pr->x, b, u + i, h0 + j, P, cv), ub + j * TP + i * Pp);
         for (int64_t q = 0; q < ng; q++)
-            pack_tiles(Bp + q * TN, row3(&pr->Bm, b, u, g0 + q), pr->Bm.s[1], Tb, N, Np);
+            pack_act(pr, K, Bp + q * TN, &pr->Bm, b, u, g0 + q, Tb, N, Np, cv);
         for (int64_t j = 0; j < nh; j++)
             K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T, 0, ub + j * TP,
                      Bp + ((h0 + j) / hpg - g0) * TN, NULL, NULL, st + j * SN, NULL, NULL, NULL, NULL);
@@ -885,6 +972,8 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
     float *d = (float *)(ws + pl->o_d), *E = (float *)(ws + pl->o_E);
     float *wt = (float *)(ws + pl->o_wt), *gf = (float *)(ws + pl->o_gf);
     int32_t *ridx = (int32_t *)(ws + pl->o_ri);
+    const int64_t RW = Pp > Np ? Pp : Np; /* converted activation rows (half storage) */
+    float *cv = (float *)(ws + pl->o_cv), *cvd = cv + ACT_ROWS * RW;
     float *rf = (float *)(ws + pl->o_rf);
     double *c = (double *)(ws + pl->o_small), *lam = c + nh, *accA = lam + nh;
     double *accB = accA + nh, *ctmp = accB + nh;
@@ -928,7 +1017,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
     for (int64_t k = 0; k < nb; k++) {
         const int64_t u = t0 + k * T, Tb = t1 - u < T ? t1 - u : T;
         for (int64_t j = 0; j < nh; j++) cb[k * nh + j] = c[j];
-        K->dt_block(nh, Tb, T, row3(&pr->dt, b, u, h0), pr->dt.s[1], dtb, Ah, pr->dt_softplus,
+        K->dt_block(nh, Tb, T, act_dt(pr, K, b, u, h0, nh, Tb, cvd), ACT_DT_LD(nh), dtb, Ah, pr->dt_softplus,
                     pr->dt_lo, pr->dt_hi, k == 0, c, d, E, wt, NULL, nr, ridx, rf);
         for (int64_t j = 0; j < nh; j++) e_last[j] = E[j * T + Tb - 1];
         if (pl->want_decay)
@@ -941,20 +1030,23 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
         for (int64_t i = 0; i < Tb; i++)
             for (int64_t j = 0; j < nh; j++) {
                 const int64_t h = h0 + j;
-                K->bwd_prep(P, wt[j * T + i], E[j * T + i], row3(&pr->x, b, u + i, h),
-                            row3(&pr->dout, b, u + i, h), pr->z.p ? row3(&pr->z, b, u + i, h) : NULL,
+                K->bwd_prep(P, wt[j * T + i], E[j * T + i],
+                            act_in(pr, K, &pr->x, b, u + i, h, P, cv),
+                            act_in(pr, K, &pr->dout, b, u + i, h, P, cv + RW),
+                            pr->z.p ? act_in(pr, K, &pr->z, b, u + i, h, P, cv + 2 * RW) : NULL,
                             ub + j * TP + i * Pp, dyb + j * TP + i * Pp, rb + j * TP + i * Pp,
                             sgb + j * TP + i * Pp);
             }
         if (pl->need_a_sweep) {
             for (int64_t q = 0; q < ng; q++) {
-                pack_tiles(Bp + q * TN, row3(&pr->Bm, b, u, g0 + q), pr->Bm.s[1], Tb, N, Np);
+                pack_act(pr, K, Bp + q * TN, &pr->Bm, b, u, g0 + q, Tb, N, Np, cv);
                 if (pl->want_y)
-                    pack_tiles(Cp + q * TN, row3(&pr->Cm, b, u, g0 + q), pr->Cm.s[1], Tb, N, Np);
+                    pack_act(pr, K, Cp + q * TN, &pr->Cm, b, u, g0 + q, Tb, N, Np, cv);
                 if (pl->want_y || pl->want_decay)
                     for (int64_t i = 0; i < Tb; i++)
-                        cbv[q * T + i] = (float)K->dot(N, row3(&pr->Bm, b, u + i, g0 + q),
-                                                       row3(&pr->Cm, b, u + i, g0 + q));
+                        cbv[q * T + i] =
+                            (float)K->dot(N, act_in(pr, K, &pr->Bm, b, u + i, g0 + q, N, cv),
+                                          act_in(pr, K, &pr->Cm, b, u + i, g0 + q, N, cv + RW));
             }
             if (pl->want_y) memset(wb, 0, (size_t)(nh * TP) * sizeof(float));
             const int64_t v = u + Tb, Tn = t1 - v < T ? t1 - v : T;
@@ -979,13 +1071,15 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                 const int64_t h = h0 + j, t = u + i;
                 const float *Dr = DROW(j);
                 const int64_t jt = j * TP + i * Pp;
+                float *dzr = pr->dz.p && pr->z.p ? act_out(pr, &pr->dz, b, t, h, cv + 3 * RW) : NULL;
                 const float sdy = K->bwd_a_out(
                     P, E[j * T + i], pl->want_y ? cbv[(h / hpg - g0) * T + i] : 0.0f,
-                    pl->want_y ? wb + jt : NULL, ub + jt, rb + jt, row3(&pr->x, b, t, h), Dr,
-                    row3(&pr->dout, b, t, h), pr->z.p ? row3(&pr->z, b, t, h) : NULL, sgb + jt,
-                    dyb + jt,
-                    pr->dz.p && pr->z.p ? row3(&pr->dz, b, t, h) : NULL,
-                    pr->dD.p ? dDacc + j * Pp : NULL);
+                    pl->want_y ? wb + jt : NULL, ub + jt, rb + jt,
+                    act_in(pr, K, &pr->x, b, t, h, P, cv), Dr,
+                    act_in(pr, K, &pr->dout, b, t, h, P, cv + RW),
+                    pr->z.p ? act_in(pr, K, &pr->z, b, t, h, P, cv + 2 * RW) : NULL, sgb + jt,
+                    dyb + jt, dzr, pr->dD.p ? dDacc + j * Pp : NULL);
+                if (dzr) act_flush(pr, K, &pr->dz, b, t, h, P, dzr);
                 if (pl->want_decay && pl->want_y) {
                     s1[j * pl->Lmax + (t - t0)] = (double)sdy;
                 } else if (pl->want_acc) {
@@ -993,10 +1087,11 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                      * a_t dy·(S_{t-1} C) = C·acc, and the dCm row Ŝ_tᵀ r = acc + (r·u) B */
                     float *ar = acc + j * TN + i * Np;
                     if (pl->want_decay)
-                        s1[j * pl->Lmax + (t - t0)] = K->dot(N, row3(&pr->Cm, b, t, h / hpg), ar);
+                        s1[j * pl->Lmax + (t - t0)] =
+                            K->dot(N, act_in(pr, K, &pr->Cm, b, t, h / hpg, N, cv), ar);
                     if (pl->want_dc) {
                         const float ru = (float)K->dot(P, rb + jt, ub + jt);
-                        const float *Br = row3(&pr->Bm, b, t, h / hpg);
+                        const float *Br = act_in(pr, K, &pr->Bm, b, t, h / hpg, N, cv + RW);
                         for (int64_t n = 0; n < N; n++) ar[n] = ar[n] + ru * Br[n];
                     }
                 }
@@ -1006,7 +1101,8 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
             for (int64_t i = 0; i < Tb; i++)
                 for (int64_t j = 0; j < nh; j++) {
                     const int64_t h = h0 + j;
-                    put_row(row3(&pr->dCm, b, u + i, h / hpg), acc + j * TN + i * Np, N, h % hpg != 0);
+                    put_row(grad_row(J, &pr->dCm, 1, b, u + i, h / hpg), acc + j * TN + i * Np, N,
+                            h % hpg != 0);
                 }
         }
         atomic_store_explicit(&prog[set].a, u + Tb - t0, memory_order_release);
@@ -1049,23 +1145,26 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                                   k0 == 0 ? NULL : snap + (k0 / M - 1) * nh * SN, stmp, rcs, ws);
             }
             for (int64_t j = 0; j < nh; j++) ctmp[j] = cb[k * nh + j];
-            K->dt_block(nh, Tb, T, row3(&pr->dt, b, u, h0), pr->dt.s[1], dtb, Ah, pr->dt_softplus,
+            K->dt_block(nh, Tb, T, act_dt(pr, K, b, u, h0, nh, Tb, cvd), ACT_DT_LD(nh), dtb, Ah, pr->dt_softplus,
                         pr->dt_lo, pr->dt_hi, k == 0, ctmp, d, E, wt, gf, nr, ridx, rf);
             for (int64_t i = 0; i < Tb; i++)
                 for (int64_t j = 0; j < nh; j++) {
                     const int64_t h = h0 + j;
-                    K->bwd_prep(P, wt[j * T + i], E[j * T + i], row3(&pr->x, b, u + i, h),
-                                row3(&pr->dout, b, u + i, h),
-                                pr->z.p ? row3(&pr->z, b, u + i, h) : NULL, ub + j * TP + i * Pp,
+                    K->bwd_prep(P, wt[j * T + i], E[j * T + i],
+                                act_in(pr, K, &pr->x, b, u + i, h, P, cv),
+                                act_in(pr, K, &pr->dout, b, u + i, h, P, cv + RW),
+                                pr->z.p ? act_in(pr, K, &pr->z, b, u + i, h, P, cv + 2 * RW) : NULL,
+                                ub + j * TP + i * Pp,
                                 dyb + j * TP + i * Pp, rb + j * TP + i * Pp, NULL);
                 }
             for (int64_t q = 0; q < ng; q++) {
-                pack_tiles(Cp + q * TN, row3(&pr->Cm, b, u, g0 + q), pr->Cm.s[1], Tb, N, Np);
+                pack_act(pr, K, Cp + q * TN, &pr->Cm, b, u, g0 + q, Tb, N, Np, cv);
                 if (pl->want_gb || pl->want_decay) {
-                    pack_tiles(Bp + q * TN, row3(&pr->Bm, b, u, g0 + q), pr->Bm.s[1], Tb, N, Np);
+                    pack_act(pr, K, Bp + q * TN, &pr->Bm, b, u, g0 + q, Tb, N, Np, cv);
                     for (int64_t i = 0; i < Tb; i++)
-                        cbv[q * T + i] = (float)K->dot(N, row3(&pr->Bm, b, u + i, g0 + q),
-                                                       row3(&pr->Cm, b, u + i, g0 + q));
+                        cbv[q * T + i] =
+                            (float)K->dot(N, act_in(pr, K, &pr->Bm, b, u + i, g0 + q, N, cv),
+                                          act_in(pr, K, &pr->Cm, b, u + i, g0 + q, N, cv + RW));
                 }
             }
             if (pl->want_gb) memset(wb, 0, (size_t)(nh * TP) * sizeof(float));
@@ -1098,9 +1197,10 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                         const float *Dr = DROW(j);
                         const int64_t jp = j * TP + i * Pp;
                         float xg[2];
+                        float *dxr = pr->dx.p ? act_out(pr, &pr->dx, b, t, h, cv + RW) : NULL;
                         K->bwd_b_out(P, wt[jt], cbv[(h / hpg - g0) * T + i], wb + jp, rb + jp, ub + jp,
-                                     row3(&pr->x, b, t, h), Dr, dyb + jp,
-                                     pr->dx.p ? row3(&pr->dx, b, t, h) : NULL, xg);
+                                     act_in(pr, K, &pr->x, b, t, h, P, cv), Dr, dyb + jp, dxr, xg);
+                        if (dxr) act_flush(pr, K, &pr->dx, b, t, h, P, dxr);
                         if (pl->want_decay) {
                             /* λ_t = λ_{t+1} + a_t dy·(S_{t-1} C) − a_{t+1} d x·(G_{t+1} B),
                              * ∂L/∂d_t = x·(G_t B) + A λ_t */
@@ -1110,7 +1210,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                                 lam[j] += s1[j * pl->Lmax + (t - t0)] - (double)xg[1];
                             const double dd = (double)xg[0] / (double)E[jt] + (double)Ah[j] * lam[j];
                             const double draw = dd * (double)gf[jt];
-                            if (pr->ddt.p) *row3(&pr->ddt, b, t, h) = (float)draw;
+                            if (pr->ddt.p) act_store1(pr, &pr->ddt, b, t, h, (float)draw);
                             accA[j] += (double)d[jt] * lam[j];
                             accB[j] += draw;
                         }
@@ -1120,7 +1220,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                 for (int64_t i = 0; i < Tb; i++)
                     for (int64_t j = 0; j < nh; j++) {
                         const int64_t h = h0 + j;
-                        put_row(row3(&pr->dBm, b, u + i, h / hpg), acc + j * TN + i * Np, N,
+                        put_row(grad_row(J, &pr->dBm, 0, b, u + i, h / hpg), acc + j * TN + i * Np, N,
                                 h % hpg != 0);
                     }
             }
@@ -1156,6 +1256,8 @@ static void bwd_task_b1(void *arg, int64_t task, int thread) {
     float *d = (float *)(ws + pl->o_d), *E = (float *)(ws + pl->o_E);
     float *wt = (float *)(ws + pl->o_wt), *rf = (float *)(ws + pl->o_rf);
     int32_t *ridx = (int32_t *)(ws + pl->o_ri);
+    const int64_t RW = Pp > Np ? Pp : Np; /* converted activation rows (half storage) */
+    float *cv = (float *)(ws + pl->o_cv), *cvd = cv + ACT_ROWS * RW;
     double *c = (double *)(ws + pl->o_small), *ctmp = c + 4 * nh;
     int *nr = (int *)(ctmp + nh);
     double *cb = (double *)(ws + pl->o_cb);
@@ -1167,7 +1269,7 @@ static void bwd_task_b1(void *arg, int64_t task, int thread) {
     for (int64_t k = 0; k < nb; k++) {
         const int64_t u = r.ta + k * T, Tb = r.tb - u < T ? r.tb - u : T;
         for (int64_t j = 0; j < nh; j++) cb[k * nh + j] = c[j];
-        K->dt_block(nh, Tb, T, row3(&pr->dt, b, u, h0), pr->dt.s[1], dtb, Ah, pr->dt_softplus,
+        K->dt_block(nh, Tb, T, act_dt(pr, K, b, u, h0, nh, Tb, cvd), ACT_DT_LD(nh), dtb, Ah, pr->dt_softplus,
                     pr->dt_lo, pr->dt_hi, k == 0, c, d, E, wt, NULL, nr, ridx, rf);
     }
     const int last = r.k == r.K - 1;
@@ -1182,17 +1284,19 @@ static void bwd_task_b1(void *arg, int64_t task, int thread) {
     for (int64_t k = nb - 1; k >= 0; k--) {
         const int64_t u = r.ta + k * T, Tb = r.tb - u < T ? r.tb - u : T;
         for (int64_t j = 0; j < nh; j++) ctmp[j] = cb[k * nh + j];
-        K->dt_block(nh, Tb, T, row3(&pr->dt, b, u, h0), pr->dt.s[1], dtb, Ah, pr->dt_softplus,
+        K->dt_block(nh, Tb, T, act_dt(pr, K, b, u, h0, nh, Tb, cvd), ACT_DT_LD(nh), dtb, Ah, pr->dt_softplus,
                     pr->dt_lo, pr->dt_hi, k == 0, ctmp, d, E, wt, NULL, nr, ridx, rf);
         for (int64_t i = 0; i < Tb; i++)
             for (int64_t j = 0; j < nh; j++) {
                 const int64_t h = h0 + j;
-                K->bwd_prep(P, wt[j * T + i], E[j * T + i], row3(&pr->x, b, u + i, h),
-                            row3(&pr->dout, b, u + i, h), pr->z.p ? row3(&pr->z, b, u + i, h) : NULL,
+                K->bwd_prep(P, wt[j * T + i], E[j * T + i],
+                            act_in(pr, K, &pr->x, b, u + i, h, P, cv),
+                            act_in(pr, K, &pr->dout, b, u + i, h, P, cv + RW),
+                            pr->z.p ? act_in(pr, K, &pr->z, b, u + i, h, P, cv + 2 * RW) : NULL,
                             ub + j * TP + i * Pp, dyb + j * TP + i * Pp, rb + j * TP + i * Pp, NULL);
             }
         for (int64_t q = 0; q < ng; q++)
-            pack_tiles(Cp + q * TN, row3(&pr->Cm, b, u, g0 + q), pr->Cm.s[1], Tb, N, Np);
+            pack_act(pr, K, Cp + q * TN, &pr->Cm, b, u, g0 + q, Tb, N, Np, cv);
         for (int64_t j = 0; j < nh; j++)
             K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T, M2_SWEEP_REV, rb + j * TP,
                      Cp + ((h0 + j) / hpg - g0) * TN, NULL, NULL, G + j * SN, NULL, NULL, NULL, NULL);
@@ -1244,6 +1348,27 @@ static void bwd_task_b3(void *arg, int64_t task, int thread) {
               first ? &pr->dinit : NULL, r.s);
 }
 
+/* Half storage: the float32 sums of dBm and dCm (grad_row) rounded into the tensors, 256
+ * token rows a task. */
+#define GRAD_FLUSH_ROWS 256
+static void bwd_task_flush(void *arg, int64_t task, int thread) {
+    (void)thread;
+    const bwd_job *J = (const bwd_job *)arg;
+    const m2_ssd_problem *pr = J->pr;
+    const int64_t r0 = task * GRAD_FLUSH_ROWS, nrow = pr->B * pr->L;
+    const int64_t r1 = r0 + GRAD_FLUSH_ROWS < nrow ? r0 + GRAD_FLUSH_ROWS : nrow;
+    for (int which = 0; which < 2; which++) {
+        const m2_view *v = which ? &pr->dCm : &pr->dBm;
+        if (!v->p) continue;
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t g = 0; g < pr->G; g++) {
+                const int64_t b = r / pr->L, t = r % pr->L;
+                J->k->store_row(pr->N, (int)pr->act_dtype, grad_row(J, v, which, b, t, g),
+                                arow(pr, v, b, t, g));
+            }
+    }
+}
+
 mamba2_status_t m2_cpu_ssd_backward_workspace(const mamba2_context_t *ctx,
                                                   const m2_ssd_problem *pr, size_t *bytes) {
     mamba2_status_t st = check_dtype(pr);
@@ -1281,6 +1406,8 @@ mamba2_status_t m2_cpu_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem 
         run_tasks(ctx, pr->nseq * H, bwd_task_b2, &J);
     }
     run_tasks(ctx, nch * J.pl.nsets, bwd_task_b3, &J);
+    if (!act_f32(pr) && (pr->dBm.p || pr->dCm.p))
+        run_tasks(ctx, (pr->B * pr->L + GRAD_FLUSH_ROWS - 1) / GRAD_FLUSH_ROWS, bwd_task_flush, &J);
 
     /* per-head parameters: sum the (chunk, head) slots in chunk order (sequence by sequence) */
     const double *pA = (const double *)(J.base + J.pl.o_pA);

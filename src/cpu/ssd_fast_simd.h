@@ -12,6 +12,7 @@
 #ifndef MAMBA2C_CPU_SSD_FAST_SIMD_H
 #define MAMBA2C_CPU_SSD_FAST_SIMD_H
 
+#include "core/half.h"
 #include "cpu/simd.h"
 
 #if defined(M2_SIMD_AVX2)
@@ -99,6 +100,27 @@ M2_INLINE m2v m2v_sigmoid(m2v z) {
 #define m2v_gt(a, b) _mm256_cmp_ps((a), (b), _CMP_GT_OQ)
 #define m2v_select(m, a, b) _mm256_blendv_ps((b), (a), (m))
 
+/* 8 bfloat16 / float16 at p (uint16_t) as floats, and back, rounded to nearest even: the
+ * same bits as the scalar converters of core/half.h (a NaN stays a quiet NaN). float16
+ * through F16C (every AVX2 CPU has it; the avx2 kernel set is compiled with -mf16c and
+ * chosen only where cpuid reports it). */
+#define m2v_load_bf16(p)                                                                       \
+    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+M2_INLINE void m2v_store_bf16(uint16_t *p, m2v v) {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+    const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+    const __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7F800000));
+    const __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    r = _mm256_blendv_epi8(r, q, nan);
+    r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+    _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(r));
+}
+#define m2v_load_f16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define m2v_store_f16(p, v)                                                                    \
+    _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+
 #elif defined(M2_SIMD_SCALAR)
 
 #define M2VD_LEN 1
@@ -119,6 +141,10 @@ M2_INLINE m2v m2v_rcp(m2v x) { return 1.0f / x; }
 M2_INLINE m2v m2v_sigmoid(m2v z) { return 1.0f / (1.0f + expf(-z)); }
 #define m2v_gt(a, b) ((a) > (b))
 #define m2v_select(m, a, b) ((m) ? (a) : (b))
+#define m2v_load_bf16(p) m2_bf16_to_f32(*(const uint16_t *)(p))
+#define m2v_store_bf16(p, v) (*(p) = m2_f32_to_bf16(v))
+#define m2v_load_f16(p) m2_f16_to_f32(*(const uint16_t *)(p))
+#define m2v_store_f16(p, v) (*(p) = m2_f32_to_f16(v))
 
 #else
 #error "define M2_SIMD_AVX2 or M2_SIMD_SCALAR before including cpu/ssd_fast_simd.h"

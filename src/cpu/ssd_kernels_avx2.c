@@ -22,5 +22,7 @@ const m2_cpu_kernels m2_cpu_kernels_avx2 = {
     .bwd_prep = bwd_prep__avx2,
     .bwd_a_out = bwd_a_out__avx2,
     .bwd_b_out = bwd_b_out__avx2,
+    .load_row = load_row__avx2,
+    .store_row = store_row__avx2,
     .dot = dot__avx2,
 };

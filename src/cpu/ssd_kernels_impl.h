@@ -567,6 +567,38 @@ static void M2K(bwd_b_out)(int64_t n, float w, float cb, const float *gp, const 
 }
 
 /* Σ a[i] b[i] over n floats: four vector accumulators (fixed lanes), summed in double. */
+/* activation rows in their storage dtype <-> float (see kernels.h) */
+static void M2K(load_row)(int64_t n, int dtype, const void *src, float *dst) {
+    int64_t i = 0;
+    if (dtype == MAMBA2_DTYPE_BF16) {
+        const uint16_t *s = (const uint16_t *)src;
+        for (; i + M2V_LEN <= n; i += M2V_LEN) m2v_store(dst + i, m2v_load_bf16(s + i));
+        for (; i < n; i++) dst[i] = m2_bf16_to_f32(s[i]);
+    } else if (dtype == MAMBA2_DTYPE_F16) {
+        const uint16_t *s = (const uint16_t *)src;
+        for (; i + M2V_LEN <= n; i += M2V_LEN) m2v_store(dst + i, m2v_load_f16(s + i));
+        for (; i < n; i++) dst[i] = m2_f16_to_f32(s[i]);
+    } else {
+        const float *s = (const float *)src;
+        for (; i < n; i++) dst[i] = s[i];
+    }
+}
+static void M2K(store_row)(int64_t n, int dtype, const float *src, void *dst) {
+    int64_t i = 0;
+    if (dtype == MAMBA2_DTYPE_BF16) {
+        uint16_t *d = (uint16_t *)dst;
+        for (; i + M2V_LEN <= n; i += M2V_LEN) m2v_store_bf16(d + i, m2v_load(src + i));
+        for (; i < n; i++) d[i] = m2_f32_to_bf16(src[i]);
+    } else if (dtype == MAMBA2_DTYPE_F16) {
+        uint16_t *d = (uint16_t *)dst;
+        for (; i + M2V_LEN <= n; i += M2V_LEN) m2v_store_f16(d + i, m2v_load(src + i));
+        for (; i < n; i++) d[i] = m2_f32_to_f16(src[i]);
+    } else {
+        float *d = (float *)dst;
+        for (; i < n; i++) d[i] = src[i];
+    }
+}
+
 static double M2K(dot)(int64_t n, const float *a, const float *b) {
     m2v s0 = m2v_zero(), s1 = m2v_zero(), s2 = m2v_zero(), s3 = m2v_zero();
     int64_t i = 0;

@@ -22,5 +22,7 @@ const m2_cpu_kernels m2_cpu_kernels_scalar = {
     .bwd_prep = bwd_prep__scalar,
     .bwd_a_out = bwd_a_out__scalar,
     .bwd_b_out = bwd_b_out__scalar,
+    .load_row = load_row__scalar,
+    .store_row = store_row__scalar,
     .dot = dot__scalar,
 };

@@ -1,12 +1,15 @@
 /*
  * backend.c — the reference backend's function table: float64 accumulation, single thread,
- * f32 or f64 storage. It documents the math and serves as the oracle of every test.
+ * f32 or f64 storage (and bf16/f16 activation storage for the fused SSD op). It documents the
+ * math and serves as the oracle of every test.
  */
 #include "ref/ref.h"
 
 const m2_backend_ops m2_ref_backend = {
     .name = "ref",
     .act_dtypes = (1u << MAMBA2_DTYPE_F32) | (1u << MAMBA2_DTYPE_F64),
+    /* the SSD kernels load and store every activation through m2r_load/m2r_store */
+    .ssd_extra_act_dtypes = (1u << MAMBA2_DTYPE_BF16) | (1u << MAMBA2_DTYPE_F16),
     .ssd_forward_workspace = m2_ref_ssd_forward_workspace,
     .ssd_forward = m2_ref_ssd_forward,
     .ssd_backward_workspace = m2_ref_ssd_backward_workspace,

@@ -5,7 +5,8 @@
  * against, so it is written for clarity, not speed:
  *  - the plain recurrence, one (sequence, head) at a time, one loop nest per equation;
  *  - every value widened to double on load, every sum accumulated in double in a fixed
- *    order, each output rounded once when stored (F32 or F64 storage);
+ *    order, each output rounded once when stored (F32, F64, or for the activations BF16 or
+ *    F16 storage; see ref_common.h);
  *  - the chunk size Q is ignored (the result must not depend on it);
  *  - single-threaded (ctx->pool is not used);
  *  - the backward needs every forward state S_t. It never runs the recurrence in reverse
