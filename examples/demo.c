@@ -91,11 +91,11 @@ typedef struct problem {
  * heads [h0, h0+nh), groups [g0, g0+ng). Strides are those of the full buffers. */
 typedef struct views {
     mamba2_tensor_t x, dt, A, Bm, Cm, D, z, dt_bias, init, dout, dfinal;
-    mamba2_tensor_t out, final, dx, ddt, dA, dBm, dCm, dD, dz, ddt_bias, dinit;
+    mamba2_tensor_t out, out_x, final, dx, ddt, dA, dBm, dCm, dD, dz, ddt_bias, dinit;
 } views;
 
 typedef struct outputs {
-    float *out, *final, *dx, *ddt, *dA, *dBm, *dCm, *dD, *dz, *ddt_bias, *dinit;
+    float *out, *out_x, *final, *dx, *ddt, *dA, *dBm, *dCm, *dD, *dz, *ddt_bias, *dinit;
 } outputs;
 
 static void make_views(views *v, const problem *p, const outputs *o, int64_t nb, int64_t nh,
@@ -117,6 +117,7 @@ static void make_views(views *v, const problem *p, const outputs *o, int64_t nb,
     v->dout = mamba2_tensor_make_strided(p->dout, MAMBA2_DTYPE_F32, 4, shx, sx);
     v->dfinal = mamba2_tensor_make_strided(p->dfinal, MAMBA2_DTYPE_F32, 4, shst, sst);
     v->out = mamba2_tensor_make_strided(o->out, MAMBA2_DTYPE_F32, 4, shx, sx);
+    v->out_x = mamba2_tensor_make_strided(o->out_x, MAMBA2_DTYPE_F32, 4, shx, sx);
     v->final = mamba2_tensor_make_strided(o->final, MAMBA2_DTYPE_F32, 4, shst, sst);
     v->dx = mamba2_tensor_make_strided(o->dx, MAMBA2_DTYPE_F32, 4, shx, sx);
     v->ddt = mamba2_tensor_make_strided(o->ddt, MAMBA2_DTYPE_F32, 3, shdt, sdt);
@@ -132,6 +133,7 @@ static void make_views(views *v, const problem *p, const outputs *o, int64_t nb,
 static void alloc_outputs(outputs *o, const problem *p) {
     const int64_t B = p->B, L = p->L, H = p->H, P = p->P, N = p->N, G = p->G;
     o->out = alloc_zero(B * L * H * P);
+    o->out_x = alloc_zero(B * L * H * P);
     o->final = alloc_zero(B * H * P * N);
     o->dx = alloc_zero(B * L * H * P);
     o->ddt = alloc_zero(B * L * H);
@@ -169,6 +171,9 @@ static mamba2_ssd_options_t options_for(views *v, int64_t Q) {
     o.dt_bias = &v->dt_bias;
     o.initial_state = &v->init;
     o.dt_softplus = 1;
+    /* training: the forward also writes the output before the gate, which the backward
+     * reads instead of recomputing (mamba_ssm's saved out_x) */
+    o.out_x = &v->out_x;
     return o;
 }
 
@@ -291,6 +296,7 @@ int main(int argc, char **argv) {
         double e;
     } errs[] = {
         {"out", nerr4(full.out, sref.out, shx, sx)},
+        {"out_x", nerr4(full.out_x, sref.out_x, shx, sx)},
         {"final_state", nerr4(full.final, sref.final, shst, sst)},
         {"dx", nerr4(full.dx, sref.dx, shx, sx)},
         {"ddt", nerr4(full.ddt, sref.ddt, shdt, sdt)},
@@ -316,8 +322,9 @@ int main(int argc, char **argv) {
            bad ? "FAIL" : "ok", tref);
 
     printf("\nspeed, median of %d runs:\n", reps);
-    printf("  forward   %9.2f ms  %7.1f GFLOP/s  (4*B*L*H*P*N = %.2f GFLOP)\n", mf * 1e3,
-           4 * unit / mf * 1e-9, 4 * unit * 1e-9);
+    printf("  forward   %9.2f ms  %7.1f GFLOP/s  (4*B*L*H*P*N = %.2f GFLOP; training: also "
+           "writes out_x)\n",
+           mf * 1e3, 4 * unit / mf * 1e-9, 4 * unit * 1e-9);
     printf("  backward  %9.2f ms  %7.1f GFLOP/s  (10*B*L*H*P*N = %.2f GFLOP), %.2fx forward\n",
            mb * 1e3, 10 * unit / mb * 1e-9, 10 * unit * 1e-9, mb / mf);
     printf("  fwd+bwd   %9.2f ms  %7.1f tokens/ms\n", (mf + mb) * 1e3, B * L / ((mf + mb) * 1e3));

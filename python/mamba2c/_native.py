@@ -331,6 +331,7 @@ class _OptionsStruct(ctypes.Structure):
         ("dt_softplus", ctypes.c_int32),
         ("dt_limit_lo", ctypes.c_double),
         ("dt_limit_hi", ctypes.c_double),
+        ("out_x", ctypes.c_void_p),
     ]
 
 
@@ -341,8 +342,8 @@ class _GradsStruct(ctypes.Structure):
 
 # Native alignment ('@'), the same rules the C compiler applies to these structs.
 _T = struct.Struct("@Pii6q6q")
-_O = struct.Struct("@q6Pidd")  # chunk_size, D, z, dt_bias, initial_state, cu_seqlens,
-#                                 state_positions, dt_softplus, dt_limit_lo, dt_limit_hi
+_O = struct.Struct("@q6PiddP")  # chunk_size, D, z, dt_bias, initial_state, cu_seqlens,
+#                                  state_positions, dt_softplus, dt_limit_lo, dt_limit_hi, out_x
 _G = struct.Struct("@9P")
 _SO = struct.Struct("@4Pidd")  # mamba2_ssd_step_options_t: D, z, dt_bias, state_indices,
 #                                 dt_softplus, dt_limit_lo, dt_limit_hi
@@ -370,7 +371,7 @@ def _check_abi(lib) -> None:
     # buffer on the x86-64 and AArch64 ABIs); only the first bytes are compared. A field
     # appended at the end with an all-zero default would go unnoticed — see README
     # ("C API requests": a struct-size query).
-    checks = [("mamba2_ssd_options_default", _O.pack(256, 0, 0, 0, 0, 0, 0, 0, 0.0, math.inf)),
+    checks = [("mamba2_ssd_options_default", _O.pack(256, 0, 0, 0, 0, 0, 0, 0, 0.0, math.inf, 0)),
               ("mamba2_ssd_step_options_default", _SO.pack(0, 0, 0, 0, 0, 0.0, math.inf)),
               ("mamba2_conv1d_options_default", _CO.pack(0, 0, 0, 0)),
               ("mamba2_conv1d_step_options_default", _CS.pack(0, 0, 0)),
@@ -629,12 +630,12 @@ def _out_desc(buf, off: int, t: torch.Tensor, code: int) -> None:
 
 def _options(s: "_Scratch", keep: list, slot: int, chunk_size, D, z, dt_bias, init, cu,
              dt_softplus, dt_lo, dt_hi, cdtype, code, positions=None, zdtype=None,
-             zcode=None) -> int:
-    """Pack the optional tensors (slots slot..slot+5) and the options struct. z, an
-    activation, is described in (zdtype, zcode) when given (half storage), else like the
+             zcode=None, out_x=None) -> int:
+    """Pack the optional tensors (slots slot..slot+6) and the options struct. z and out_x,
+    activations, are described in (zdtype, zcode) when given (half storage), else like the
     parameters in (cdtype, code)."""
     buf, base = s.buf, s.base
-    pD = pz = pb = pi = pc = pp = 0
+    pD = pz = pb = pi = pc = pp = px = 0
     if D is not None:
         keep.append(_desc(buf, slot * _TSZ, "D", D, cdtype, code))
         pD = base + slot * _TSZ
@@ -656,8 +657,12 @@ def _options(s: "_Scratch", keep: list, slot: int, chunk_size, D, z, dt_bias, in
     if positions is not None:
         keep.append(_index_desc(buf, (slot + 5) * _TSZ, positions, "state_positions"))
         pp = base + (slot + 5) * _TSZ
+    if out_x is not None:
+        keep.append(_desc(buf, (slot + 6) * _TSZ, "out_x", out_x, zdtype or cdtype,
+                          code if zcode is None else zcode))
+        px = base + (slot + 6) * _TSZ
     _O.pack_into(buf, s.opt_off, int(chunk_size), pD, pz, pb, pi, pc, pp, 1 if dt_softplus else 0,
-                 float(dt_lo), float(dt_hi))
+                 float(dt_lo), float(dt_hi), px)
     return base + s.opt_off
 
 

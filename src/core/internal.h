@@ -51,6 +51,8 @@ typedef struct m2_ssd_problem {
 
     /* forward outputs */
     m2_view out;    /* [B,L,H,P]                                                      */
+    m2_view out_x;  /* [B,L,H,P], optional: y + D x before the gate (forward: output;
+                     * backward: input)                                               */
     m2_view final;  /* [S,H,P,N], optional                                            */
 
     /* states after chosen tokens (mamba2_ssd_forward_states); npos == 0 when absent */

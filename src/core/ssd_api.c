@@ -214,6 +214,7 @@ static mamba2_status_t validate(const ssd_call *c, m2_ssd_problem *pr) {
 
     if (!c->backward) {
         OUT("out", c->out, 4, sh_x, "[B,L,H,P]", adt, awhy);
+        if (o->out_x) OUT("out_x", o->out_x, 4, sh_x, "[B,L,H,P]", adt, awhy);
         if (c->final_state) OUT("final_state", c->final_state, 4, sh_st, st_layout, pdt, pwhy);
         if (c->position_states) {
             TRY(check_positions(o->state_positions, B * L, pr));
@@ -227,6 +228,7 @@ static mamba2_status_t validate(const ssd_call *c, m2_ssd_problem *pr) {
         }
     } else {
         IN("dout", c->dout, 4, sh_x, "[B,L,H,P]", adt, awhy);
+        if (o->out_x) IN("out_x", o->out_x, 4, sh_x, "[B,L,H,P]", adt, awhy);
         if (c->dfinal) IN("dfinal_state", c->dfinal, 4, sh_st, st_layout, pdt, pwhy);
         const mamba2_ssd_grads_t *g = c->grads;
         if (g->dx) OUT("dx", g->dx, 4, sh_x, "[B,L,H,P]", adt, awhy);
@@ -288,6 +290,7 @@ static mamba2_status_t validate(const ssd_call *c, m2_ssd_problem *pr) {
     pr->z = m2_view_of(o->z);
     pr->dt_bias = m2_view_of(o->dt_bias);
     pr->init = m2_view_of(o->initial_state);
+    pr->out_x = m2_view_of(o->out_x);
     if (!c->backward) {
         pr->out = m2_view_of(c->out);
         pr->final = m2_view_of(c->final_state);

@@ -125,7 +125,7 @@ static inline float at1(const m2_view *v, int64_t i) { return ((const float *)v-
  * the tensor; nothing to do for F32). Rows are converted where they are used, so they are in
  * cache, and a half tensor moves half the bytes. tmp: one of the per-thread rows `cv`
  * (ACT_ROWS rows of max(Pp, Np) floats, then the dt block). */
-#define ACT_ROWS 4
+#define ACT_ROWS 5
 static inline int act_f32(const m2_ssd_problem *pr) { return pr->act_dtype == MAMBA2_DTYPE_F32; }
 static inline int64_t act_size(const m2_ssd_problem *pr) { return act_f32(pr) ? 4 : 2; }
 static inline char *arow(const m2_ssd_problem *pr, const m2_view *v, int64_t i0, int64_t i1,
@@ -496,11 +496,13 @@ static void fwd_prefetch_plan(const m2_ssd_problem *pr, int64_t b, int64_t u, in
 /* Rows requested during a backward sweep of head h (pass A over block [u, u + Tb), pass B
  * likewise, walking the blocks the other way): the row `wr` it writes right after the sweep
  * (dz in pass A, dx in pass B) for this block, then the x, dout and z rows bwd_prep reads
+ * (and rd's: out_x, read by pass A with dz)
  * for the block [v, v + Tn) the pass visits next and, for the first head of a group in the
  * set, that group's B and C rows of it; `extra`: a contiguous block (pass B: the head's λ
  * restart snapshot of the next block). As in the forward, these rows are a new page per
  * token, which the hardware prefetchers do not follow. */
-static void bwd_prefetch_plan(const m2_ssd_problem *pr, const m2_view *wr, int64_t b, int64_t u,
+static void bwd_prefetch_plan(const m2_ssd_problem *pr, const m2_view *wr, const m2_view *rd,
+                              int64_t b, int64_t u,
                               int64_t Tb, int64_t v, int64_t Tn, int64_t h, int64_t g,
                               int first_of_group, const float *extra, int64_t extra_bytes,
                               int64_t per_sweep, m2_pf *pf) {
@@ -512,6 +514,7 @@ static void bwd_prefetch_plan(const m2_ssd_problem *pr, const m2_view *wr, int64
         m2_pf_add(pf, arow(pr, &pr->x, b, v, h), pr->x.s[1] * f4, Tn, P * f4, 0);
         m2_pf_add(pf, arow(pr, &pr->dout, b, v, h), pr->dout.s[1] * f4, Tn, P * f4, 0);
         if (pr->z.p) m2_pf_add(pf, arow(pr, &pr->z, b, v, h), pr->z.s[1] * f4, Tn, P * f4, 0);
+        if (rd && rd->p) m2_pf_add(pf, arow(pr, rd, b, v, h), rd->s[1] * f4, Tn, P * f4, 0);
         if (first_of_group) {
             m2_pf_add(pf, arow(pr, &pr->Bm, b, v, g), pr->Bm.s[1] * f4, Tn, N * f4, 0);
             m2_pf_add(pf, arow(pr, &pr->Cm, b, v, g), pr->Cm.s[1] * f4, Tn, N * f4, 0);
@@ -596,10 +599,12 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
                                                   : Db + j * Pp;
             for (int64_t i = 0; i < Tb; i++) {
                 float *o = act_out(pr, &pr->out, b, u + i, h, cv + 2 * RW);
+                float *ox = pr->out_x.p ? act_out(pr, &pr->out_x, b, u + i, h, cv + 3 * RW) : NULL;
                 K->fwd_out(P, E[j * T + i], y + j * TP + i * Pp,
                            act_in(pr, K, &pr->x, b, u + i, h, P, cv), Dh,
-                           pr->z.p ? act_in(pr, K, &pr->z, b, u + i, h, P, cv + RW) : NULL, o);
+                           pr->z.p ? act_in(pr, K, &pr->z, b, u + i, h, P, cv + RW) : NULL, o, ox);
                 act_flush(pr, K, &pr->out, b, u + i, h, P, o);
+                if (ox) act_flush(pr, K, &pr->out_x, b, u + i, h, P, ox);
             }
         }
         for (int64_t j = 0; j < nh; j++) e_last[j] = E[j * T + Tb - 1];
@@ -609,6 +614,8 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
             next++;
         }
     }
+    /* out_x went out with non-temporal stores (fwd_out): order them before the task ends */
+    if (outputs && pr->out_x.p) atomic_thread_fence(memory_order_seq_cst);
     if (vout->p)
         for (int64_t j = 0; j < nh; j++) state_out(vout, out, h0 + j, P, N, Pp, S + j * SN, e_last[j]);
     if (ldec)
@@ -799,7 +806,7 @@ static void bwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
     pl->want_dc = pr->dCm.p != NULL;
     /* y_t in pass A only for dz; the decay's dy·y term comes from the dC contraction
      * (C_t·(S_tᵀ dy_t)), which pass A makes anyway when dCm is wanted */
-    pl->want_y = pr->dz.p && pr->z.p;
+    pl->want_y = pr->dz.p && pr->z.p && !pr->out_x.p; /* else dz reads the forward's out_x */
     pl->want_acc = pl->want_dc || pl->want_decay;
     pl->want_db = pr->dBm.p != NULL;
     pl->want_gb = pr->dx.p || pl->want_decay;
@@ -1056,7 +1063,8 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
             for (int64_t j = 0; j < nh; j++) {
                 const int64_t h = h0 + j, q = h / hpg - g0;
                 m2_pf pf;
-                bwd_prefetch_plan(pr, pr->z.p ? &pr->dz : NULL, b, u, Tb, v, Tn, h, h / hpg,
+                bwd_prefetch_plan(pr, pr->z.p ? &pr->dz : NULL,
+                                  pr->dz.p && pr->z.p ? &pr->out_x : NULL, b, u, Tb, v, Tn, h, h / hpg,
                                   j == 0 || h % hpg == 0, NULL, 0, per_sweep * ((Tb + 7) / 8), &pf);
                 K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T,
                          M2_SWEEP_W_PRE | (pl->want_y ? 0 : M2_SWEEP_R_PRE), ub + j * TP,
@@ -1074,8 +1082,9 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                 float *dzr = pr->dz.p && pr->z.p ? act_out(pr, &pr->dz, b, t, h, cv + 3 * RW) : NULL;
                 const float sdy = K->bwd_a_out(
                     P, E[j * T + i], pl->want_y ? cbv[(h / hpg - g0) * T + i] : 0.0f,
-                    pl->want_y ? wb + jt : NULL, ub + jt, rb + jt,
-                    act_in(pr, K, &pr->x, b, t, h, P, cv), Dr,
+                    pl->want_y ? wb + jt : NULL,
+                    dzr && pr->out_x.p ? act_in(pr, K, &pr->out_x, b, t, h, P, cv + 4 * RW) : NULL,
+                    ub + jt, rb + jt, act_in(pr, K, &pr->x, b, t, h, P, cv), Dr,
                     act_in(pr, K, &pr->dout, b, t, h, P, cv + RW),
                     pr->z.p ? act_in(pr, K, &pr->z, b, t, h, P, cv + 2 * RW) : NULL, sgb + jt,
                     dyb + jt, dzr, pr->dD.p ? dDacc + j * Pp : NULL);
@@ -1174,7 +1183,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
             for (int64_t j = 0; j < nh; j++) {
                 const int64_t h = h0 + j, q = h / hpg - g0;
                 m2_pf pf;
-                bwd_prefetch_plan(pr, &pr->dx, b, u, Tb, v, Tn, h, h / hpg,
+                bwd_prefetch_plan(pr, &pr->dx, NULL, b, u, Tb, v, Tn, h, h / hpg,
                                   j == 0 || h % hpg == 0, snext ? snext + j * SN : NULL,
                                   SN * (int64_t)sizeof(float), per_sweep * ((Tb + 7) / 8), &pf);
                 if (pl->want_decay && strong[k * nh + j])

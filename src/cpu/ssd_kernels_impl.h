@@ -437,18 +437,24 @@ static void M2K(scale)(int64_t n, float s, const float *x, float *out) {
 M2_INLINE m2v silu_v(m2v v) { return m2v_mul(v, m2v_sigmoid(v)); }
 M2_INLINE float silu_s(float v) { return v / (1.0f + expf(-v)); }
 static void M2K(fwd_out)(int64_t n, float e, const float *y, const float *x, const float *D,
-                         const float *z, float *out) {
+                         const float *z, float *out, float *outx) {
     const m2v ve = m2v_set1(e);
+    const int nt = outx && ((uintptr_t)outx % M2V_STREAM_ALIGN) == 0;
     int64_t i = 0;
     for (; i + M2V_LEN <= n; i += M2V_LEN) {
         m2v v = m2v_mul(ve, m2v_load(y + i));
         if (D) v = m2v_fma(m2v_load(D + i), m2v_load(x + i), v);
+        if (nt)
+            m2v_stream(outx + i, v);
+        else if (outx)
+            m2v_store(outx + i, v);
         if (z) v = m2v_mul(v, silu_v(m2v_load(z + i)));
         m2v_store(out + i, v);
     }
     for (; i < n; i++) {
         float v = e * y[i];
         if (D) v += D[i] * x[i];
+        if (outx) outx[i] = v;
         if (z) v *= silu_s(z[i]);
         out[i] = v;
     }
@@ -490,41 +496,46 @@ static void M2K(bwd_prep)(int64_t n, float w, float E, const float *x, const flo
 /* After the forward sweep of the backward, for one token (ym = Ŝ_{t-1} C_t, the output
  * before the token's update; u = x̂_t; r = E_t dy_t): y = E (ym + cb u) with cb = B_t·C_t
  * (the SSM output S_t C_t, D term excluded), dz = dout (y + D x) silu'(z) (when dz; σ(z)
- * in sg, from bwd_prep),
+ * in sg, from bwd_prep; y + D x is read from vx, the forward's out_x row, when given),
  * dD += dy x (when dD); returns Σ r ym = a_t dy_t·(S_{t-1} C_t) (when ym; else 0). */
-static float M2K(bwd_a_out)(int64_t n, float E, float cb, const float *ym, const float *u,
-                            const float *r, const float *x, const float *D, const float *dout,
-                            const float *z, const float *sg, const float *dy, float *dz,
-                            float *dD) {
+static float M2K(bwd_a_out)(int64_t n, float E, float cb, const float *ym, const float *vx,
+                            const float *u, const float *r, const float *x, const float *D,
+                            const float *dout, const float *z, const float *sg, const float *dy,
+                            float *dz, float *dD) {
     const m2v one = m2v_set1(1.0f);
     const m2v vE = m2v_set1(E), vcb = m2v_set1(cb);
     m2v acc = m2v_zero();
     int64_t i = 0;
     for (; i + M2V_LEN <= n; i += M2V_LEN) {
         const m2v xv = m2v_load(x + i);
-        if (ym) {
-            const m2v yv = m2v_load(ym + i);
-            acc = m2v_fma(m2v_load(r + i), yv, acc);
-            if (dz) {
-                m2v v = m2v_mul(vE, m2v_fma(vcb, m2v_load(u + i), yv));
+        if (ym) acc = m2v_fma(m2v_load(r + i), m2v_load(ym + i), acc);
+        if (dz && (ym || vx)) {
+            m2v v;
+            if (vx) {
+                v = m2v_load(vx + i);
+            } else {
+                v = m2v_mul(vE, m2v_fma(vcb, m2v_load(u + i), m2v_load(ym + i)));
                 if (D) v = m2v_fma(m2v_load(D + i), xv, v);
-                /* silu'(z) = σ (1 + z (1 - σ)) with σ from bwd_prep */
-                const m2v zv = m2v_load(z + i), sv = m2v_load(sg + i);
-                const m2v ds = m2v_mul(sv, m2v_fma(zv, m2v_sub(one, sv), one));
-                m2v_store(dz + i, m2v_mul(m2v_mul(m2v_load(dout + i), v), ds));
             }
+            /* silu'(z) = σ (1 + z (1 - σ)) with σ from bwd_prep */
+            const m2v zv = m2v_load(z + i), sv = m2v_load(sg + i);
+            const m2v ds = m2v_mul(sv, m2v_fma(zv, m2v_sub(one, sv), one));
+            m2v_store(dz + i, m2v_mul(m2v_mul(m2v_load(dout + i), v), ds));
         }
         if (dD) m2v_store(dD + i, m2v_fma(m2v_load(dy + i), xv, m2v_load(dD + i)));
     }
     float s = m2v_reduce(acc);
     for (; i < n; i++) {
-        if (ym) {
-            s += r[i] * ym[i];
-            if (dz) {
-                float v = E * (ym[i] + cb * u[i]);
+        if (ym) s += r[i] * ym[i];
+        if (dz && (ym || vx)) {
+            float v;
+            if (vx) {
+                v = vx[i];
+            } else {
+                v = E * (ym[i] + cb * u[i]);
                 if (D) v += D[i] * x[i];
-                dz[i] = dout[i] * v * (sg[i] * (1.0f + z[i] * (1.0f - sg[i])));
             }
+            dz[i] = dout[i] * v * (sg[i] * (1.0f + z[i] * (1.0f - sg[i])));
         }
         if (dD) dD[i] += dy[i] * x[i];
     }

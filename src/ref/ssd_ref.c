@@ -25,6 +25,8 @@
  *   (2) S_t = exp(d_t A[h]) S_{t-1} + d_t x_t ⊗ Bm_t,  S_{t0-1} = init[s,h] or 0
  *   (3) y_t = S_t · Cm_t + D[h,:] ⊙ x_t                          (D[h] broadcast if per head)
  *   (4) out_t = y_t ⊙ silu(z_t)                                  (out_t = y_t without z)
+ *       (options.out_x, when given, receives y_t: the output before the gate; the
+ *       backward here recomputes y and does not read it)
  *   (5) final[s,h] = S_{t1-1}
  * with S_t, x_t ⊗ Bm_t: [P,N]; x_t, y_t, out_t: [P]; Bm_t, Cm_t: [N] (the steps of SPEC §1).
  */
@@ -224,6 +226,8 @@ mamba2_status_t m2_ref_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *
                 for (int64_t p = 0; p < P; p++) {
                     const double o = pr->z.p ? y[p] * silu(tk.z[p]) : y[p];
                     m2r_store(pr->out.p, at, at4(&pr->out, b, t, h, p), o);
+                    if (pr->out_x.p) /* the output before the gate (options.out_x) */
+                        m2r_store(pr->out_x.p, at, at4(&pr->out_x, b, t, h, p), y[p]);
                 }
             }
             /* step 5: final[s,h] = S_{t1-1} (= init or 0 for an empty sequence) */
