@@ -31,6 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "bench.h"
 #include "mamba2c.h"
@@ -135,6 +138,7 @@ typedef struct record {
 
 static record *g_records;
 static int g_nrec, g_caprec, g_failures;
+static int g_hugepages; /* --hugepages */
 
 static record *new_record(void) {
     if (g_nrec == g_caprec) {
@@ -263,8 +267,16 @@ static void *pool_alloc(pool *pl, size_t bytes) {
         pl->oom = 1;
         return NULL;
     }
-    const size_t sz = (bytes + 63) / 64 * 64;
-    void *p = aligned_alloc(64, sz ? sz : 64);
+    /* 2 MiB pages for large tensors when asked (--hugepages): x, z, out rows of
+     * consecutive tokens are H*P floats apart, a new 4 KiB page per token otherwise */
+    const size_t huge = (size_t)2 << 20;
+    const int use_huge = g_hugepages && bytes >= huge;
+    const size_t al = use_huge ? huge : 64;
+    const size_t sz = (bytes + al - 1) / al * al;
+    void *p = aligned_alloc(al, sz ? sz : 64);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (p && use_huge) madvise(p, sz, MADV_HUGEPAGE);
+#endif
     if (!p) {
         pl->oom = 1;
         return NULL;
@@ -999,6 +1011,8 @@ static void usage(FILE *f, const char *argv0) {
             "  --ops               also time the memory-bound ops (conv1d, gated RMSNorm,\n"
             "                      ssd_step, conv1d_step) at real-model sizes\n"
             "  --no-ssd            skip the SSD cases (with --ops: ops only)\n"
+            "  --hugepages         tensors of 2 MiB and more on 2 MiB pages (madvise), as\n"
+            "                      PyTorch's THP_MEM_ALLOC_ENABLE=1 does\n"
             "  --json FILE         write the results as a JSON list\n"
             "  --stream-mib N      STREAM array size in MiB (default 4 x L3)\n",
             argv0);
@@ -1035,6 +1049,8 @@ int main(int argc, char **argv) {
             cfg.ops = 1;
         } else if (!strcmp(a, "--no-ssd")) {
             cfg.ssd = 0;
+        } else if (!strcmp(a, "--hugepages")) {
+            g_hugepages = 1;
         } else if (!v) {
             fprintf(stderr, "%s: unknown option or missing value: %s\n", argv[0], a);
             usage(stderr, argv[0]);

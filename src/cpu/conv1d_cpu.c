@@ -388,7 +388,7 @@ static void bwd_segment(void *arg, int64_t b, int64_t s, int64_t s0, int64_t s1,
         init_windows(J, b, s, s0, a, st);
         const int64_t Tg = gend - a < W1 ? gend - a : W1;
         K->bwd(W, pr->silu, W1, Tg, 0, 0, n, x + a * xs, xs, dout + a * ds, ds, wt, ld, bias, st,
-               ld, tmp, ld, dwc, dbc);
+               ld, tmp, ld, dwc, dbc, 0);
         float *di = (float *)pr->dinit.p + s * pr->dinit.s[0] + c0 * pr->dinit.s[1];
         for (int64_t c = 0; c < n; c++)
             for (int64_t i = 0; i < W1; i++) {
@@ -414,7 +414,7 @@ static void bwd_segment(void *arg, int64_t b, int64_t s, int64_t s0, int64_t s1,
         const int64_t temit = a + W1 - ca > 0 ? a + W1 - ca : 0; /* first dx: input a */
         const int64_t r0 = Tg > 0 ? ca : a;                       /* rows read: < Tg only */
         K->bwd(W, pr->silu, T, Tg, Tacc, temit, n, x + r0 * xs, xs, dout + r0 * ds, ds, wt, ld,
-               bias, st, ld, dx ? dx + (ca + temit - W1) * dxs : NULL, dxs, dwc, dbc);
+               bias, st, ld, dx ? dx + (ca + temit - W1) * dxs : NULL, dxs, dwc, dbc, 1);
         if (J->part && Tacc > 0 && ((ce - a) % FLUSH_TOKENS == 0 || ce >= e)) {
             for (int64_t k = 0; k <= W; k++) { /* row k == W: dbias */
                 double *prow = J->part + k * C + c0;
@@ -451,6 +451,7 @@ static void bwd_task(void *arg, int64_t task, int thread) {
         }
         for_each_segment(pr, r, A, E, bwd_segment, &J);
     }
+    J.k->stream_fence(); /* dx may have been streamed: visible before the task ends */
 }
 
 /* dweight / dbias of channel block `task`: the partial rows added in block order (row by

@@ -46,11 +46,14 @@ typedef struct m2_conv1d_kernels {
      * 0..W-2 the inputs u_{-W+1..-1} (the history, as hist in fwd), rows W-1..2W-3 the
      * gradients g_{-W+1..-1} (zeros at the start of a run); on return they hold the same for
      * the next chunk (u_{T-W+1..T-1}, g_{T-W+1..T-1}; inputs past Tg read as 0). One call per
-     * chunk of at most a few dozen tokens keeps its rows in L1 while n spans many vectors. */
+     * chunk of at most a few dozen tokens keeps its rows in L1 while n spans many vectors.
+     * stream != 0: dx is written once and not read again soon, so the kernel may write it
+     * with non-temporal stores (where dx and lddx put whole lines under pairs of vectors);
+     * the caller then calls stream_fence before another thread may read dx. */
     void (*bwd)(int64_t W, int silu, int64_t T, int64_t Tg, int64_t Tacc, int64_t temit,
                 int64_t n, const float *x, int64_t ldx, const float *dout, int64_t lddo,
                 const float *wt, int64_t ldw, const float *bias, float *st, int64_t ldst,
-                float *dx, int64_t lddx, float *dw, float *db);
+                float *dx, int64_t lddx, float *dw, float *db, int stream);
 
     /* One decode token of one row, n channels, against its conv cache cache[c*(W-1) + i]
      * (channel-major, contiguous), updated in place:
@@ -62,6 +65,10 @@ typedef struct m2_conv1d_kernels {
 
     /* Packs weights w[c*lds + k] (c < n, k < W) into wt[k*ldw + c]. */
     void (*pack_w)(int64_t W, int64_t n, const float *w, int64_t lds, float *wt, int64_t ldw);
+
+    /* Orders this thread's non-temporal stores (bwd with stream != 0) before its later
+     * stores: called at the end of a task, before the pool reports it done. */
+    void (*stream_fence)(void);
 } m2_conv1d_kernels;
 
 extern const m2_conv1d_kernels m2_conv1d_kernels_scalar; /* conv1d_kernels_scalar.c           */

@@ -13,4 +13,5 @@ const m2_conv1d_kernels m2_conv1d_kernels_avx2 = {
     conv1d_bwd__avx2,
     conv1d_step__avx2,
     conv1d_pack_w__avx2,
+    conv1d_stream_fence__avx2,
 };

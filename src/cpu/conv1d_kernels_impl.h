@@ -17,9 +17,12 @@
  *    the window shift is register renaming (the fast path for every W, 2..4 included).
  *  - Channels left over after the last full vector run the same loop in scalar float (the
  *    "tail"); in the scalar build the vector is one lane and the tail never runs.
- *  - SiLU uses m2v_exp_neg, and the backward splits each vector's tokens into a compute loop
- *    (g) and two short loops (sums, dx): the FMA ports and the scheduler, not the memory,
- *    had bounded the SiLU paths. Rows are prefetched ahead along the channels (C1_AHEAD).
+ *  - SiLU uses m2v_exp_neg (the backward: m2v_exp_neg_tab), and the backward splits each
+ *    vector's tokens into a compute loop (g) and two short loops (sums, dx): the FMA ports and
+ *    the scheduler, not the memory, had bounded the SiLU paths. Rows are prefetched ahead
+ *    along the channels (C1_AHEAD). The backward writes dx with non-temporal stores, a whole
+ *    line per token, when the caller allows it and the rows are line-aligned: no read of dx
+ *    before the write (a quarter of the traffic otherwise).
  *  - The decode step reads and writes the channel-major conv cache in place, de-interleaving
  *    a vector of channels in registers (width 4) instead of packing it through a buffer.
  */
@@ -56,11 +59,14 @@
 M2_INLINE m2v silu_v(m2v v) { return m2v_div(v, m2v_add(m2v_set1(1.0f), m2v_exp_neg(v))); }
 M2_INLINE float silu_s(float v) { return v / (1.0f + expf(-v)); }
 
-/* silu'(v) = sigmoid(v) (1 + v (1 - sigmoid(v))) */
-M2_INLINE m2v silu_grad_v(m2v v) {
+/* d silu'(v) = d sigmoid(v) (1 + v (1 - sigmoid(v))), the backward's activation term. It
+ * bounds the SiLU backward (the FMA ports and the length of each token's dependency chain,
+ * which decides how many tokens the scheduler overlaps): m2v_exp_neg_tab (two fewer FMA-port
+ * operations, a shorter chain), and d sigmoid formed beside the last FMA, not after it. */
+M2_INLINE m2v dsilu_v(m2v d, m2v v) {
     const m2v one = m2v_set1(1.0f);
-    const m2v sg = m2v_div(one, m2v_add(one, m2v_exp_neg(v)));
-    return m2v_mul(sg, m2v_fma(v, m2v_sub(one, sg), one));
+    const m2v sg = m2v_div(one, m2v_add(one, m2v_exp_neg_tab(v)));
+    return m2v_mul(m2v_mul(d, sg), m2v_fma(v, m2v_sub(one, sg), one));
 }
 M2_INLINE float silu_grad_s(float v) {
     const float sg = 1.0f / (1.0f + expf(-v));
@@ -107,49 +113,60 @@ M2_INLINE void fwd_impl(const int W, const int silu, int64_t T, int64_t n, const
 
 /* ---- backward: g, dx, dweight and dbias in one pass over the tokens ------------------ */
 
-/* A vector of channels goes through its tokens in sub-chunks of BWD_SUB, each in three short
- * loops over rows that stay in L1: (A) g_t = dout_t act'(pre_t) into a small buffer gb that
- * also holds the W-1 gradients before the sub-chunk, (B) the dweight / dbias sums with the
- * input window in registers, (C) dx of input t-W+1 = Σ_k w_k g_{t-k} from gb. x, dout and dx
+/* A column of NV vectors of channels (NV = 2: one 64-byte line of a row, or 1) goes through
+ * its tokens in sub-chunks of BWD_SUB, each in three short loops over rows that stay in L1:
+ * (A) g_t = dout_t act'(pre_t) into a small buffer gb that also holds the W-1 gradients
+ * before the sub-chunk, (B) the dweight / dbias sums with the input window in registers, both
+ * a vector at a time, then (C) dx of input t-W+1 = Σ_k w_k g_{t-k} from gb, the NV vectors of
+ * a token together (a whole line of dx per token: what streaming stores need). x, dout and dx
  * each pass through memory once. One loop doing all three would need about 18 vector
  * registers (weights, two windows, five sums): the spilled sums then chain through memory,
  * and the sums would also sit in the scheduler waiting for g's long exp-and-divide chain. */
 #define BWD_SUB 16
 
-M2_INLINE void bwd_impl(const int W, const int silu, int64_t T, int64_t Tg, int64_t Tacc,
-                        int64_t temit, int64_t n, const float *x, int64_t ldx,
-                        const float *dout, int64_t lddo, const float *wt, int64_t ldw,
-                        const float *bias, float *st, int64_t ldst, float *dx, int64_t lddx,
-                        float *dw, float *db) {
-    const int64_t te = dx ? temit : T; /* no dx wanted: emit nothing */
-    int64_t c = 0;
-    for (; c + M2V_LEN <= n; c += M2V_LEN) {
-        m2v u[M2C1_MAX_W], dwa[M2C1_MAX_W], dwb[M2C1_MAX_W], gb[2 * M2C1_MAX_W - 1 + BWD_SUB];
-        for (int k = 0; k < W; k++) dwa[k] = dwb[k] = m2v_zero();
+M2_INLINE void bwd_cols(const int W, const int silu, const int NV, int64_t T, int64_t Tg,
+                        int64_t Tacc, int64_t te, int64_t temit, int64_t c, const float *x,
+                        int64_t ldx, const float *dout, int64_t lddo, const float *wt,
+                        int64_t ldw, const float *bias, float *st, int64_t ldst, float *dx,
+                        int64_t lddx, float *dw, float *db, const int nt) {
+    m2v u[2][M2C1_MAX_W], dwa[2][M2C1_MAX_W], dwb[2][M2C1_MAX_W], dba[2], dbb[2], b[2];
+    m2v gb[2][2 * M2C1_MAX_W - 1 + BWD_SUB];
+    for (int h = 0; h < NV; h++) {
+        const int64_t ch = c + h * M2V_LEN;
+        for (int k = 0; k < W; k++) dwa[h][k] = dwb[h][k] = m2v_zero();
         for (int k = 0; k < W - 1; k++) {
-            u[k] = m2v_load(st + k * ldst + c);
-            gb[k] = m2v_load(st + (W - 1 + k) * ldst + c);
+            u[h][k] = m2v_load(st + k * ldst + ch);
+            gb[h][k] = m2v_load(st + (W - 1 + k) * ldst + ch);
         }
-        const m2v b = bias ? m2v_load(bias + c) : m2v_zero();
-        m2v dba = m2v_zero(), dbb = m2v_zero();
-        for (int64_t t0 = 0, t1; t0 < T; t0 = t1) {
-            t1 = T - t0 < BWD_SUB + M2C1_MAX_W ? T : t0 + BWD_SUB; /* no short remainder */
-            const int64_t tg = t1 < Tg ? t1 : Tg, ta = t1 < Tacc ? t1 : Tacc;
-            m2v *g = gb + (W - 1); /* g[t - t0] = g_t for t0-W+1 <= t < t1 */
+        b[h] = bias ? m2v_load(bias + ch) : m2v_zero();
+        dba[h] = dbb[h] = m2v_zero();
+    }
+    for (int64_t t0 = 0, t1; t0 < T; t0 = t1) {
+        t1 = T - t0 < BWD_SUB + M2C1_MAX_W ? T : t0 + BWD_SUB; /* no short remainder */
+        const int64_t tg = t1 < Tg ? t1 : Tg, ta = t1 < Tacc ? t1 : Tacc;
+        for (int h = 0; h < NV; h++) {
+            const int64_t ch = c + h * M2V_LEN;
+            m2v *g = gb[h] + (W - 1); /* g[t - t0] = g_t for t0-W+1 <= t < t1 */
             { /* (A) */
                 m2v w[M2C1_MAX_W], v[M2C1_MAX_W];
-                for (int k = 0; k < W; k++) w[k] = m2v_load(wt + k * ldw + c);
-                for (int k = 0; k < W - 1; k++) v[k] = u[k];
+                for (int k = 0; k < W; k++) w[k] = m2v_load(wt + k * ldw + ch);
+                for (int k = 0; k < W - 1; k++) v[k] = u[h][k];
                 int64_t t = t0;
                 for (; t < tg; t++) {
-                    m2_prefetch(C1_AHEAD(dout + t * lddo + c));
-                    m2_prefetch(C1_AHEAD(x + t * ldx + c));
-                    const m2v d = m2v_load(dout + t * lddo + c);
+                    if (h == 0) { /* one line of each row serves the NV vectors */
+                        m2_prefetch(C1_AHEAD(dout + t * lddo + ch));
+                        m2_prefetch(C1_AHEAD(x + t * ldx + ch));
+                    }
+                    const m2v d = m2v_load(dout + t * lddo + ch);
                     if (silu) {
-                        v[W - 1] = m2v_load(x + t * ldx + c);
-                        m2v pre = b;
-                        for (int k = 0; k < W; k++) pre = m2v_fma(w[k], v[k], pre);
-                        g[t - t0] = m2v_mul(d, silu_grad_v(pre));
+                        v[W - 1] = m2v_load(x + t * ldx + ch);
+                        /* two half sums: a shorter chain ahead of the activation */
+                        m2v pre = b[h], p2 = m2v_zero();
+                        for (int k = 0; k < (W + 1) / 2; k++) pre = m2v_fma(w[k], v[k], pre);
+                        if (W > 1) p2 = m2v_mul(w[(W + 1) / 2], v[(W + 1) / 2]);
+                        for (int k = (W + 1) / 2 + 1; k < W; k++) p2 = m2v_fma(w[k], v[k], p2);
+                        if (W > 1) pre = m2v_add(pre, p2);
+                        g[t - t0] = dsilu_v(d, pre);
                         for (int k = 0; k < W - 1; k++) v[k] = v[k + 1];
                     } else {
                         g[t - t0] = d;
@@ -158,54 +175,88 @@ M2_INLINE void bwd_impl(const int W, const int silu, int64_t T, int64_t Tg, int6
                 for (; t < t1; t++) g[t - t0] = m2v_zero(); /* past the sequence end */
             }
             { /* (B): two sets of sums (even and odd tokens) halve the FMA chains */
+                m2v *uh = u[h], *wa = dwa[h], *wb = dwb[h];
                 int64_t t = t0;
                 for (; t + 1 < ta; t += 2) {
-                    u[W - 1] = m2v_load(x + t * ldx + c);
+                    uh[W - 1] = m2v_load(x + t * ldx + ch);
                     const m2v g0 = g[t - t0];
-                    dba = m2v_add(dba, g0);
-                    for (int k = 0; k < W; k++) dwa[k] = m2v_fma(g0, u[k], dwa[k]);
-                    for (int k = 0; k < W - 1; k++) u[k] = u[k + 1];
-                    u[W - 1] = m2v_load(x + (t + 1) * ldx + c);
+                    dba[h] = m2v_add(dba[h], g0);
+                    for (int k = 0; k < W; k++) wa[k] = m2v_fma(g0, uh[k], wa[k]);
+                    for (int k = 0; k < W - 1; k++) uh[k] = uh[k + 1];
+                    uh[W - 1] = m2v_load(x + (t + 1) * ldx + ch);
                     const m2v g1 = g[t + 1 - t0];
-                    dbb = m2v_add(dbb, g1);
-                    for (int k = 0; k < W; k++) dwb[k] = m2v_fma(g1, u[k], dwb[k]);
-                    for (int k = 0; k < W - 1; k++) u[k] = u[k + 1];
+                    dbb[h] = m2v_add(dbb[h], g1);
+                    for (int k = 0; k < W; k++) wb[k] = m2v_fma(g1, uh[k], wb[k]);
+                    for (int k = 0; k < W - 1; k++) uh[k] = uh[k + 1];
                 }
                 for (; t < ta; t++) {
-                    u[W - 1] = m2v_load(x + t * ldx + c);
+                    uh[W - 1] = m2v_load(x + t * ldx + ch);
                     const m2v gt = g[t - t0];
-                    dba = m2v_add(dba, gt);
-                    for (int k = 0; k < W; k++) dwa[k] = m2v_fma(gt, u[k], dwa[k]);
-                    for (int k = 0; k < W - 1; k++) u[k] = u[k + 1];
+                    dba[h] = m2v_add(dba[h], gt);
+                    for (int k = 0; k < W; k++) wa[k] = m2v_fma(gt, uh[k], wa[k]);
+                    for (int k = 0; k < W - 1; k++) uh[k] = uh[k + 1];
                 }
                 for (; t < t1; t++) { /* the look-ahead: the window moves on, no sums */
-                    u[W - 1] = t < Tg ? m2v_load(x + t * ldx + c) : m2v_zero();
-                    for (int k = 0; k < W - 1; k++) u[k] = u[k + 1];
+                    uh[W - 1] = t < Tg ? m2v_load(x + t * ldx + ch) : m2v_zero();
+                    for (int k = 0; k < W - 1; k++) uh[k] = uh[k + 1];
                 }
             }
-            { /* (C) */
-                m2v w[M2C1_MAX_W];
-                for (int k = 0; k < W; k++) w[k] = m2v_load(wt + k * ldw + c);
-                for (int64_t t = t0 > te ? t0 : te; t < t1; t++) { /* oldest g first */
-                    m2v acc = m2v_mul(w[W - 1], g[t - t0 - W + 1]);
-                    for (int k = W - 2; k >= 0; k--) acc = m2v_fma(w[k], g[t - t0 - k], acc);
-                    m2_prefetch_w(C1_AHEAD(dx + (t - temit) * lddx + c));
-                    m2v_store(dx + (t - temit) * lddx + c, acc);
-                }
-            }
-            for (int k = 0; k < W - 1; k++) gb[k] = g[t1 - t0 - W + 1 + k];
         }
+        { /* (C) */
+            m2v w[2][M2C1_MAX_W];
+            for (int h = 0; h < NV; h++)
+                for (int k = 0; k < W; k++) w[h][k] = m2v_load(wt + k * ldw + c + h * M2V_LEN);
+            for (int64_t t = t0 > te ? t0 : te; t < t1; t++) { /* oldest g first */
+                float *row = dx + (t - temit) * lddx + c;
+                for (int h = 0; h < NV; h++) {
+                    const m2v *g = gb[h] + (W - 1);
+                    m2v acc = m2v_mul(w[h][W - 1], g[t - t0 - W + 1]);
+                    for (int k = W - 2; k >= 0; k--) acc = m2v_fma(w[h][k], g[t - t0 - k], acc);
+                    if (nt) {
+                        m2v_stream(row + h * M2V_LEN, acc);
+                    } else {
+                        m2_prefetch_w(C1_AHEAD(row + h * M2V_LEN));
+                        m2v_store(row + h * M2V_LEN, acc);
+                    }
+                }
+            }
+        }
+        for (int h = 0; h < NV; h++)
+            for (int k = 0; k < W - 1; k++) gb[h][k] = gb[h][t1 - t0 + k];
+    }
+    for (int h = 0; h < NV; h++) {
+        const int64_t ch = c + h * M2V_LEN;
         for (int k = 0; k < W - 1; k++) {
-            m2v_store(st + k * ldst + c, u[k]);
-            m2v_store(st + (W - 1 + k) * ldst + c, gb[k]);
+            m2v_store(st + k * ldst + ch, u[h][k]);
+            m2v_store(st + (W - 1 + k) * ldst + ch, gb[h][k]);
         }
         if (Tacc > 0) {
             for (int k = 0; k < W; k++)
-                m2v_store(dw + k * ldw + c,
-                          m2v_add(m2v_load(dw + k * ldw + c), m2v_add(dwa[k], dwb[k])));
-            m2v_store(db + c, m2v_add(m2v_load(db + c), m2v_add(dba, dbb)));
+                m2v_store(dw + k * ldw + ch,
+                          m2v_add(m2v_load(dw + k * ldw + ch), m2v_add(dwa[h][k], dwb[h][k])));
+            m2v_store(db + ch, m2v_add(m2v_load(db + ch), m2v_add(dba[h], dbb[h])));
         }
     }
+}
+
+M2_INLINE void bwd_impl(const int W, const int silu, int64_t T, int64_t Tg, int64_t Tacc,
+                        int64_t temit, int64_t n, const float *x, int64_t ldx,
+                        const float *dout, int64_t lddo, const float *wt, int64_t ldw,
+                        const float *bias, float *st, int64_t ldst, float *dx, int64_t lddx,
+                        float *dw, float *db, int stream) {
+    const int64_t te = dx ? temit : T; /* no dx wanted: emit nothing */
+    /* Streaming stores need every dx row's pairs of vectors on whole lines */
+    const int nt = stream && dx && ((uintptr_t)dx % 64 == 0) &&
+                   ((uintptr_t)lddx * sizeof(float)) % 64 == 0 &&
+                   2 * M2V_LEN * sizeof(float) == 64;
+    int64_t c = 0;
+    if (nt)
+        for (; c + 2 * M2V_LEN <= n; c += 2 * M2V_LEN)
+            bwd_cols(W, silu, 2, T, Tg, Tacc, te, temit, c, x, ldx, dout, lddo, wt, ldw, bias,
+                     st, ldst, dx, lddx, dw, db, 1);
+    for (; c + M2V_LEN <= n; c += M2V_LEN)
+        bwd_cols(W, silu, 1, T, Tg, Tacc, te, temit, c, x, ldx, dout, lddo, wt, ldw, bias, st,
+                 ldst, dx, lddx, dw, db, 0);
     for (; c < n; c++) { /* scalar tail */
         float w[M2C1_MAX_W], u[M2C1_MAX_W], g[M2C1_MAX_W], dwa[M2C1_MAX_W];
         for (int k = 0; k < W; k++) {
@@ -350,17 +401,17 @@ static void C1K(conv1d_fwd)(int64_t W, int silu, int64_t T, int64_t n, const flo
     case WW:                                                                               \
         if (silu)                                                                          \
             bwd_impl(WW, 1, T, Tg, Tacc, temit, n, x, ldx, dout, lddo, wt, ldw, bias, st,  \
-                     ldst, dx, lddx, dw, db);                                              \
+                     ldst, dx, lddx, dw, db, stream);                                      \
         else                                                                               \
             bwd_impl(WW, 0, T, Tg, Tacc, temit, n, x, ldx, dout, lddo, wt, ldw, bias, st,  \
-                     ldst, dx, lddx, dw, db);                                              \
+                     ldst, dx, lddx, dw, db, stream);                                      \
         break;
 
 static void C1K(conv1d_bwd)(int64_t W, int silu, int64_t T, int64_t Tg, int64_t Tacc,
                             int64_t temit, int64_t n, const float *x, int64_t ldx,
                             const float *dout, int64_t lddo, const float *wt, int64_t ldw,
                             const float *bias, float *st, int64_t ldst, float *dx, int64_t lddx,
-                            float *dw, float *db) {
+                            float *dw, float *db, int stream) {
     switch (W) {
         C1_FOR_EACH_W(C1_BWD_CASE)
     default: break;
@@ -380,6 +431,8 @@ static void C1K(conv1d_step)(int64_t W, int silu, int64_t n, const float *x, flo
     default: break;
     }
 }
+
+static void C1K(conv1d_stream_fence)(void) { m2_stream_fence(); }
 
 static void C1K(conv1d_pack_w)(int64_t W, int64_t n, const float *w, int64_t lds, float *wt,
                                int64_t ldw) {

@@ -13,4 +13,5 @@ const m2_conv1d_kernels m2_conv1d_kernels_scalar = {
     conv1d_bwd__scalar,
     conv1d_step__scalar,
     conv1d_pack_w__scalar,
+    conv1d_stream_fence__scalar,
 };

@@ -118,9 +118,7 @@ M2_INLINE void m2v_store_bf16(uint16_t *p, m2v v) {
     _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(r));
 }
 #define m2v_load_f16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-/* a store that bypasses the caches (p 32-byte aligned): for outputs written once and read
- * much later (out_x, read by the backward) */
-#define m2v_stream(p, v) _mm256_stream_ps((p), (v))
+/* m2v_stream (cpu/simd.h) needs p aligned to this many bytes */
 #define M2V_STREAM_ALIGN 32
 #define m2v_store_f16(p, v)                                                                    \
     _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
@@ -146,7 +144,6 @@ M2_INLINE m2v m2v_sigmoid(m2v z) { return 1.0f / (1.0f + expf(-z)); }
 #define m2v_gt(a, b) ((a) > (b))
 #define m2v_select(m, a, b) ((m) ? (a) : (b))
 #define m2v_load_bf16(p) m2_bf16_to_f32(*(const uint16_t *)(p))
-#define m2v_stream(p, v) (*(p) = (v))
 #define M2V_STREAM_ALIGN 4
 #define m2v_store_bf16(p, v) (*(p) = m2_f32_to_bf16(v))
 #define m2v_load_f16(p) m2_f16_to_f32(*(const uint16_t *)(p))
