@@ -128,9 +128,10 @@ typedef struct m2_cpu_kernels {
     /* out[i] = s * x[i] */
     void (*scale)(int64_t n, float s, const float *x, float *out);
     /* out[i] = (e y[i] + D[i] x[i]) * silu(z[i]); D and z may be NULL (term dropped);
-     * outx (may be NULL) gets the value before the gate. */
+     * outx (may be NULL) gets the value before the gate, with non-temporal stores when stream
+     * is set and outx is aligned (the caller fences before its task ends). */
     void (*fwd_out)(int64_t n, float e, const float *y, const float *x, const float *D,
-                    const float *z, float *out, float *outx);
+                    const float *z, float *out, float *outx, int stream);
     /* Rows of the backward (n = P; ssd_kernels_impl.h has the formulas):
      *   bwd_prep:  u = w x, dy = dout silu(z), r = E dy, sg = σ(z)
      *   bwd_a_out: y = E (ym + cb u); dz = dout (y + D x) silu'(z) (y + D x read from vx

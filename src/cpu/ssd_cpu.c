@@ -602,7 +602,8 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
                 float *ox = pr->out_x.p ? act_out(pr, &pr->out_x, b, u + i, h, cv + 3 * RW) : NULL;
                 K->fwd_out(P, E[j * T + i], y + j * TP + i * Pp,
                            act_in(pr, K, &pr->x, b, u + i, h, P, cv), Dh,
-                           pr->z.p ? act_in(pr, K, &pr->z, b, u + i, h, P, cv + RW) : NULL, o, ox);
+                           pr->z.p ? act_in(pr, K, &pr->z, b, u + i, h, P, cv + RW) : NULL, o, ox,
+                           act_f32(pr)); /* stream into the tensor, not into a bf16/f16 staging row */
                 act_flush(pr, K, &pr->out, b, u + i, h, P, o);
                 if (ox) act_flush(pr, K, &pr->out_x, b, u + i, h, P, ox);
             }

@@ -437,9 +437,9 @@ static void M2K(scale)(int64_t n, float s, const float *x, float *out) {
 M2_INLINE m2v silu_v(m2v v) { return m2v_mul(v, m2v_sigmoid(v)); }
 M2_INLINE float silu_s(float v) { return v / (1.0f + expf(-v)); }
 static void M2K(fwd_out)(int64_t n, float e, const float *y, const float *x, const float *D,
-                         const float *z, float *out, float *outx) {
+                         const float *z, float *out, float *outx, int stream) {
     const m2v ve = m2v_set1(e);
-    const int nt = outx && ((uintptr_t)outx % M2V_STREAM_ALIGN) == 0;
+    const int nt = stream && outx && ((uintptr_t)outx % M2V_STREAM_ALIGN) == 0;
     int64_t i = 0;
     for (; i + M2V_LEN <= n; i += M2V_LEN) {
         m2v v = m2v_mul(ve, m2v_load(y + i));

@@ -1,0 +1,74 @@
+/*
+ * dev/sweep_micro.c — the SSD sweep kernel alone, data in L1: GFLOP/s of each variant the CPU
+ * backend uses (docs/cpu_ssd.md §2). A development probe, not a test or a benchmark of the
+ * library's API (that is bench/mamba2c-bench); it links the static library for the private
+ * kernel table.
+ *
+ *   cmake --build build --target mamba2c_static
+ *   cc -O2 -Isrc dev/sweep_micro.c build/libmamba2c.a -lm -lpthread -o /tmp/sweep_micro
+ *   /tmp/sweep_micro [heads] [P]        (heads: distinct states cycled, default 1; P default 64)
+ *
+ * Compare with the single-thread FMA peak that `mamba2c-bench --threads 1` prints.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "cpu/kernels.h"
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static float *buf(int64_t n, float scale, int mod) {
+    float *p = aligned_alloc(64, (size_t)((n * 4 + 63) / 64 * 64));
+    for (int64_t i = 0; i < n; i++) p[i] = scale * (float)(i % mod);
+    return p;
+}
+
+int main(int argc, char **argv) {
+    const m2_cpu_kernels *K = &m2_cpu_kernels_avx2;
+    const int nheads = argc > 1 ? atoi(argv[1]) : 1;
+    const int64_t T = 32, Np = 128, Pp = argc > 2 ? atoi(argv[2]) : 64;
+    const int reps = 3000;
+    float *S0 = buf(8 * Np * Pp, 1e-3f, 7), *u = buf(T * Pp, 1e-3f, 5), *r = buf(T * Pp, 1e-3f, 3);
+    float *w = buf(T * Pp, 0.0f, 1), *V = buf(T * Np, 1e-3f, 11), *W = buf(T * Np, 1e-3f, 13);
+    float *acc = buf(T * Np, 0.0f, 1);
+    int32_t ridx[1] = {0};
+    float rf[1] = {1.0f};
+    static const char *names[] = {"forward (update + w)", "pass A (update + w_pre + r)",
+                                  "pass A' (update + r_pre)", "pass B (rev, update + w_pre + r)",
+                                  "update only"};
+    static const int fmas[] = {2, 3, 2, 3, 1};
+    for (int v = 0; v < 5; v++) {
+        double best = 1e9;
+        for (int round = 0; round < 5; round++) {
+            const double t0 = now();
+            for (int i = 0; i < reps; i++) {
+                float *S = S0 + (i % (nheads < 1 ? 1 : nheads > 8 ? 8 : nheads)) * Np * Pp;
+                switch (v) {
+                case 0: K->sweep(T, Np, Pp, 0, ridx, rf, 0, u, V, W, NULL, S, NULL, w, NULL, NULL); break;
+                case 1:
+                    K->sweep(T, Np, Pp, 0, ridx, rf, M2_SWEEP_W_PRE, u, V, W, r, S, NULL, w, acc, NULL);
+                    break;
+                case 2:
+                    K->sweep(T, Np, Pp, 0, ridx, rf, M2_SWEEP_W_PRE | M2_SWEEP_R_PRE, u, V, NULL, r, S,
+                             NULL, NULL, acc, NULL);
+                    break;
+                case 3:
+                    K->sweep(T, Np, Pp, 0, ridx, rf, M2_SWEEP_REV | M2_SWEEP_W_PRE, u, V, W, r, S,
+                             NULL, w, acc, NULL);
+                    break;
+                default: K->sweep(T, Np, Pp, 0, ridx, rf, 0, u, V, NULL, NULL, S, NULL, NULL, NULL, NULL);
+                }
+            }
+            const double t = now() - t0;
+            if (t < best) best = t;
+        }
+        const double flops = 2.0 * fmas[v] * (double)(T * Np * Pp) * reps;
+        printf("%-34s %6.1f GFLOP/s\n", names[v], flops / best * 1e-9);
+    }
+    return 0;
+}
