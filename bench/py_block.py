@@ -11,6 +11,9 @@ fwd: eval mode under torch.no_grad(). fwd+bwd: train mode, gradients of <out, g>
 input and every parameter (transformers then takes its fused
 mamba_split_conv1d_scan_combined path, which is mamba2c's in the third column).
 Also: the decode step of mamba2c.nn.Mamba2 (one token, batch 1, under no_grad).
+--z-in-scan adds a column: mamba2c.nn.Mamba2(rmsnorm=False), whose z gates inside the SSD
+scan (the training forward then saves options.out_x for the backward, as mamba_ssm does);
+same weights but the norm, so it is not compared with transformers' outputs.
 Timing: see py_common.py (alternating columns, medians).
 """
 from __future__ import annotations
@@ -38,6 +41,8 @@ def main():
     p.add_argument("--headdim", type=int, default=64)
     p.add_argument("--ngroups", type=int, default=1)
     p.add_argument("--chunk", type=int, default=256)
+    p.add_argument("--z-in-scan", action="store_true",
+                   help="also time mamba2c.nn.Mamba2(rmsnorm=False) (z gates in the scan)")
     a = p.parse_args()
     a.reps = a.reps or 3
     setup(a)
@@ -65,10 +70,20 @@ def main():
             "transformers + mamba2c kernels": None}
     call = {"mamba2c.nn.Mamba2": lambda x: ours(x), "transformers (torch path)": lambda x: hf(x),
             "transformers + mamba2c kernels": hf_ours}
+    zcol = "mamba2c.nn.Mamba2 (rmsnorm=False)"
+    ours_z = None
+    if a.z_in_scan:
+        ours_z = Mamba2(d_model=d, d_state=a.d_state, d_conv=4, expand=2, headdim=a.headdim,
+                        ngroups=a.ngroups, chunk_size=a.chunk, rmsnorm=False)
+        ours_z.load_state_dict({k: v for k, v in hf.state_dict().items()
+                                if not k.startswith("norm.")}, strict=False)
+        cols[zcol] = ours_z
+        call[zcol] = lambda x: ours_z(x)
     rows = []
     # forward
-    ours.eval()
-    hf.eval()
+    for m in (ours, hf, ours_z):
+        if m is not None:
+            m.eval()
     with torch.no_grad():
         outs = {k: f(u) for k, f in call.items()}
         ref = outs["transformers (torch path)"]
@@ -77,8 +92,9 @@ def main():
     rows.append(["fwd"] + [fmt_time(t[k]) for k in cols] +
                 [f"{t['transformers (torch path)'] / t['mamba2c.nn.Mamba2']:.1f}x"])
     # forward + backward
-    ours.train()
-    hf.train()
+    for m in (ours, hf, ours_z):
+        if m is not None:
+            m.train()
     ug = u.clone().requires_grad_(True)
     g = torch.randn(B, L, d)
 
@@ -86,14 +102,16 @@ def main():
 
     def fb(f, mod):  # parameters in one (name) order for both modules
         ps = dict(mod.named_parameters())
-        params = [ps[n] for n in names]
+        params = [ps[n] for n in names if n in ps]
         return lambda: torch.autograd.grad(f(ug), [ug] + params, g)
     fbs = {"mamba2c.nn.Mamba2": fb(call["mamba2c.nn.Mamba2"], ours),
            "transformers (torch path)": fb(call["transformers (torch path)"], hf),
            "transformers + mamba2c kernels": fb(hf_ours, hf)}
+    if ours_z is not None:
+        fbs[zcol] = fb(call[zcol], ours_z)
     gr = {k: f() for k, f in fbs.items()}
     gref = gr["transformers (torch path)"]
-    gerr = {k: max(nerr(x, y) for x, y in zip(v, gref)) for k, v in gr.items()}
+    gerr = {k: max(nerr(x, y) for x, y in zip(v, gref)) for k, v in gr.items() if k != zcol}
     t = compare(fbs, a.reps, a.warmup)
     rows.append(["fwd+bwd"] + [fmt_time(t[k]) for k in cols] +
                 [f"{t['transformers (torch path)'] / t['mamba2c.nn.Mamba2']:.1f}x"])
@@ -101,7 +119,8 @@ def main():
                 f"N {a.d_state}, G {a.ngroups}, chunk {a.chunk}), median per call",
                 ["pass"] + list(cols) + ["speedup vs transformers"], rows)
     print("\nmax normalised error vs transformers' torch path: fwd " +
-          ", ".join(f"{k} {v:.1e}" for k, v in errs.items() if k != "transformers (torch path)") +
+          ", ".join(f"{k} {v:.1e}" for k, v in errs.items()
+                    if k not in ("transformers (torch path)", zcol)) +
           "; grads " + ", ".join(f"{k} {v:.1e}" for k, v in gerr.items()
                                  if k != "transformers (torch path)"))
     # decode: one token at batch 1 through mamba2c.nn.Mamba2.step

@@ -14,6 +14,11 @@ Two torch-level entry points reach the C library:
 
 ssd() picks SSDFunction in eager mode and the custom op while torch.compile traces. Both
 produce identical results (same C calls).
+
+Training with z: ssd() asks for out_x (the output before the z gate, C options.out_x) when
+dz will be needed (_want_out_x); the forward returns it as an extra, non-differentiable
+output of the custom op (or keeps it inside SSDFunction), saves it, and the backward hands
+it to the C backward, which then does not recompute y for dz. Inference allocates nothing.
 """
 from __future__ import annotations
 
@@ -31,24 +36,34 @@ __all__ = ["ssd", "SSDFunction", "rmsnorm_gated", "conv1d", "conv1d_step"]
 _DIFF_POS = (0, 1, 2, 3, 4, 6, 7, 8, 9)  # x dt A B C | D z dt_bias initial_states
 
 
+def _empty(x: Tensor) -> Tensor:
+    return x.new_empty((0,))
+
+
 @torch.library.custom_op("mamba2c::ssd_fwd", mutates_args=())
 def ssd_fwd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,
             D: Optional[Tensor], z: Optional[Tensor], dt_bias: Optional[Tensor],
             initial_states: Optional[Tensor], cu_seqlens: Optional[Tensor], dt_softplus: bool,
-            dt_lo: float, dt_hi: float) -> Tuple[Tensor, Tensor]:
-    """SSD forward (SPEC §1): (out [B,L,H,P] in x.dtype, final_state [S,H,P,N])."""
-    return _native.ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
-                               cu_seqlens, dt_softplus, dt_lo, dt_hi)
+            dt_lo: float, dt_hi: float, want_out_x: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
+    """SSD forward (SPEC §1): (out [B,L,H,P] in x.dtype, final_state [S,H,P,N], out_x).
+    out_x [B,L,H,P] in x.dtype is the output before the z gate (y + D x), which the
+    backward reads instead of recomputing y for dz; it is computed only with want_out_x and
+    z given, else an empty tensor (no memory)."""
+    r = _native.ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
+                            cu_seqlens, dt_softplus, dt_lo, dt_hi, want_out_x)
+    out_x = r[2] if want_out_x else None
+    return r[0], r[1], out_x if out_x is not None else _empty(x)
 
 
 @ssd_fwd.register_fake
 def _ssd_fwd_fake(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
-                  dt_softplus, dt_lo, dt_hi):
+                  dt_softplus, dt_lo, dt_hi, want_out_x=False):
     Bsz, L, H, P = x.shape
     N = B.shape[-1]
     S = Bsz if cu_seqlens is None else cu_seqlens.shape[0] - 1
     pdt = _native.compute_dtype(x, dt, B, C, z)
-    return x.new_empty((Bsz, L, H, P)), x.new_empty((S, H, P, N), dtype=pdt)
+    out_x = x.new_empty((Bsz, L, H, P)) if (want_out_x and z is not None) else _empty(x)
+    return x.new_empty((Bsz, L, H, P)), x.new_empty((S, H, P, N), dtype=pdt), out_x
 
 
 @torch.library.custom_op("mamba2c::ssd_bwd", mutates_args=())
@@ -56,70 +71,84 @@ def ssd_bwd(dout: Tensor, dfinal: Optional[Tensor], x: Tensor, dt: Tensor, A: Te
             B: Tensor, C: Tensor, chunk_size: int, D: Optional[Tensor], z: Optional[Tensor],
             dt_bias: Optional[Tensor], initial_states: Optional[Tensor],
             cu_seqlens: Optional[Tensor], dt_softplus: bool, dt_lo: float, dt_hi: float,
-            needs: list[bool]) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
-                                        Tensor, Tensor]:
+            needs: list[bool], out_x: Optional[Tensor] = None
+            ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """SSD backward (SPEC §2). Returns the 9 gradients (dx, ddt, dA, dB, dC, dD, dz,
     ddt_bias, dinitial_states); one not requested (or of an absent input) is an empty
-    tensor."""
+    tensor. out_x: ssd_fwd's out_x for the same inputs (with z: y is not recomputed)."""
     g = _native.ssd_backward(dout, dfinal, x, dt, A, B, C, chunk_size, D, z, dt_bias,
-                             initial_states, cu_seqlens, dt_softplus, dt_lo, dt_hi, needs)
-    return tuple(t if t is not None else x.new_empty((0,)) for t in g)
+                             initial_states, cu_seqlens, dt_softplus, dt_lo, dt_hi, needs,
+                             out_x)
+    return tuple(t if t is not None else _empty(x) for t in g)
 
 
 @ssd_bwd.register_fake
 def _ssd_bwd_fake(dout, dfinal, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
-                  cu_seqlens, dt_softplus, dt_lo, dt_hi, needs):
+                  cu_seqlens, dt_softplus, dt_lo, dt_hi, needs, out_x=None):
     ins = (x, dt, A, B, C, D, z, dt_bias, initial_states)
-    return tuple(t.new_empty(t.shape) if (n and t is not None) else x.new_empty((0,))
+    return tuple(t.new_empty(t.shape) if (n and t is not None) else _empty(x)
                  for t, n in zip(ins, needs))
 
 
+def _want_out_x(z: Optional[Tensor]) -> bool:
+    """Whether the forward should produce out_x for the backward: z is given and dz will be
+    needed (grad mode on and z requires grad). The C backward uses out_x only for dz, so
+    inference, and training without a gradient for z, allocate nothing extra."""
+    return z is not None and z.requires_grad and torch.is_grad_enabled()
+
+
 def _setup_context(ctx, inputs, output):
-    (x, dt, A, B, C, chunk_size, D, z, dt_bias, init, cu, sp, lo, hi) = inputs
-    ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, init, cu)
+    (x, dt, A, B, C, chunk_size, D, z, dt_bias, init, cu, sp, lo, hi) = inputs[:14]
+    want = len(inputs) > 14 and bool(inputs[14]) and z is not None
+    ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, init, cu, output[2] if want else None)
     ctx.args = (chunk_size, sp, lo, hi)
+    ctx.mark_non_differentiable(output[2])
 
 
-def _backward(ctx, dout, dfinal):
-    x, dt, A, B, C, D, z, dt_bias, init, cu = ctx.saved_tensors
+def _backward(ctx, dout, dfinal, _dout_x=None):
+    x, dt, A, B, C, D, z, dt_bias, init, cu, out_x = ctx.saved_tensors
     chunk_size, sp, lo, hi = ctx.args
     nig = ctx.needs_input_grad
     needs = [bool(nig[i]) for i in _DIFF_POS]
     g = torch.ops.mamba2c.ssd_bwd(dout, dfinal, x, dt, A, B, C, chunk_size, D, z, dt_bias,
-                                  init, cu, sp, lo, hi, needs)
+                                  init, cu, sp, lo, hi, needs, out_x)
     g = [t if n else None for t, n in zip(g, needs)]
     return (g[0], g[1], g[2], g[3], g[4], None, g[5], g[6], g[7], g[8],
-            None, None, None, None)
+            None, None, None, None, None)
 
 
 ssd_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
 class SSDFunction(torch.autograd.Function):
-    """Eager-mode autograd wrapper around the same C forward/backward (no dispatcher)."""
+    """Eager-mode autograd wrapper around the same C forward/backward (no dispatcher).
+    want_out_x (see _want_out_x; ssd() decides): the forward also writes out_x, the output
+    before the z gate, and saves it; the backward then skips recomputing y for dz."""
 
     @staticmethod
     def forward(ctx, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
-                dt_softplus, dt_lo, dt_hi):
-        out, final = _native.ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias,
-                                         initial_states, cu_seqlens, dt_softplus, dt_lo, dt_hi)
-        ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, cu_seqlens)
+                dt_softplus, dt_lo, dt_hi, want_out_x=False):
+        r = _native.ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
+                                cu_seqlens, dt_softplus, dt_lo, dt_hi, bool(want_out_x))
+        out, final = r[0], r[1]
+        out_x = r[2] if want_out_x else None
+        ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, cu_seqlens, out_x)
         ctx.args = (chunk_size, dt_softplus, dt_lo, dt_hi)
         ctx.set_materialize_grads(False)  # an unused output's gradient arrives as None
         return out, final
 
     @staticmethod
     def backward(ctx, dout, dfinal):
-        x, dt, A, B, C, D, z, dt_bias, init, cu = ctx.saved_tensors
+        x, dt, A, B, C, D, z, dt_bias, init, cu, out_x = ctx.saved_tensors
         chunk_size, sp, lo, hi = ctx.args
         nig = ctx.needs_input_grad
         needs = [bool(nig[i]) for i in _DIFF_POS]
         if dout is None:
             dout = torch.zeros(x.shape, dtype=x.dtype)
         g = _native.ssd_backward(dout, dfinal, x, dt, A, B, C, chunk_size, D, z, dt_bias,
-                                 init, cu, sp, lo, hi, needs)
+                                 init, cu, sp, lo, hi, needs, out_x)
         return (g[0], g[1], g[2], g[3], g[4], None, g[5], g[6], g[7], g[8],
-                None, None, None, None)
+                None, None, None, None, None)
 
 
 # ---- SSD forward that also returns the states after chosen tokens ------------------------
@@ -129,26 +158,35 @@ def ssd_fwd_states(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk
                    D: Optional[Tensor], z: Optional[Tensor], dt_bias: Optional[Tensor],
                    initial_states: Optional[Tensor], cu_seqlens: Optional[Tensor],
                    dt_softplus: bool, dt_lo: float, dt_hi: float,
-                   positions: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-    """(out, final_state, position_states [npos,H,P,N]) — mamba2_ssd_forward_states."""
-    return _native.ssd_forward_states(x, dt, A, B, C, chunk_size, positions, D, z, dt_bias,
-                                      initial_states, cu_seqlens, dt_softplus, dt_lo, dt_hi)
+                   positions: Tensor, want_out_x: bool = False
+                   ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(out, final_state, position_states [npos,H,P,N], out_x) — mamba2_ssd_forward_states;
+    out_x as in ssd_fwd (empty unless want_out_x and z)."""
+    r = _native.ssd_forward_states(x, dt, A, B, C, chunk_size, positions, D, z, dt_bias,
+                                   initial_states, cu_seqlens, dt_softplus, dt_lo, dt_hi,
+                                   want_out_x)
+    out, final, pos = r[0], r[1], r[2]
+    out_x = r[3] if want_out_x else None
+    return out, final, pos, out_x if out_x is not None else _empty(x)
 
 
 @ssd_fwd_states.register_fake
 def _ssd_fwd_states_fake(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
-                         cu_seqlens, dt_softplus, dt_lo, dt_hi, positions):
-    out, final = _ssd_fwd_fake(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
-                               cu_seqlens, dt_softplus, dt_lo, dt_hi)
-    return out, final, final.new_empty((positions.shape[0],) + tuple(final.shape[1:]))
+                         cu_seqlens, dt_softplus, dt_lo, dt_hi, positions, want_out_x=False):
+    out, final, out_x = _ssd_fwd_fake(x, dt, A, B, C, chunk_size, D, z, dt_bias,
+                                      initial_states, cu_seqlens, dt_softplus, dt_lo, dt_hi,
+                                      want_out_x)
+    return (out, final, final.new_empty((positions.shape[0],) + tuple(final.shape[1:])),
+            out_x)
 
 
 def _states_setup_context(ctx, inputs, output):
-    _setup_context(ctx, inputs[:14], output[:2])
-    ctx.mark_non_differentiable(output[2])
+    want = len(inputs) > 15 and inputs[15]
+    _setup_context(ctx, tuple(inputs[:14]) + (want,), (output[0], output[1], output[3]))
+    ctx.mark_non_differentiable(output[2], output[3])
 
 
-def _states_backward(ctx, dout, dfinal, _dpos):
+def _states_backward(ctx, dout, dfinal, _dpos, _dout_x):
     return _backward(ctx, dout, dfinal) + (None,)
 
 
@@ -158,15 +196,17 @@ ssd_fwd_states.register_autograd(_states_backward, setup_context=_states_setup_c
 class SSDStatesFunction(torch.autograd.Function):
     """Eager autograd wrapper of mamba2_ssd_forward_states: out and final_state are
     differentiable (the backward is mamba2_ssd_backward's); position_states is not (the C
-    library has no backward for it)."""
+    library has no backward for it). want_out_x as in SSDFunction."""
 
     @staticmethod
     def forward(ctx, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
-                dt_softplus, dt_lo, dt_hi, positions):
-        out, final, pos = _native.ssd_forward_states(x, dt, A, B, C, chunk_size, positions, D,
-                                                     z, dt_bias, initial_states, cu_seqlens,
-                                                     dt_softplus, dt_lo, dt_hi)
-        ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, cu_seqlens)
+                dt_softplus, dt_lo, dt_hi, positions, want_out_x=False):
+        r = _native.ssd_forward_states(x, dt, A, B, C, chunk_size, positions, D, z, dt_bias,
+                                       initial_states, cu_seqlens, dt_softplus, dt_lo, dt_hi,
+                                       bool(want_out_x))
+        out, final, pos = r[0], r[1], r[2]
+        out_x = r[3] if want_out_x else None
+        ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, cu_seqlens, out_x)
         ctx.args = (chunk_size, dt_softplus, dt_lo, dt_hi)
         ctx.set_materialize_grads(False)
         ctx.mark_non_differentiable(pos)
@@ -182,13 +222,14 @@ def ssd_states(x, dt, A, B, C, chunk_size, positions, D=None, z=None, dt_bias=No
                dt_limit=(0.0, math.inf)):
     """(out, final_state, position_states); eager: SSDStatesFunction, compiling: the op."""
     lo, hi = float(dt_limit[0]), float(dt_limit[1])
+    want = _want_out_x(z)
     if _is_compiling():
         return torch.ops.mamba2c.ssd_fwd_states(x, dt, A, B, C, int(chunk_size), D, z, dt_bias,
                                                 initial_states, cu_seqlens, bool(dt_softplus),
-                                                lo, hi, positions)
+                                                lo, hi, positions, want)[:3]
     return SSDStatesFunction.apply(x, dt, A, B, C, int(chunk_size), D, z, dt_bias,
                                    initial_states, cu_seqlens, bool(dt_softplus), lo, hi,
-                                   positions)
+                                   positions, want)
 
 
 def _is_compiling() -> bool:
@@ -210,11 +251,13 @@ def ssd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,
     lo, hi = float(dt_limit[0]), float(dt_limit[1])
     if use_custom_op is None:
         use_custom_op = _is_compiling()
+    want = _want_out_x(z)  # training with z: the forward keeps out_x for the backward
     if use_custom_op:
         return torch.ops.mamba2c.ssd_fwd(x, dt, A, B, C, int(chunk_size), D, z, dt_bias,
-                                         initial_states, cu_seqlens, bool(dt_softplus), lo, hi)
+                                         initial_states, cu_seqlens, bool(dt_softplus), lo, hi,
+                                         want)[:2]
     return SSDFunction.apply(x, dt, A, B, C, int(chunk_size), D, z, dt_bias, initial_states,
-                             cu_seqlens, bool(dt_softplus), lo, hi)
+                             cu_seqlens, bool(dt_softplus), lo, hi, want)
 
 
 # =======================================================================================

@@ -348,7 +348,7 @@ _G = struct.Struct("@9P")
 _SO = struct.Struct("@4Pidd")  # mamba2_ssd_step_options_t: D, z, dt_bias, state_indices,
 #                                 dt_softplus, dt_limit_lo, dt_limit_hi
 _TSZ = _T.size
-_NSLOTS = 24  # tensor descriptor slots per call (the SSD backward uses 21)
+_NSLOTS = 24  # tensor descriptor slots per call (the SSD backward uses 23)
 
 
 def _check_abi(lib) -> None:
@@ -679,26 +679,33 @@ def _cdtype(x, dt, B, C, z) -> torch.dtype:
 
 def ssd_forward(x, dt, A, B, C, chunk_size: int, D=None, z=None, dt_bias=None,
                 initial_states=None, cu_seqlens=None, dt_softplus: bool = False,
-                dt_lo: float = 0.0, dt_hi: float = math.inf) -> Tuple[torch.Tensor, torch.Tensor]:
+                dt_lo: float = 0.0, dt_hi: float = math.inf, return_out_x: bool = False):
     """One call of mamba2_ssd_forward. Returns (out [B,L,H,P] in x.dtype,
     final_state [S,H,P,N] in the parameter dtype: float32, or float64 for float64 input).
+    return_out_x: also return out_x [B,L,H,P] in x.dtype, the output before the z gate
+    (y + D x; options.out_x), which ssd_backward(out_x=...) takes instead of recomputing y
+    for dz — (out, final_state, out_x); out_x is None (not allocated) without z.
     No autograd here (see _custom_ops.py)."""
-    return _ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
-                        dt_softplus, dt_lo, dt_hi, None)[:2]
+    r = _ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
+                     dt_softplus, dt_lo, dt_hi, None, return_out_x)
+    return (r[0], r[1], r[3]) if return_out_x else (r[0], r[1])
 
 
 def ssd_forward_states(x, dt, A, B, C, chunk_size: int, positions: torch.Tensor, D=None, z=None,
                        dt_bias=None, initial_states=None, cu_seqlens=None,
-                       dt_softplus: bool = False, dt_lo: float = 0.0, dt_hi: float = math.inf):
+                       dt_softplus: bool = False, dt_lo: float = 0.0, dt_hi: float = math.inf,
+                       return_out_x: bool = False):
     """One call of mamba2_ssd_forward_states: ssd_forward plus position_states [npos,H,P,N]
     (parameter dtype), the state after each flat token index positions[i] (b*L + t; the
-    packed index with cu_seqlens), strictly increasing, int32/int64."""
-    return _ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
-                        dt_softplus, dt_lo, dt_hi, positions)
+    packed index with cu_seqlens), strictly increasing, int32/int64. Returns
+    (out, final_state, position_states), plus out_x (None without z) with return_out_x."""
+    r = _ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
+                     dt_softplus, dt_lo, dt_hi, positions, return_out_x)
+    return r if return_out_x else r[:3]
 
 
 def _ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
-                 dt_softplus, dt_lo, dt_hi, positions):
+                 dt_softplus, dt_lo, dt_hi, positions, want_out_x=False):
     lib = _lib if _lib is not None else load()
     s = getattr(_tls, "scratch", None) or _state()
     cdtype = _cdtype(x, dt, B, C, z)
@@ -718,13 +725,15 @@ def _ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_s
     final = torch.empty(S, H, P, N, dtype=cdtype)
     _out_desc(buf, 0, out, acode)
     _out_desc(buf, _TSZ, final, code)
+    # out_x (the output before the gate) only helps the backward with z: else not allocated
+    out_x = torch.empty(Bsz, L, H, P, dtype=adtype) if want_out_x and z is not None else None
     keep = [_desc(buf, 2 * _TSZ, "x", x, adtype, acode),
             _desc(buf, 3 * _TSZ, "dt", dt, adtype, acode),
             _desc(buf, 4 * _TSZ, "A", A, cdtype, code),
             _desc(buf, 5 * _TSZ, "B", B, adtype, acode),
             _desc(buf, 6 * _TSZ, "C", C, adtype, acode)]
     p_o = _options(s, keep, 7, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
-                   dt_softplus, dt_lo, dt_hi, cdtype, code, positions, adtype, acode)
+                   dt_softplus, dt_lo, dt_hi, cdtype, code, positions, adtype, acode, out_x)
     ctx = _context(backend)
     pos_states = None
     if positions is None:
@@ -737,8 +746,8 @@ def _ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_s
             raise Mamba2NotImplementedError("mamba2c: the loaded library has no "
                                             "mamba2_ssd_forward_states")
         pos_states = torch.empty(positions.shape[0], H, P, N, dtype=cdtype)
-        _out_desc(buf, 13 * _TSZ, pos_states, code)
-        st = lib.mamba2_ssd_forward_states(ctx, base, base + _TSZ, base + 13 * _TSZ,
+        _out_desc(buf, 14 * _TSZ, pos_states, code)  # 7..13: the options' tensors
+        st = lib.mamba2_ssd_forward_states(ctx, base, base + _TSZ, base + 14 * _TSZ,
                                            base + 2 * _TSZ, base + 3 * _TSZ, base + 4 * _TSZ,
                                            base + 5 * _TSZ, base + 6 * _TSZ, p_o, None, 0)
         fname = "mamba2_ssd_forward_states"
@@ -746,7 +755,9 @@ def _ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_s
         _raise_status(st, fname)
     if out.dtype is not x.dtype:
         out = out.to(x.dtype)  # bf16/f16 storage: computed in f32, rounded once here
-    return out, final, pos_states
+        if out_x is not None:
+            out_x = out_x.to(x.dtype)  # like out (mamba_ssm saves it in x.dtype too)
+    return out, final, pos_states, out_x
 
 
 # Gradient order everywhere in the package (matches mamba2_ssd_grads_t).
@@ -757,10 +768,15 @@ _ACT_GRADS = frozenset((0, 1, 3, 4, 6))  # dx, ddt, dB, dC, dz: stored like the 
 def ssd_backward(dout, dfinal, x, dt, A, B, C, chunk_size: int, D=None, z=None, dt_bias=None,
                  initial_states=None, cu_seqlens=None, dt_softplus: bool = False,
                  dt_lo: float = 0.0, dt_hi: float = math.inf,
-                 needs: Sequence[bool] = (True,) * 9) -> Tuple[Optional[torch.Tensor], ...]:
+                 needs: Sequence[bool] = (True,) * 9,
+                 out_x: Optional[torch.Tensor] = None) -> Tuple[Optional[torch.Tensor], ...]:
     """One call of mamba2_ssd_backward. `needs` selects gradients in GRAD_NAMES order (a
     gradient of an absent optional input is never computed). Returns 9 entries, None where
-    not computed; each gradient has the dtype of its input."""
+    not computed; each gradient has the dtype of its input. out_x: the forward's out_x for
+    the same inputs (ssd_forward(return_out_x=True)); with z, the C backward reads it
+    instead of recomputing y for dz (ignored without z)."""
+    if z is None:
+        out_x = None
     lib = _lib if _lib is not None else load()
     s = getattr(_tls, "scratch", None) or _state()
     cdtype = _cdtype(x, dt, B, C, z)
@@ -792,7 +808,7 @@ def ssd_backward(dout, dfinal, x, dt, A, B, C, chunk_size: int, D=None, z=None, 
              _desc(buf, 14 * _TSZ, "B", B, adtype, acode),
              _desc(buf, 15 * _TSZ, "C", C, adtype, acode)]
     p_o = _options(s, keep, 16, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
-                   dt_softplus, dt_lo, dt_hi, cdtype, code, None, adtype, acode)
+                   dt_softplus, dt_lo, dt_hi, cdtype, code, None, adtype, acode, out_x)
     st = lib.mamba2_ssd_backward(_context(backend), base + s.grd_off, base + 9 * _TSZ, p_df,
                                  base + 11 * _TSZ, base + 12 * _TSZ, base + 13 * _TSZ,
                                  base + 14 * _TSZ, base + 15 * _TSZ, p_o, None, 0)

@@ -108,11 +108,16 @@ def test_fake_tensor_shapes_and_meta():
         dt = torch.empty(3, 17, 4)
         A = torch.empty(4)
         B = torch.empty(3, 17, 2, 16)
-        out, fin = torch.ops.mamba2c.ssd_fwd(x, dt, A, B, B, 8, None, None, None, None, None,
-                                            True, 0.0, float("inf"))
+        out, fin, out_x = torch.ops.mamba2c.ssd_fwd(x, dt, A, B, B, 8, None, None, None, None,
+                                                   None, True, 0.0, float("inf"))
         assert out.shape == (3, 17, 4, 8) and fin.shape == (3, 4, 8, 16)
+        assert out_x.shape == (0,)  # not requested: empty
+        z = torch.empty(3, 17, 4, 8)
+        out, fin, out_x = torch.ops.mamba2c.ssd_fwd(x, dt, A, B, B, 8, None, z, None, None,
+                                                   None, True, 0.0, float("inf"), True)
+        assert out_x.shape == (3, 17, 4, 8) and out_x.dtype == x.dtype
     meta = {"device": "meta"}
-    out, fin = torch.ops.mamba2c.ssd_fwd(
+    out, fin, _ = torch.ops.mamba2c.ssd_fwd(
         torch.empty(3, 17, 4, 8, **meta), torch.empty(3, 17, 4, **meta), torch.empty(4, **meta),
         torch.empty(3, 17, 2, 16, **meta), torch.empty(3, 17, 2, 16, **meta), 8, None, None,
         None, None, None, True, 0.0, float("inf"))
