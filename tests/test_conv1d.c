@@ -2,17 +2,18 @@
  * test_conv1d.c — the causal depthwise conv1d (SPEC §4) and its decode step (SPEC §6).
  *
  * Units:
- *  - oracle: every case of the table on the CPU backend (AVX2 or the detected ISA, and the
- *    forced scalar ISA) and on the reference backend with f32 storage, against the reference
+ *  - oracle: every case of the table on the CPU backend with every kernel set the CPU has
+ *    (avx512, avx2, scalar; a set it lacks is skipped with a note) and on the reference
+ *    backend with f32 storage, against the reference
  *    run on float64 copies of the same (float32-rounded) inputs: out, final state and every
  *    gradient within TH_TOL_F32 (SPEC §8). Outputs are pre-filled with NaN, guard bytes sit
  *    before and after every buffer, gaps of strided views must stay untouched and inputs
  *    unchanged byte for byte;
  *  - gradcheck: the float64 reference backward against central finite differences;
- *  - parity: one prefill == L decode steps; a prefill split in two (final -> initial state)
+ *  - parity (per kernel set): one prefill == L decode steps; a prefill split in two (final -> initial state)
  *    == one call; packed varlen == sequences one by one; x[B,T,C] steps == the forward;
  *  - step: padding rows (negative indices) and permuted slots;
- *  - determinism: CPU results bitwise identical for 1, 2 and 5 threads;
+ *  - determinism: CPU results bitwise identical for 1, 2 and 5 threads, per kernel set;
  *  - errors: invalid arguments give the right status and a message naming the tensor, and
  *    leave the outputs untouched.
  * Uses only the public API; prints one line per unit and "N passed, M failed".
@@ -28,7 +29,9 @@
 /* ============================================================ guarded tensors === */
 
 /* One tensor in its own guarded buffer. pad != 0 makes a strided view: every dim but the
- * last gets extra stride (gaps), and the data starts 2 elements into the buffer. */
+ * last gets extra stride (gaps), and the data starts 2 elements into the buffer. align64 != 0
+ * puts the buffer (and so an unpadded view's data) on a 64-byte boundary; otherwise it is
+ * wherever malloc puts it. */
 typedef struct gt {
     mamba2_tensor_t t;
     int present;
@@ -98,8 +101,8 @@ static void gt_arm(gt *g, const double *vals) {
     memcpy(g->snap, g->alloc, g->bytes + 2 * TH_GUARD);
 }
 
-static void gt_make(gt *g, mamba2_dtype_t dt, int rank, const int64_t *shape, int pad, int is_out,
-                    const double *vals) {
+static void gt_make_a(gt *g, mamba2_dtype_t dt, int rank, const int64_t *shape, int pad,
+                      int is_out, const double *vals, int align64) {
     memset(g, 0, sizeof *g);
     g->present = 1;
     g->is_out = is_out;
@@ -113,13 +116,26 @@ static void gt_make(gt *g, mamba2_dtype_t dt, int rank, const int64_t *shape, in
     int64_t span = 1;
     for (int i = 0; i < rank; i++) span += (shape[i] > 0 ? shape[i] - 1 : 0) * stride[i];
     g->bytes = (size_t)(off0 + span) * esize(dt);
-    g->alloc = (unsigned char *)th_xmalloc(g->bytes + 2 * TH_GUARD);
+    if (align64) { /* TH_GUARD is a multiple of 64: the data stays on the boundary */
+        g->alloc = (unsigned char *)aligned_alloc(64, (g->bytes + 2 * TH_GUARD + 63) / 64 * 64);
+        if (!g->alloc) {
+            printf("out of memory (%zu bytes)\n", g->bytes + 2 * TH_GUARD);
+            exit(2);
+        }
+    } else {
+        g->alloc = (unsigned char *)th_xmalloc(g->bytes + 2 * TH_GUARD);
+    }
     g->snap = (unsigned char *)th_xmalloc(g->bytes + 2 * TH_GUARD);
     g->mask = (unsigned char *)th_xmalloc(g->bytes + 2 * TH_GUARD);
     g->t = mamba2_tensor_make_strided(g->alloc + TH_GUARD + off0 * esize(dt), dt, rank, shape,
                                       stride);
     gt_offsets(g);
     gt_arm(g, vals);
+}
+
+static void gt_make(gt *g, mamba2_dtype_t dt, int rank, const int64_t *shape, int pad, int is_out,
+                    const double *vals) {
+    gt_make_a(g, dt, rank, shape, pad, is_out, vals, 0);
 }
 
 static void gt_free(gt *g) {
@@ -168,6 +184,8 @@ typedef struct cv_case {
     int64_t seqlen[MAXSEQ];
     int cu64;
     int pad;        /* strided views (the f32 runs; f64 oracle runs are contiguous) */
+    int align64;    /* buffers on 64-byte boundaries (with C % 16 == 0: dx rows on whole lines,
+                       the CPU backward's non-temporal path) */
     unsigned gmask; /* requested gradients: bit (id - DX); 0 = all that exist */
     uint64_t seed;
 } cv_case;
@@ -271,7 +289,8 @@ static void inst_make(cv_inst *in, const cv_case *c, cv_data *d, mamba2_dtype_t 
         int64_t sh[3];
         int r = shape_of(c, d, id, sh);
         mamba2_dtype_t t = id == CU ? (c->cu64 ? MAMBA2_DTYPE_I64 : MAMBA2_DTYPE_I32) : dt;
-        gt_make(&in->g[id], t, r, sh, id == CU ? 0 : pad, id >= OUT, id >= OUT ? NULL : d->v[id]);
+        gt_make_a(&in->g[id], t, r, sh, id == CU ? 0 : pad, id >= OUT, id >= OUT ? NULL : d->v[id],
+                  c->align64);
     }
     in->opts = mamba2_conv1d_options_default();
     in->opts.bias = c->bias ? &in->g[BIAS].t : NULL;
@@ -370,6 +389,13 @@ static cv_case g_cases[] = {
     /* starts at 127 and 254: block boundaries (128, 256) fall 1-2 tokens after a start */
     {"varlen_blocks",      1,   0,  80, 4, 1, 1, 1, 1, 1, .nseq = 7, .seqlen = {127, 127, 200, 3, 64, 1, 0}, .cu64 = 1, .seed = 27},
     {"varlen_no_init",     1,   0,  24, 4, 1, 1, 0, 1, 1, .nseq = 3, .seqlen = {3, 1, 40}, .seed = 28},
+    /* dx 64-byte aligned, C % 16 == 0: the backward streams whole lines of dx (non-temporal
+     * stores; 2 x 8 or 1 x 16 channels per column); several blocks and sequences */
+    {"nt_C48",             2,  45,  48, 4, 1, 1, 1, 1, 1, .align64 = 1, .seed = 32},
+    {"nt_C80_W3_noact",    3,  70,  80, 3, 1, 0, 1, 1, 1, .align64 = 1, .seed = 33},
+    {"nt_C80_varlen",      1,   0,  80, 4, 1, 1, 1, 1, 1, .nseq = 4, .seqlen = {50, 2, 0, 81}, .align64 = 1, .seed = 34},
+    {"nt_C1040_W8",        1,  60, 1040, 8, 0, 1, 0, 1, 1, .align64 = 1, .seed = 35},
+    {"nt_C48_long",        1, 600,  48, 4, 1, 1, 1, 1, 1, .align64 = 1, .seed = 36},
 };
 #define NCASES (sizeof g_cases / sizeof g_cases[0])
 
@@ -379,6 +405,22 @@ typedef struct variant {
     const char *isa;
     int threads;
 } variant;
+
+/* The CPU kernel sets under test: each one this CPU (and MAMBA2C_ISA) allows, widest first. */
+static const char *g_isa[3];
+static int g_nisa;
+
+static void find_isas(void) {
+    static const char *const all[3] = {"avx512", "avx2", "scalar"};
+    mamba2_context_t *ctx = th_ctx(MAMBA2_BACKEND_CPU, 1, NULL);
+    for (int i = 0; i < 3; i++) {
+        if (mamba2_context_force_isa(ctx, all[i]) == MAMBA2_STATUS_OK)
+            g_isa[g_nisa++] = all[i];
+        else
+            printf("note: kernel set %s skipped: %s\n", all[i], mamba2_last_error());
+    }
+    mamba2_context_destroy(ctx);
+}
 
 /* The float64 reference results of a case: outputs by id (NULL if absent). */
 typedef struct results {
@@ -407,11 +449,16 @@ static int run_case(mamba2_context_t *ctx, cv_inst *in, results *res, int ws_mod
 
 static void test_oracle(void) {
     mamba2_context_t *ref = th_ctx(MAMBA2_BACKEND_REF, 1, NULL);
-    variant vars[3] = {{"cpu", MAMBA2_BACKEND_CPU, NULL, 4},
-                       {"cpu-scalar", MAMBA2_BACKEND_CPU, "scalar", 3},
-                       {"ref-f32", MAMBA2_BACKEND_REF, NULL, 1}};
-    mamba2_context_t *ctxs[3];
-    for (int v = 0; v < 3; v++) ctxs[v] = th_ctx(vars[v].backend, vars[v].threads, vars[v].isa);
+    variant vars[4];
+    char names[3][32];
+    int nv = 0;
+    for (int i = 0; i < g_nisa; i++) {
+        snprintf(names[i], sizeof names[i], "cpu-%s", g_isa[i]);
+        vars[nv++] = (variant){names[i], MAMBA2_BACKEND_CPU, g_isa[i], 4 - i % 2};
+    }
+    vars[nv++] = (variant){"ref-f32", MAMBA2_BACKEND_REF, NULL, 1};
+    mamba2_context_t *ctxs[4];
+    for (int v = 0; v < nv; v++) ctxs[v] = th_ctx(vars[v].backend, vars[v].threads, vars[v].isa);
     for (size_t ci = 0; ci < NCASES; ci++) {
         cv_case c = g_cases[ci];
         cv_data d;
@@ -429,12 +476,12 @@ static void test_oracle(void) {
                     ok = 0;
                 }
         th_end();
-        for (int v = 0; ok && v < 3; v++) {
+        for (int v = 0; ok && v < nv; v++) {
             cv_inst in;
             results res;
             inst_make(&in, &c, &d, MAMBA2_DTYPE_F32, c.pad);
             th_begin("oracle %-20s %s%s", c.name, vars[v].name, c.pad ? " strided" : "");
-            if (run_case(ctxs[v], &in, &res, v == 0))
+            if (run_case(ctxs[v], &in, &res, v % 2 == 0))
                 for (int id = OUT; id < NT; id++)
                     if (res.v[id]) th_metric(tname[id], th_nerr(res.v[id], ores.v[id], in.g[id].n), TH_TOL_F32);
             results_free(&res);
@@ -445,7 +492,7 @@ static void test_oracle(void) {
         inst_free(&oin);
         data_free(&d);
     }
-    for (int v = 0; v < 3; v++) mamba2_context_destroy(ctxs[v]);
+    for (int v = 0; v < nv; v++) mamba2_context_destroy(ctxs[v]);
     mamba2_context_destroy(ref);
 }
 
@@ -526,19 +573,20 @@ static void test_determinism(void) {
         {"det_varlen", 1, 0, 77, 3, 1, 1, 1, 1, 1, .nseq = 5, .seqlen = {400, 1, 333, 0, 90}, .seed = 202},
         {"det_batch", 5, 200, 40, 5, 1, 0, 1, 1, 1, .pad = 1, .seed = 203},
         {"det_wide", 1, 300, 1043, 4, 1, 1, 1, 1, 1, .seed = 204},
+        {"det_nt", 2, 400, 1040, 4, 1, 1, 1, 1, 1, .align64 = 1, .seed = 205}, /* streamed dx */
     };
     const int threads[3] = {1, 2, 5};
-    for (int isa = 0; isa < 2; isa++)
+    for (int isa = 0; isa < g_nisa; isa++)
         for (size_t ci = 0; ci < sizeof dc / sizeof dc[0]; ci++) {
             cv_case c = dc[ci];
             cv_data d;
             data_make(&d, &c);
-            th_begin("determinism %s %s: 1 vs 2 vs 5 threads, bitwise", c.name, isa ? "scalar" : "default-isa");
+            th_begin("determinism %s %s: 1 vs 2 vs 5 threads, bitwise", c.name, g_isa[isa]);
             results r[3];
             memset(r, 0, sizeof r);
             int ok = 1;
             for (int k = 0; k < 3; k++) {
-                mamba2_context_t *ctx = th_ctx(MAMBA2_BACKEND_CPU, threads[k], isa ? "scalar" : NULL);
+                mamba2_context_t *ctx = th_ctx(MAMBA2_BACKEND_CPU, threads[k], g_isa[isa]);
                 cv_inst in;
                 inst_make(&in, &c, &d, MAMBA2_DTYPE_F32, c.pad);
                 ok = ok && run_case(ctx, &in, &r[k], k & 1);
@@ -1226,12 +1274,13 @@ static void test_errors(void) {
 
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "-q") == 0) th_set_verbose(0);
+    find_isas();
     test_oracle();
     test_gradcheck();
     test_determinism();
-    for (int v = 0; v < 3; v++) {
-        const mamba2_backend_t be = v == 2 ? MAMBA2_BACKEND_REF : MAMBA2_BACKEND_CPU;
-        const char *isa = v == 1 ? "scalar" : NULL;
+    for (int v = 0; v <= g_nisa; v++) { /* each CPU kernel set, then the reference */
+        const mamba2_backend_t be = v == g_nisa ? MAMBA2_BACKEND_REF : MAMBA2_BACKEND_CPU;
+        const char *isa = v < g_nisa ? g_isa[v] : NULL;
         test_prefill_vs_steps(be, isa, 1, 21);
         test_prefill_vs_steps(be, isa, 3, 21);
         test_prefill_vs_steps(be, isa, 1, 530);

@@ -4,11 +4,12 @@
  *
  * For widths 2..8, channel counts around and above the kernel's vector and block sizes, batch
  * sizes that do and do not wake the thread pool, identity / permuted / padding slot indices:
- *   - out and the updated cache on the CPU (AVX2 and scalar) vs the float64 reference run on
- *     float64 copies (SPEC §8, 1e-5), padding rows and unused slots untouched (bitwise);
- *   - 1 vs 2 threads bitwise identical;
+ *   - out and the updated cache on the CPU, with every kernel set the CPU has (avx512, avx2,
+ *     scalar; one it lacks is skipped with a note), vs the float64 reference run on float64
+ *     copies (SPEC §8, 1e-5), padding rows and unused slots untouched (bitwise);
+ *   - 1 vs 2 threads bitwise identical, per kernel set;
  *   - L steps == one mamba2_conv1d_forward over L tokens with the cache as initial state
- *     (outputs and final state, within 1e-5).
+ *     (outputs and final state, within 1e-5), per kernel set.
  */
 #include <math.h>
 #include <stdio.h>
@@ -70,8 +71,15 @@ static float *rnd(th_rng *r, int64_t n, double scale) {
     return p;
 }
 
-static void run_case(mamba2_context_t *ref, mamba2_context_t *cpus[3], const char *names[3],
-                     int64_t B, int64_t C, int64_t W, int ix_mode, int silu) {
+/* The CPU contexts under test: per kernel set, 1 thread then 2 threads. */
+#define MAXCTX 6
+static int g_nctx;
+static mamba2_context_t *g_cpus[MAXCTX];
+static char g_names[MAXCTX][48];
+
+static void run_case(mamba2_context_t *ref, int64_t B, int64_t C, int64_t W, int ix_mode, int silu) {
+    mamba2_context_t **cpus = g_cpus;
+    const int nctx = g_nctx;
     th_rng r;
     th_rng_seed(&r, 0xc0ffee00u + (uint64_t)(B * 131 + C * 7 + W + ix_mode * 1000 + silu));
     const int64_t S = ix_mode ? B + 3 : B; /* spare slots must stay untouched */
@@ -92,11 +100,11 @@ static void run_case(mamba2_context_t *ref, mamba2_context_t *cpus[3], const cha
     mamba2_status_t st = step_ref64(ref, &s, silu, c64, o64);
     float *cache0 = th_xmalloc((size_t)nc * sizeof(float));
     memcpy(cache0, s.cache, (size_t)nc * sizeof(float));
-    float *outs[3], *caches[3];
-    for (int k = 0; k < 3; k++) {
+    float *outs[MAXCTX], *caches[MAXCTX];
+    for (int k = 0; k < nctx; k++) {
         th_begin("B%lld C%lld W%lld %s%s %s", (long long)B, (long long)C, (long long)W,
                  ix_mode == 0 ? "identity" : ix_mode == 1 ? "permuted" : "padding",
-                 silu ? " silu" : "", names[k]);
+                 silu ? " silu" : "", g_names[k]);
         caches[k] = th_xmalloc((size_t)nc * sizeof(float));
         memcpy(caches[k], cache0, (size_t)nc * sizeof(float));
         outs[k] = th_xmalloc((size_t)(B * C + 16) * sizeof(float));
@@ -146,17 +154,21 @@ static void run_case(mamba2_context_t *ref, mamba2_context_t *cpus[3], const cha
         }
         th_end();
     }
-    th_begin("B%lld C%lld W%lld ix%d 1 vs 2 threads", (long long)B, (long long)C, (long long)W, ix_mode);
-    th_expect(memcmp(outs[0], outs[1], (size_t)(B * C) * sizeof(float)) == 0 &&
-                  memcmp(caches[0], caches[1], (size_t)nc * sizeof(float)) == 0,
-              "1 and 2 threads differ");
-    th_end();
-    for (int k = 0; k < 3; k++) free(outs[k]), free(caches[k]);
+    for (int k = 0; k + 1 < nctx; k += 2) {
+        th_begin("B%lld C%lld W%lld ix%d 1 vs 2 threads %s", (long long)B, (long long)C,
+                 (long long)W, ix_mode, g_names[k]);
+        th_expect(memcmp(outs[k], outs[k + 1], (size_t)(B * C) * sizeof(float)) == 0 &&
+                      memcmp(caches[k], caches[k + 1], (size_t)nc * sizeof(float)) == 0,
+                  "1 and 2 threads differ");
+        th_end();
+    }
+    for (int k = 0; k < nctx; k++) free(outs[k]), free(caches[k]);
     free(s.x), free(s.w), free(s.bias), free(s.cache), free(s.ix), free(c64), free(o64), free(cache0);
 }
 
 /* L one-token steps on a contiguous cache == one forward with that cache as initial state. */
-static void run_parity(mamba2_context_t *cpu, int64_t B, int64_t C, int64_t W, int64_t L) {
+static void run_parity(mamba2_context_t *cpu, const char *name, int64_t B, int64_t C, int64_t W,
+                       int64_t L) {
     th_rng r;
     th_rng_seed(&r, 0xbeef0000u + (uint64_t)(C * 3 + W + L));
     float *x = rnd(&r, B * L * C, 1.0), *w = rnd(&r, C * W, 0.5), *bias = rnd(&r, C, 0.1),
@@ -165,8 +177,8 @@ static void run_parity(mamba2_context_t *cpu, int64_t B, int64_t C, int64_t W, i
     memcpy(cache, init, (size_t)(B * C * (W - 1)) * sizeof(float));
     float *outs = th_xmalloc((size_t)(B * L * C) * sizeof(float)), *xt = th_xmalloc((size_t)(B * C) * 4),
           *ot = th_xmalloc((size_t)(B * C) * 4);
-    th_begin("parity B%lld C%lld W%lld: %lld steps == forward", (long long)B, (long long)C, (long long)W,
-             (long long)L);
+    th_begin("parity B%lld C%lld W%lld: %lld steps == forward %s", (long long)B, (long long)C,
+             (long long)W, (long long)L, name);
     mamba2_status_t st = MAMBA2_STATUS_OK;
     for (int64_t t = 0; t < L && st == MAMBA2_STATUS_OK; t++) {
         for (int64_t b = 0; b < B; b++) memcpy(xt + b * C, x + (b * L + t) * C, (size_t)C * 4);
@@ -201,21 +213,35 @@ static void run_parity(mamba2_context_t *cpu, int64_t B, int64_t C, int64_t W, i
 
 int main(void) {
     mamba2_context_t *ref = th_ctx(MAMBA2_BACKEND_REF, 1, NULL);
-    mamba2_context_t *cpus[3] = {th_ctx(MAMBA2_BACKEND_CPU, 1, NULL), th_ctx(MAMBA2_BACKEND_CPU, 2, NULL),
-                                 th_ctx(MAMBA2_BACKEND_CPU, 2, "scalar")};
-    const char *names[3] = {"cpu 1 thread", "cpu 2 threads", "cpu[scalar]"};
-    const int64_t Ws[] = {2, 3, 4, 5, 8}, Cs[] = {1, 5, 13, 64, 1030, 5376}, Bs[] = {1, 3, 33};
+    static const char *const isas[3] = {"avx512", "avx2", "scalar"};
+    mamba2_context_t *probe = th_ctx(MAMBA2_BACKEND_CPU, 1, NULL);
+    for (int i = 0; i < 3; i++) {
+        if (mamba2_context_force_isa(probe, isas[i]) != MAMBA2_STATUS_OK) {
+            printf("note: kernel set %s skipped: %s\n", isas[i], mamba2_last_error());
+            continue;
+        }
+        for (int nt = 1; nt <= 2; nt++) {
+            snprintf(g_names[g_nctx], sizeof g_names[g_nctx], "cpu[%s] %d thread%s", isas[i], nt,
+                     nt > 1 ? "s" : "");
+            g_cpus[g_nctx++] = th_ctx(MAMBA2_BACKEND_CPU, nt, isas[i]);
+        }
+    }
+    mamba2_context_destroy(probe);
+    const int64_t Ws[] = {2, 3, 4, 5, 8}, Cs[] = {1, 5, 13, 40, 64, 1030, 5376}, Bs[] = {1, 3, 33};
     for (size_t wi = 0; wi < sizeof Ws / sizeof Ws[0]; wi++)
         for (size_t ci = 0; ci < sizeof Cs / sizeof Cs[0]; ci++)
             for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++) {
                 if (Cs[ci] == 5376 && Bs[bi] == 33 && Ws[wi] != 4) continue; /* keep it quick */
                 const int ix_mode = (int)((wi + ci + bi) % 3);
-                run_case(ref, cpus, names, Bs[bi], Cs[ci], Ws[wi], ix_mode, (int)((ci + bi) % 2));
+                run_case(ref, Bs[bi], Cs[ci], Ws[wi], ix_mode, (int)((ci + bi) % 2));
             }
-    run_parity(cpus[1], 2, 5376, 4, 9);
-    run_parity(cpus[1], 3, 13, 5, 12);
-    run_parity(cpus[2], 1, 64, 2, 7);
+    for (int k = 1; k < g_nctx; k += 2) { /* 2 threads */
+        run_parity(g_cpus[k], g_names[k], 2, 5376, 4, 9);
+        run_parity(g_cpus[k], g_names[k], 3, 13, 5, 12);
+        run_parity(g_cpus[k], g_names[k], 1, 64, 2, 7);
+        run_parity(g_cpus[k], g_names[k], 2, 40, 3, 5); /* 16 + 16 + a tail of 8 */
+    }
     mamba2_context_destroy(ref);
-    for (int k = 0; k < 3; k++) mamba2_context_destroy(cpus[k]);
+    for (int k = 0; k < g_nctx; k++) mamba2_context_destroy(g_cpus[k]);
     return th_finish();
 }

@@ -491,7 +491,9 @@ def _context(backend: int) -> int:
 
 
 def last_call_isa(backend: str = "cpu") -> str:
-    """The kernel set this thread's context uses ("avx2+fma", "scalar", "reference")."""
+    """The kernel set this thread's context uses ("avx512", "avx2+fma", "scalar" or
+    "reference"; at the avx512 level conv1d runs its AVX-512 kernels, the other ops their
+    avx2 ones)."""
     _state()
     b = _BACKENDS[backend]
     return load().mamba2_context_get_isa(_context(b)).decode()

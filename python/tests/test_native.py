@@ -29,7 +29,7 @@ def test_library_loads_and_reports():
     assert mamba2c.available()
     assert Path(mamba2c.library_path()).is_file()
     assert _native.version().count(".") == 2
-    assert _native.last_call_isa("cpu") in ("avx2+fma", "scalar")
+    assert _native.last_call_isa("cpu") in ("avx512", "avx2+fma", "scalar")
     assert _native.last_call_isa("ref") == "reference"
 
 

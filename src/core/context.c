@@ -77,7 +77,7 @@ mamba2_backend_t mamba2_context_get_backend(const mamba2_context_t *ctx) {
 const char *mamba2_context_get_isa(const mamba2_context_t *ctx) {
     if (!ctx) return "none";
     if (ctx->backend == MAMBA2_BACKEND_REF) return "reference";
-    return ctx->isa == M2_ISA_AVX2 ? "avx2+fma" : "scalar";
+    return ctx->isa == M2_ISA_AVX512 ? "avx512" : ctx->isa == M2_ISA_AVX2 ? "avx2+fma" : "scalar";
 }
 
 mamba2_status_t mamba2_context_force_isa(mamba2_context_t *ctx, const char *isa) {
@@ -88,10 +88,19 @@ mamba2_status_t mamba2_context_force_isa(mamba2_context_t *ctx, const char *isa)
         ctx->isa = M2_ISA_SCALAR;
         return MAMBA2_STATUS_OK;
     }
+    /* a set below the detected level is always usable (the levels are ordered) */
     if (strcmp(isa, "avx2+fma") == 0 || strcmp(isa, "avx2") == 0) {
-        if (m2_detect_isa() != M2_ISA_AVX2)
-            return m2_error(MAMBA2_STATUS_UNSUPPORTED, "this CPU does not support AVX2+FMA");
+        if (m2_detect_isa() < M2_ISA_AVX2)
+            return m2_error(MAMBA2_STATUS_UNSUPPORTED,
+                            "this CPU does not support AVX2+FMA (or MAMBA2C_ISA caps it)");
         ctx->isa = M2_ISA_AVX2;
+        return MAMBA2_STATUS_OK;
+    }
+    if (strcmp(isa, "avx512") == 0) {
+        if (m2_detect_isa() < M2_ISA_AVX512)
+            return m2_error(MAMBA2_STATUS_UNSUPPORTED,
+                            "this CPU does not support AVX-512 F/VL/BW/DQ (or MAMBA2C_ISA caps it)");
+        ctx->isa = M2_ISA_AVX512;
         return MAMBA2_STATUS_OK;
     }
     if (strcmp(isa, "auto") == 0) {
@@ -99,5 +108,6 @@ mamba2_status_t mamba2_context_force_isa(mamba2_context_t *ctx, const char *isa)
         return MAMBA2_STATUS_OK;
     }
     return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                    "isa is \"%s\"; expected \"scalar\", \"avx2+fma\" or \"auto\"", isa);
+                    "isa is \"%s\"; expected \"scalar\", \"avx2+fma\", \"avx512\" or \"auto\"",
+                    isa);
 }

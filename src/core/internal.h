@@ -127,7 +127,12 @@ void m2_pool_run(m2_pool *pool, int64_t ntasks, m2_task_fn fn, void *arg);
 
 /* ---- CPU feature detection (src/core/cpuid.c) ------------------------------------- */
 
-typedef enum m2_isa { M2_ISA_SCALAR = 0, M2_ISA_AVX2 = 1 } m2_isa;
+/* Kernel sets, ordered: a level may use every set below it. M2_ISA_AVX512 (AVX-512 F/VL/BW/DQ
+ * on top of AVX2+FMA+F16C) has its own kernels for conv1d only; every other op runs its AVX2
+ * kernels there (`ctx->isa != M2_ISA_SCALAR`). */
+typedef enum m2_isa { M2_ISA_SCALAR = 0, M2_ISA_AVX2 = 1, M2_ISA_AVX512 = 2 } m2_isa;
+/* The best level this CPU and OS support, capped by MAMBA2C_ISA=scalar|avx2 in the
+ * environment (a stand-in for a CPU without the higher sets; also caps force_isa). */
 m2_isa m2_detect_isa(void);
 
 /* ---- context and backends ---------------------------------------------------------- */

@@ -28,8 +28,9 @@
  * float sum (in order) to its token block's double partial row in the workspace; after all
  * tasks, the partial rows are added in block order.
  * Token blocks and kernel calls depend on the problem alone (never on the thread count), and
- * channel blocks start at multiples of 8, so each channel's float operations are the same in
- * every run: results are bitwise identical for any thread count.
+ * channel blocks start at multiples of 16 (M2C1_BLOCK_ALIGN: the lanes of every kernel set map
+ * to fixed channels), so each channel's float operations are the same in every run: results
+ * are bitwise identical for any thread count.
  *
  * Decode step with one token per row and a packed cache (the common case): a task is a block
  * of channels over all rows, its weights packed once; the step kernel de-interleaves each
@@ -52,7 +53,7 @@
  * so short chunks cost only W-1 reloaded rows each. Few backward blocks keep the partial
  * rows of dweight / dbias (written, then read once more) small next to x, dout and dx.
  */
-#define CB 512            /* channels per block; a multiple of 8 (lanes map to fixed channels) */
+#define CB 512            /* channels per block; a multiple of 16 (lanes map to fixed channels) */
 #define FWD_CHUNK 16      /* tokens per forward kernel call                                   */
 #define BWD_CHUNK 16      /* tokens per backward kernel call (the last + W-1 look-ahead)      */
 #define FWD_BLOCK 256     /* tokens per forward task                                          */
@@ -63,14 +64,17 @@
 #define STEP_CB 1024      /* at most this many channels per decode-step task                  */
 #define STEP_SERIAL_BYTES (512 * 1024) /* a decode step moving less runs on one thread        */
 
-#if CB % 8 != 0 || STEP_CB % 8 != 0 || FLUSH_TOKENS % BWD_CHUNK != 0
-#error "CB and STEP_CB must be multiples of 8, FLUSH_TOKENS a multiple of BWD_CHUNK"
+#define ALIGN M2C1_BLOCK_ALIGN
+#if CB % ALIGN != 0 || STEP_CB % ALIGN != 0 || FLUSH_TOKENS % BWD_CHUNK != 0
+#error "CB and STEP_CB must be multiples of M2C1_BLOCK_ALIGN, FLUSH_TOKENS one of BWD_CHUNK"
 #endif
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
 static const m2_conv1d_kernels *kernels_for(const mamba2_context_t *ctx) {
-    return ctx->isa == M2_ISA_AVX2 ? &m2_conv1d_kernels_avx2 : &m2_conv1d_kernels_scalar;
+    return ctx->isa == M2_ISA_AVX512 ? &m2_conv1d_kernels_avx512
+           : ctx->isa == M2_ISA_AVX2 ? &m2_conv1d_kernels_avx2
+                                     : &m2_conv1d_kernels_scalar;
 }
 
 /* Per-thread scratch is indexed by the pool's worker id, so plan for every worker. */
@@ -101,10 +105,10 @@ static int64_t group_blocks(int64_t ntb, int64_t ncb, int nthreads) {
     return ceil_div(ncb, ngroups);
 }
 
-/* Row length of the packed per-block buffers: CB, or C rounded up to 8 when smaller. */
+/* Row length of the packed per-block buffers: CB, or C rounded up to ALIGN when smaller. */
 static int64_t pack_width(const m2_conv1d_problem *pr) {
-    const int64_t c8 = ceil_div(pr->C, 8) * 8;
-    return c8 < CB ? c8 : CB;
+    const int64_t ca = ceil_div(pr->C, ALIGN) * ALIGN;
+    return ca < CB ? ca : CB;
 }
 
 /* Rows of x that hold independent token streams: B, or the one packed row. */
@@ -568,7 +572,7 @@ mamba2_status_t m2_cpu_conv1d_step(mamba2_context_t *ctx, const m2_conv1d_proble
          * more than it saves there). */
         const int64_t bytes = pr->B * pr->C * (int64_t)sizeof(float) * 2 * pr->W;
         J.ncb = ceil_div(pr->C, STEP_CB);
-        J.cb = ceil_div(ceil_div(pr->C, J.ncb), 8) * 8; /* equal blocks, multiples of 8 */
+        J.cb = ceil_div(ceil_div(pr->C, J.ncb), ALIGN) * ALIGN; /* equal, multiples of ALIGN */
         J.ld = J.cb;
         J.ncb = ceil_div(pr->C, J.cb);
         if (bytes < STEP_SERIAL_BYTES || !ctx->pool)

@@ -3,8 +3,8 @@
  * per instruction set with the same signatures (as kernels.h does for the SSD).
  *
  * conv1d_cpu.c (tiling, threading, state packing, reductions) calls them only through an
- * m2_conv1d_kernels table chosen from ctx->isa. Both tables are generated from the one kernel
- * text in conv1d_kernels_impl.h.
+ * m2_conv1d_kernels table chosen from ctx->isa. All three tables (scalar, AVX2, AVX-512) are
+ * generated from the one kernel text in conv1d_kernels_impl.h.
  *
  * Conventions: channels are the vector dimension. A kernel call covers n contiguous channels
  * of a block of T tokens; `ld*` is the element distance between the rows of consecutive
@@ -14,15 +14,17 @@
  *   u_j = x[j*ldx + c]              for j >= 0
  *   u_j = hist[(W-1+j)*ldh + c]     for -(W-1) <= j < 0   (the W-1 inputs before the block)
  * Every channel's result is the same sequence of float operations whatever the block it is
- * in, provided blocks start at a multiple of 8 channels (lanes then map to the same
- * channels): acc = bias; acc = fma(w_k, u_k, acc) for k = 0..W-1.
+ * in, provided blocks start at a multiple of M2C1_BLOCK_ALIGN channels (the widest set's
+ * lanes; each set's lanes then map to the same channels): acc = bias; acc = fma(w_k, u_k, acc)
+ * for k = 0..W-1.
  */
 #ifndef MAMBA2C_CPU_CONV1D_KERNELS_H
 #define MAMBA2C_CPU_CONV1D_KERNELS_H
 
 #include <stdint.h>
 
-#define M2C1_MAX_W 8 /* largest kernel width (W in 1..8) */
+#define M2C1_MAX_W 8        /* largest kernel width (W in 1..8)                           */
+#define M2C1_BLOCK_ALIGN 16 /* channel blocks start at multiples of this (AVX-512: 16 lanes) */
 
 typedef struct m2_conv1d_kernels {
     const char *isa;
@@ -48,7 +50,8 @@ typedef struct m2_conv1d_kernels {
      * the next chunk (u_{T-W+1..T-1}, g_{T-W+1..T-1}; inputs past Tg read as 0). One call per
      * chunk of at most a few dozen tokens keeps its rows in L1 while n spans many vectors.
      * stream != 0: dx is written once and not read again soon, so the kernel may write it
-     * with non-temporal stores (where dx and lddx put whole lines under pairs of vectors);
+     * with non-temporal stores (where dx and lddx put whole 64-byte lines under columns of
+     * vectors: pairs of 8-lane ones, single 16-lane ones);
      * the caller then calls stream_fence before another thread may read dx. */
     void (*bwd)(int64_t W, int silu, int64_t T, int64_t Tg, int64_t Tacc, int64_t temit,
                 int64_t n, const float *x, int64_t ldx, const float *dout, int64_t lddo,
@@ -73,5 +76,6 @@ typedef struct m2_conv1d_kernels {
 
 extern const m2_conv1d_kernels m2_conv1d_kernels_scalar; /* conv1d_kernels_scalar.c           */
 extern const m2_conv1d_kernels m2_conv1d_kernels_avx2;   /* conv1d_kernels_avx2.c, -mavx2 -mfma */
+extern const m2_conv1d_kernels m2_conv1d_kernels_avx512; /* conv1d_kernels_avx512.c, -mavx512f.. */
 
 #endif /* MAMBA2C_CPU_CONV1D_KERNELS_H */

@@ -23,6 +23,11 @@
  *    along the channels (C1_AHEAD). The backward writes dx with non-temporal stores, a whole
  *    line per token, when the caller allows it and the rows are line-aligned: no read of dx
  *    before the write (a quarter of the traffic otherwise).
+ *  - With 16 lanes (AVX-512) a vector is a whole line: each dependency chain of the SiLU
+ *    backward covers twice the channels of the AVX2 build, which the scheduler overlaps
+ *    better (the per-token chain, not the port count, had bounded it). Every lane does the
+ *    same float operations in every build; only which channels fall to the scalar tail
+ *    (n mod M2V_LEN) differs.
  *  - The decode step reads and writes the channel-major conv cache in place, de-interleaving
  *    a vector of channels in registers (width 4) instead of packing it through a buffer.
  */
@@ -113,13 +118,19 @@ M2_INLINE void fwd_impl(const int W, const int silu, int64_t T, int64_t n, const
 
 /* ---- backward: g, dx, dweight and dbias in one pass over the tokens ------------------ */
 
-/* A column of NV vectors of channels (NV = 2: one 64-byte line of a row, or 1) goes through
- * its tokens in sub-chunks of BWD_SUB, each in three short loops over rows that stay in L1:
- * (A) g_t = dout_t act'(pre_t) into a small buffer gb that also holds the W-1 gradients
- * before the sub-chunk, (B) the dweight / dbias sums with the input window in registers, both
- * a vector at a time, then (C) dx of input t-W+1 = Σ_k w_k g_{t-k} from gb, the NV vectors of
- * a token together (a whole line of dx per token: what streaming stores need). x, dout and dx
- * each pass through memory once. One loop doing all three would need about 18 vector
+/* Vectors per 64-byte line (AVX2: 2, AVX-512: 1): a column of that many vectors writes whole
+ * lines of dx, what streaming stores need. The scalar build's lanes do not fill a line in
+ * one column (it streams nothing): 1 there keeps bwd_cols' arrays in bounds. */
+#define C1_LINE_NV (64 / (M2V_LEN * (int)sizeof(float)))
+#define C1_STREAM_NV (C1_LINE_NV <= 2 ? C1_LINE_NV : 1)
+
+/* A column of NV vectors of channels (NV = C1_STREAM_NV: one 64-byte line of a row, or 1)
+ * goes through its tokens in sub-chunks of BWD_SUB, each in three short loops over rows that
+ * stay in L1: (A) g_t = dout_t act'(pre_t) into a small buffer gb that also holds the W-1
+ * gradients before the sub-chunk, (B) the dweight / dbias sums with the input window in
+ * registers, both a vector at a time, then (C) dx of input t-W+1 = Σ_k w_k g_{t-k} from gb,
+ * the NV vectors of a token together (a whole line of dx per token: what streaming stores
+ * need). x, dout and dx each pass through memory once. One loop doing all three would need about 18 vector
  * registers (weights, two windows, five sums): the spilled sums then chain through memory,
  * and the sums would also sit in the scheduler waiting for g's long exp-and-divide chain. */
 #define BWD_SUB 16
@@ -245,15 +256,14 @@ M2_INLINE void bwd_impl(const int W, const int silu, int64_t T, int64_t Tg, int6
                         const float *bias, float *st, int64_t ldst, float *dx, int64_t lddx,
                         float *dw, float *db, int stream) {
     const int64_t te = dx ? temit : T; /* no dx wanted: emit nothing */
-    /* Streaming stores need every dx row's pairs of vectors on whole lines */
-    const int nt = stream && dx && ((uintptr_t)dx % 64 == 0) &&
-                   ((uintptr_t)lddx * sizeof(float)) % 64 == 0 &&
-                   2 * M2V_LEN * sizeof(float) == 64;
+    /* Streaming stores need each dx row's column of C1_STREAM_NV vectors on one whole line */
+    const int nt = stream && dx && C1_STREAM_NV * M2V_LEN * (int)sizeof(float) == 64 &&
+                   ((uintptr_t)dx % 64 == 0) && ((uintptr_t)lddx * sizeof(float)) % 64 == 0;
     int64_t c = 0;
     if (nt)
-        for (; c + 2 * M2V_LEN <= n; c += 2 * M2V_LEN)
-            bwd_cols(W, silu, 2, T, Tg, Tacc, te, temit, c, x, ldx, dout, lddo, wt, ldw, bias,
-                     st, ldst, dx, lddx, dw, db, 1);
+        for (; c + C1_STREAM_NV * M2V_LEN <= n; c += C1_STREAM_NV * M2V_LEN)
+            bwd_cols(W, silu, C1_STREAM_NV, T, Tg, Tacc, te, temit, c, x, ldx, dout, lddo, wt,
+                     ldw, bias, st, ldst, dx, lddx, dw, db, 1);
     for (; c + M2V_LEN <= n; c += M2V_LEN)
         bwd_cols(W, silu, 1, T, Tg, Tacc, te, temit, c, x, ldx, dout, lddo, wt, ldw, bias, st,
                  ldst, dx, lddx, dw, db, 0);
@@ -320,7 +330,9 @@ M2_INLINE void step_impl(const int W, const int silu, int64_t n, const float *x,
     for (; c + M2V_LEN <= n; c += M2V_LEN) {
         m2v u[M2C1_MAX_W];
         float *cc = cache + c * W1;
-        m2_prefetch_w((const void *)((uintptr_t)cc + C1_STEP_PF_BYTES));
+        /* one prefetch per whole line the iteration moves, at least one (AVX-512: 3 at W=4) */
+        for (int64_t o = 0; o == 0 || o + 64 <= M2V_LEN * W1 * (int64_t)sizeof(float); o += 64)
+            m2_prefetch_w((const void *)((uintptr_t)cc + C1_STEP_PF_BYTES + (uintptr_t)o));
         if (W == 4) {
             m2v_load_deint3(cc, &u[0], &u[1], &u[2]);
         } else if (W == 2) {

@@ -31,7 +31,7 @@
 #define RED_COLS 1024
 
 static const m2_rmsnorm_kernels *kernels_for(const mamba2_context_t *ctx) {
-    return ctx->isa == M2_ISA_AVX2 ? &m2_rmsnorm_kernels_avx2 : &m2_rmsnorm_kernels_scalar;
+    return ctx->isa != M2_ISA_SCALAR ? &m2_rmsnorm_kernels_avx2 : &m2_rmsnorm_kernels_scalar;
 }
 
 /* Per-thread scratch is indexed by the pool's worker id, so plan for every worker. */

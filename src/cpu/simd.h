@@ -1,8 +1,9 @@
 /*
  * simd.h — the thin per-ISA vector layer the CPU kernels are written against.
  *
- * A kernel file defines exactly one of M2_SIMD_AVX2 or M2_SIMD_SCALAR, then includes this
- * header and ssd_kernels_impl.h. The kernel bodies use only the m2v_* names below, so one
+ * A kernel file defines exactly one of M2_SIMD_AVX2, M2_SIMD_AVX512 (conv1d only: it maps
+ * just the operations that kernel text uses) or M2_SIMD_SCALAR, then includes this header
+ * and its op's *_kernels_impl.h. The kernel bodies use only the m2v_* names below, so one
  * source text yields every instruction set and no kernel body carries an #ifdef (the same
  * arrangement as ggml's simd-mappings.h).
  *
@@ -10,10 +11,10 @@
  * kernels' vector loops then cover every element and their scalar tails never run.
  * Loads and stores are unaligned: rows of N or P floats start anywhere (N = 5 is legal).
  *
- * Arithmetic is IEEE float32 throughout; m2v_fma is a fused multiply-add on AVX2 and a
+ * Arithmetic is IEEE float32 throughout; m2v_fma is a fused multiply-add on AVX2/AVX-512 and a
  * multiply followed by an add in the scalar mapping (a software fmaf would be slow where
- * the hardware has none). Results differ between the two kernel sets in the last bits,
- * never between runs or thread counts.
+ * the hardware has none). Results differ between the scalar and the vector kernel sets in
+ * the last bits, never between runs or thread counts.
  */
 #ifndef MAMBA2C_CPU_SIMD_H
 #define MAMBA2C_CPU_SIMD_H
@@ -202,6 +203,117 @@ M2_INLINE void m2v_load_deint4(const float *p, m2v *a, m2v *b, m2v *c, m2v *d) {
 #undef M2V_HI_
 }
 
+#elif defined(M2_SIMD_AVX512)
+
+/* AVX-512 (F, VL, BW, DQ; with AVX2, FMA): 16 floats per vector, one 64-byte line. Only the
+ * operations the conv1d kernels use are mapped (the other ops keep their AVX2 kernels at this
+ * level). Each lane computes the float operations of the AVX2 mapping, constant for constant,
+ * so a channel's result differs from its AVX2 one only where the kernel text itself groups
+ * work by vector (none of conv1d's sums do; see conv1d_kernels_impl.h). */
+#include <immintrin.h>
+
+#define M2V_LEN 16
+typedef __m512 m2v;
+
+#define m2v_load(p) _mm512_loadu_ps(p)
+#define m2v_store(p, v) _mm512_storeu_ps((p), (v))
+#define m2v_set1(x) _mm512_set1_ps(x)
+#define m2v_zero() _mm512_setzero_ps()
+#define m2v_add(a, b) _mm512_add_ps((a), (b))
+#define m2v_sub(a, b) _mm512_sub_ps((a), (b))
+#define m2v_mul(a, b) _mm512_mul_ps((a), (b))
+#define m2v_div(a, b) _mm512_div_ps((a), (b))
+#define m2v_fma(a, b, c) _mm512_fmadd_ps((a), (b), (c)) /* a*b + c, one rounding */
+
+/* e^(-x): the AVX2 m2v_exp_neg, lane for lane (see there). */
+M2_INLINE m2v m2v_exp_neg(m2v x) {
+    x = _mm512_min_ps(_mm512_set1_ps(86.5f), _mm512_max_ps(_mm512_set1_ps(-88.0f), x));
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    const __m512 t = _mm512_fnmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
+    const __m512 n = _mm512_sub_ps(t, magic);
+    __m512 q = _mm512_fmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    q = _mm512_fmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), q);
+    __m512 y = _mm512_fmadd_ps(_mm512_set1_ps(-8.2903151531e-3f), q, _mm512_set1_ps(4.1897932501e-2f));
+    y = _mm512_fmadd_ps(y, q, _mm512_set1_ps(-1.6667636210e-1f));
+    y = _mm512_fmadd_ps(y, q, _mm512_set1_ps(4.9999149507e-1f));
+    y = _mm512_fmadd_ps(y, q, _mm512_set1_ps(-9.9999970718e-1f));
+    y = _mm512_fmadd_ps(y, q, _mm512_set1_ps(1.0f));
+    const __m512i e = _mm512_slli_epi32(_mm512_castps_si512(t), 23); /* n << 23 */
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(y), e));
+}
+
+/* e^(-x) with the 2^(j/8) table: the AVX2 m2v_exp_neg_tab, lane for lane (see there). The
+ * table is 16 entries, the 8 values twice: the permute reads the low four bits of the magic
+ * sum, and entry k & 15 holds 2^((k & 7)/8). */
+M2_INLINE m2v m2v_exp_neg_tab(m2v x) {
+    x = _mm512_min_ps(_mm512_set1_ps(86.5f), _mm512_max_ps(_mm512_set1_ps(-88.0f), x));
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    const __m512 t = _mm512_fnmadd_ps(x, _mm512_set1_ps(11.5415603271117f), magic); /* 8 log2e */
+    const __m512 k = _mm512_sub_ps(t, magic);
+    const __m512 q = _mm512_fmadd_ps(k, _mm512_set1_ps(0.0866433975699932f), x); /* -r */
+    const __m512 b = _mm512_fmadd_ps(q, _mm512_set1_ps(-1.6666666666667e-1f), _mm512_set1_ps(0.5f));
+    const __m512 p = _mm512_fmsub_ps(_mm512_mul_ps(q, q), b, q);
+    const __m512 tab = _mm512_setr_ps(1.0f, 1.0905077326652577f, 1.1892071150027210f,
+                                      1.2968395546510096f, 1.4142135623730951f,
+                                      1.5422108254079407f, 1.6817928305074290f,
+                                      1.8340080864093424f, 1.0f, 1.0905077326652577f,
+                                      1.1892071150027210f, 1.2968395546510096f,
+                                      1.4142135623730951f, 1.5422108254079407f,
+                                      1.6817928305074290f, 1.8340080864093424f); /* 2^(j/8) */
+    const __m512 f = _mm512_permutexvar_ps(_mm512_castps_si512(t), tab);
+    const __m512 y = _mm512_fmadd_ps(f, p, f);
+    const __m512i e = _mm512_and_si512(_mm512_slli_epi32(_mm512_castps_si512(t), 20),
+                                       _mm512_set1_epi32((int)0xff800000u));
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(y), e));
+}
+
+/* Non-temporal store of a vector (one whole 64-byte line) to a 64-byte aligned p; as AVX2. */
+#define m2v_stream(p, v) _mm512_stream_ps((p), (v))
+#define m2_stream_fence() _mm_sfence()
+
+/* Interleaved <-> planar, as the AVX2 versions (same definitions, 16 lanes). Stride 3: each
+ * output takes its first 10 or 11 elements from the first two loads with one two-source
+ * permute and the rest from the third with one masked permute (the store: the inverse).
+ * Stride 4: two-source permutes, pairs of outputs at a time, then halves joined. */
+M2_INLINE void m2v_load_deint3(const float *p, m2v *a, m2v *b, m2v *c) {
+    const __m512 A = _mm512_loadu_ps(p), B = _mm512_loadu_ps(p + 16), C = _mm512_loadu_ps(p + 32);
+    *a = _mm512_mask_permutexvar_ps(
+        _mm512_permutex2var_ps(A, _mm512_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30, 0, 0, 0, 0, 0), B),
+        0xf800, _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 4, 7, 10, 13), C);
+    *b = _mm512_mask_permutexvar_ps(
+        _mm512_permutex2var_ps(A, _mm512_setr_epi32(1, 4, 7, 10, 13, 16, 19, 22, 25, 28, 31, 0, 0, 0, 0, 0), B),
+        0xf800, _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 5, 8, 11, 14), C);
+    *c = _mm512_mask_permutexvar_ps(
+        _mm512_permutex2var_ps(A, _mm512_setr_epi32(2, 5, 8, 11, 14, 17, 20, 23, 26, 29, 0, 0, 0, 0, 0, 0), B),
+        0xfc00, _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 6, 9, 12, 15), C);
+}
+M2_INLINE void m2v_store_int3(float *p, m2v a, m2v b, m2v c) {
+    _mm512_storeu_ps(p, _mm512_mask_permutexvar_ps(
+        _mm512_permutex2var_ps(a, _mm512_setr_epi32(0, 16, 0, 1, 17, 0, 2, 18, 0, 3, 19, 0, 4, 20, 0, 5), b),
+        0x4924, _mm512_setr_epi32(0, 0, 0, 0, 0, 1, 0, 0, 2, 0, 0, 3, 0, 0, 4, 0), c));
+    _mm512_storeu_ps(p + 16, _mm512_mask_permutexvar_ps(
+        _mm512_permutex2var_ps(a, _mm512_setr_epi32(21, 0, 6, 22, 0, 7, 23, 0, 8, 24, 0, 9, 25, 0, 10, 26), b),
+        0x2492, _mm512_setr_epi32(0, 5, 0, 0, 6, 0, 0, 7, 0, 0, 8, 0, 0, 9, 0, 0), c));
+    _mm512_storeu_ps(p + 32, _mm512_mask_permutexvar_ps(
+        _mm512_permutex2var_ps(a, _mm512_setr_epi32(0, 11, 27, 0, 12, 28, 0, 13, 29, 0, 14, 30, 0, 15, 31, 0), b),
+        0x9249, _mm512_setr_epi32(10, 0, 0, 11, 0, 0, 12, 0, 0, 13, 0, 0, 14, 0, 0, 15), c));
+}
+M2_INLINE void m2v_load_deint4(const float *p, m2v *a, m2v *b, m2v *c, m2v *d) {
+    const __m512 P0 = _mm512_loadu_ps(p), P1 = _mm512_loadu_ps(p + 16);
+    const __m512 P2 = _mm512_loadu_ps(p + 32), P3 = _mm512_loadu_ps(p + 48);
+    /* [x0..x7 | y0..y7] of 8 channels for (x, y) = (a, b) and (c, d) */
+    const __m512i ab = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
+    const __m512i cd = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
+    const __m512 ab0 = _mm512_permutex2var_ps(P0, ab, P1), ab1 = _mm512_permutex2var_ps(P2, ab, P3);
+    const __m512 cd0 = _mm512_permutex2var_ps(P0, cd, P1), cd1 = _mm512_permutex2var_ps(P2, cd, P3);
+    const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+    const __m512i hi = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    *a = _mm512_permutex2var_ps(ab0, lo, ab1);
+    *b = _mm512_permutex2var_ps(ab0, hi, ab1);
+    *c = _mm512_permutex2var_ps(cd0, lo, cd1);
+    *d = _mm512_permutex2var_ps(cd0, hi, cd1);
+}
+
 #elif defined(M2_SIMD_SCALAR)
 
 #define M2V_LEN 1
@@ -248,7 +360,7 @@ M2_INLINE void m2v_load_deint4(const float *p, m2v *a, m2v *b, m2v *c, m2v *d) {
 }
 
 #else
-#error "define M2_SIMD_AVX2 or M2_SIMD_SCALAR before including cpu/simd.h"
+#error "define M2_SIMD_AVX2, M2_SIMD_AVX512 or M2_SIMD_SCALAR before including cpu/simd.h"
 #endif
 
 #endif /* MAMBA2C_CPU_SIMD_H */

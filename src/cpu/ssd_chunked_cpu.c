@@ -32,7 +32,7 @@
 #define PB 16  /* state rows per state_passing task                                          */
 
 static const m2_ssd_chunk_kernels *kernels_for(const mamba2_context_t *ctx) {
-    return ctx->isa == M2_ISA_AVX2 ? &m2_ssd_chunk_kernels_avx2 : &m2_ssd_chunk_kernels_scalar;
+    return ctx->isa != M2_ISA_SCALAR ? &m2_ssd_chunk_kernels_avx2 : &m2_ssd_chunk_kernels_scalar;
 }
 
 static void run_tasks(mamba2_context_t *ctx, int64_t ntasks, m2_task_fn fn, void *arg) {

@@ -23,7 +23,7 @@
 #define TOK_BLOCK 64 /* tokens whose dt is processed at once (stack scratch: 2 x 256 bytes) */
 
 static const m2_ssd_step_kernels *kernels_for(const mamba2_context_t *ctx) {
-    return ctx->isa == M2_ISA_AVX2 ? &m2_ssd_step_kernels_avx2 : &m2_ssd_step_kernels_scalar;
+    return ctx->isa != M2_ISA_SCALAR ? &m2_ssd_step_kernels_avx2 : &m2_ssd_step_kernels_scalar;
 }
 
 static void run_tasks(mamba2_context_t *ctx, int64_t ntasks, m2_task_fn fn, void *arg) {
