@@ -229,6 +229,8 @@ def _bind(lib) -> None:
         "mamba2_ssd_forward": (ctypes.c_int, [_VP] * 10 + [sz]),
         # ctx, grads, dout, dfinal_state, x, dt, A, Bm, Cm, opts, workspace, workspace_size
         "mamba2_ssd_backward": (ctypes.c_int, [_VP] * 11 + [sz]),
+        # ctx, grads, dout, dfinal_state, x, dt, A, Bm, Cm, opts, size_t *workspace_size
+        "mamba2_ssd_backward_workspace_size": (ctypes.c_int, [_VP] * 11),
     }
     for name, (res, args) in protos.items():
         fn = getattr(lib, name)
@@ -395,9 +397,13 @@ class _Ret256(ctypes.Structure):
 class _Scratch:
     """Per-thread descriptor memory: tensor slots, one options struct, one grads struct."""
 
-    __slots__ = ("buf", "base", "opt_off", "grd_off", "step_plans", "step_last", "step_args")
+    __slots__ = ("buf", "base", "opt_off", "grd_off", "step_plans", "step_last", "step_args",
+                 "ws", "ws_size", "ws_query")
 
     def __init__(self):
+        self.ws = None  # the SSD backward's workspace, kept for the next call (see _workspace)
+        self.ws_size = 0
+        self.ws_query = ctypes.c_size_t(0)
         self.step_plans = {}  # decode-step descriptor templates (see ssd_step)
         self.step_last = (None, None)  # the last (key, plan) used: checked before the dict
         self.opt_off = _NSLOTS * _TSZ
@@ -469,6 +475,27 @@ class use_backend:
     def __exit__(self, *exc):
         _tls.backend = self.prev
         return False
+
+
+def _workspace(s: "_Scratch", nbytes: int):
+    """(pointer, size) of this thread's cached workspace, grown to nbytes: the SSD backward
+    needs tens of MiB, which the library would otherwise allocate (and page-fault in) on every
+    call. release_workspace() frees it."""
+    if nbytes <= 0:
+        return None, 0
+    if s.ws is None or s.ws_size < nbytes:
+        s.ws = None
+        s.ws = torch.empty(nbytes, dtype=torch.uint8)
+        s.ws_size = nbytes
+    return s.ws.data_ptr(), s.ws_size
+
+
+def release_workspace() -> None:
+    """Free this thread's cached SSD workspace (the next backward allocates it again)."""
+    s = getattr(_tls, "scratch", None)
+    if s is not None:
+        s.ws = None
+        s.ws_size = 0
 
 
 def _state():
@@ -811,9 +838,14 @@ def ssd_backward(dout, dfinal, x, dt, A, B, C, chunk_size: int, D=None, z=None, 
              _desc(buf, 15 * _TSZ, "C", C, adtype, acode)]
     p_o = _options(s, keep, 16, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
                    dt_softplus, dt_lo, dt_hi, cdtype, code, None, adtype, acode, out_x)
-    st = lib.mamba2_ssd_backward(_context(backend), base + s.grd_off, base + 9 * _TSZ, p_df,
-                                 base + 11 * _TSZ, base + 12 * _TSZ, base + 13 * _TSZ,
-                                 base + 14 * _TSZ, base + 15 * _TSZ, p_o, None, 0)
+    ctx = _context(backend)
+    args = (ctx, base + s.grd_off, base + 9 * _TSZ, p_df, base + 11 * _TSZ, base + 12 * _TSZ,
+            base + 13 * _TSZ, base + 14 * _TSZ, base + 15 * _TSZ, p_o)
+    st = lib.mamba2_ssd_backward_workspace_size(*args, ctypes.addressof(s.ws_query))
+    if st:
+        _raise_status(st, "mamba2_ssd_backward")
+    ws, ws_size = _workspace(s, s.ws_query.value)
+    st = lib.mamba2_ssd_backward(*args, ws, ws_size)
     if st:
         _raise_status(st, "mamba2_ssd_backward")
     for i in range(9):
