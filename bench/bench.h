@@ -1,7 +1,7 @@
 /*
  * bench.h — the machine ceilings mamba2c-bench measures itself, once per run, so that every
  * figure it prints is a fraction of this machine's own limits measured at the same time:
- *   peak.c / peak_avx2.c  the FMA peak (GFLOP/s) over n threads
+ *   peak.c / peak_avx2.c / peak_avx512.c  the FMA peak (GFLOP/s) over n threads
  *   stream.c              STREAM triad bandwidth (GB/s) over n threads, arrays >> L3
  * Private to bench/; the library is used only through include/mamba2c.h.
  */
@@ -13,17 +13,25 @@
 
 typedef struct bench_peak {
     double gflops;   /* best of the trials, all threads together            */
-    const char *isa; /* "avx2-fma" (12 chains of 8-wide FMA) or "scalar"     */
+    const char *isa; /* "avx512-fma" (12 chains of 16-wide FMA), "avx2-fma" (12 of 8-wide)
+                        or "scalar"                                           */
     int chains;      /* independent accumulator chains per thread            */
 } bench_peak;
 
-/* FMA peak over nthreads pthreads (each runs the same dependent-chain-free FMA loop). */
-bench_peak bench_fma_peak(int nthreads);
+/* FMA peak over nthreads pthreads (each runs the same dependent-chain-free FMA loop), with
+ * the loop of the instruction set `isa` names (a context ISA name: "avx512", "avx2",
+ * "scalar"), falling back to a narrower one the CPU or build lacks. */
+bench_peak bench_fma_peak(int nthreads, const char *isa);
 
 /* The AVX2 loop of peak_avx2.c: iters x 12 independent 256-bit FMAs; returns a checksum
  * (so the loop is not optimised away). Call only when the CPU has AVX2 and FMA. */
 float bench_fma_loop_avx2(int64_t iters, float seed);
 #define BENCH_AVX2_CHAINS 12
+
+/* The AVX-512 loop of peak_avx512.c: iters x 12 independent 512-bit FMAs. Call only when
+ * the CPU has AVX-512 F. */
+float bench_fma_loop_avx512(int64_t iters, float seed);
+#define BENCH_AVX512_CHAINS 12
 
 typedef struct bench_stream {
     double best_gbps;    /* STREAM convention: the best trial, bytes = 3 x array bytes */

@@ -29,6 +29,10 @@ static th_ssd_case cases[] = {
     /* long sequences, few heads: the CPU backend's chunk-parallel split (fixed by the
      * problem, not the thread count) */
     {"det_chunked_L6200_H3", SH(1, 6200, 3, 8, 8, 64, 3), .D_mode = 1, ALL_OPTS},
+    /* the AVX-512 kernel set's shapes (P >= 64, or P = 32 with N >= 64) where the CPU has it */
+    {"det_wide_P64_varlen_all", SH(1, 0, 4, 64, 20, 16, 2), .nseq = 3, .seqlen = {90, 1, 41},
+     .D_mode = 2, ALL_OPTS},
+    {"det_wide_chunked_P64_L4200", SH(1, 4200, 2, 64, 16, 64, 2), .D_mode = 1, ALL_OPTS},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -59,10 +63,16 @@ int main(int argc, char **argv) {
         mamba2_backend_t be;
         const char *isa;
         mamba2_dtype_t dt;
-    } kinds[3] = {{MAMBA2_BACKEND_CPU, NULL, MAMBA2_DTYPE_F32},
+    } kinds[4] = {{MAMBA2_BACKEND_CPU, NULL, MAMBA2_DTYPE_F32},
+                  {MAMBA2_BACKEND_CPU, "avx2", MAMBA2_DTYPE_F32},
                   {MAMBA2_BACKEND_CPU, "scalar", MAMBA2_DTYPE_F32},
                   {MAMBA2_BACKEND_REF, NULL, MAMBA2_DTYPE_F64}};
-    for (int k = 0; k < 3; k++) {
+    /* the AVX2 set forced only where the default is wider (AVX-512); else it is the default */
+    mamba2_context_t *probe = th_ctx(MAMBA2_BACKEND_CPU, 1, NULL);
+    const int wide = strcmp(mamba2_context_get_isa(probe), "avx512") == 0;
+    mamba2_context_destroy(probe);
+    for (int k = 0; k < 4; k++) {
+        if (k == 1 && !wide) continue;
         mamba2_context_t *ctx[NTHR];
         for (int t = 0; t < NTHR; t++) ctx[t] = th_ctx(kinds[k].be, threads[t], kinds[k].isa);
         char label[64];

@@ -1,6 +1,7 @@
 /*
  * test_ssd_cases.c — the SSD case table: every case, forward AND backward, on the optimized CPU
- * backend (default ISA and forced "scalar") and on the reference fed float32, each compared with
+ * backend (default ISA; forced "avx2" too where the default is "avx512"; forced "scalar") and on
+ * the reference fed float32, each compared with
  * the reference run on float64 copies of the same inputs (SPEC §8: normalised error <= 1e-5 for
  * out, final_state and every gradient). Guards, gaps, unchanged inputs, NaN/Inf and workspace
  * bounds are checked on every call. One log line per case and backend.
@@ -97,6 +98,15 @@ static th_ssd_case cases[] = {
     {"mamba2_dims_P64_N128", SH(1, 128, 4, 64, 128, 64, 1), .D_mode = 1, .z = 1, .dt_bias = 1,
      .softplus = 1, .final = 1},
     {"big_all_options", SH(2, 256, 8, 32, 64, 64, 2), .D_mode = 1, ALL_OPTS},
+    /* shapes the CPU backend runs with its AVX-512 kernel set where it has one (P >= 64, or
+     * P = 32 with N >= 64; ssd_cpu.c kernels_for): P and N tails of its 32 x 4 tile, varlen,
+     * the strong-decay path of the backward and the chunk-parallel split */
+    {"wide_P65_N9_tails_all", SH(2, 45, 3, 65, 9, 16, 3), .D_mode = 2, ALL_OPTS},
+    {"wide_P32_N64_varlen_all", SH(1, 0, 4, 32, 66, 16, 2), .nseq = 3, .seqlen = {40, 1, 33},
+     .D_mode = 1, ALL_OPTS},
+    {"wide_P64_N5_strong_decay", SH(1, 300, 2, 64, 5, 256, 1), .softplus = 1, .D_mode = 1, STATES,
+     .dt_mode = TH_DT_LARGE},
+    {"wide_chunked_P64_L4500_all", SH(1, 4500, 1, 64, 12, 64, 1), .D_mode = 2, ALL_OPTS},
     /* numerics: error growth over a long sequence; strong decay inside one long chunk, where
      * exp(cs_i) underflows and exp(-cs_j) overflows in float32 if computed separately */
     {"long_L1024_Q256", SH(1, 1024, 4, 16, 32, 256, 2), .D_mode = 1, .z = 1, STATES},
@@ -231,17 +241,28 @@ int main(int argc, char **argv) {
         else filter = argv[i];
     }
     mamba2_context_t *ref_ctx = th_ctx(MAMBA2_BACKEND_REF, 2, NULL);
-    variant vars[3] = {{NULL, MAMBA2_BACKEND_CPU, NULL},
+    /* the CPU backend's default kernel set, the AVX2 one forced where the default is wider
+     * (AVX-512: both sets stay tested on such a machine), the portable scalar one */
+    variant vars[4] = {{NULL, MAMBA2_BACKEND_CPU, NULL},
+                       {"cpu[avx2+fma]", MAMBA2_BACKEND_CPU, "avx2"},
                        {"cpu[scalar]", MAMBA2_BACKEND_CPU, "scalar"},
                        {"ref-f32", MAMBA2_BACKEND_REF, NULL}};
-    mamba2_context_t *ctxs[3];
-    for (int v = 0; v < 3; v++) ctxs[v] = th_ctx(vars[v].backend, 2, vars[v].isa);
+    mamba2_context_t *ctxs[4];
+    ctxs[0] = th_ctx(vars[0].backend, 2, vars[0].isa);
+    int nvar = 4;
+    if (strcmp(mamba2_context_get_isa(ctxs[0]), "avx512") != 0) { /* no wider default */
+        vars[1] = vars[2];
+        vars[2] = vars[3];
+        nvar = 3;
+    }
+    for (int v = 1; v < nvar; v++) ctxs[v] = th_ctx(vars[v].backend, 2, vars[v].isa);
     static char label0[64];
     snprintf(label0, sizeof label0, "cpu[%s]", mamba2_context_get_isa(ctxs[0]));
     vars[0].label = label0;
-    printf("mamba2c %s; default CPU kernel set: %s; %d cases x (%s, %s, %s) vs reference f64\n",
-           mamba2_version_string(), mamba2_context_get_isa(ctxs[0]), NCASES, vars[0].label,
-           vars[1].label, vars[2].label);
+    printf("mamba2c %s; default CPU kernel set: %s; %d cases x (", mamba2_version_string(),
+           mamba2_context_get_isa(ctxs[0]), NCASES);
+    for (int v = 0; v < nvar; v++) printf("%s%s", v ? ", " : "", vars[v].label);
+    printf(") vs reference f64\n");
 
     int ncase_run = 0;
     for (int ci = 0; ci < NCASES; ci++) {
@@ -263,7 +284,7 @@ int main(int argc, char **argv) {
         if (ok) check_reference_semantics(c, &d, &rr);
         th_end();
 
-        for (int v = 0; v < 3; v++) {
+        for (int v = 0; v < nvar; v++) {
             th_begin("%-28s %-15s", c->name, vars[v].label);
             if (!ok) {
                 th_fail("skipped: the reference failed");
@@ -287,7 +308,7 @@ int main(int argc, char **argv) {
         th_ssd_data_free(&d);
     }
     printf("%d SSD cases run\n", ncase_run);
-    for (int v = 0; v < 3; v++) mamba2_context_destroy(ctxs[v]);
+    for (int v = 0; v < nvar; v++) mamba2_context_destroy(ctxs[v]);
     mamba2_context_destroy(ref_ctx);
     return th_finish();
 }

@@ -21,7 +21,8 @@
  * check or clamp the range of its half outputs.
  *
  * Usage: test_ssd_half [--backend ref|cpu|all] [-q] [name-substring]
- * (cpu runs the CPU backend twice: its default kernel set and the forced portable "scalar" one)
+ * (cpu runs the CPU backend with its default kernel set, the forced "avx2" one where the default
+ * is "avx512", and the forced portable "scalar" one)
  */
 #include <math.h>
 #include <stdio.h>
@@ -79,6 +80,7 @@ static th_ssd_case cases[] = {
     {"partial_grads", SH(2, 33, 4, 8, 8, 16, 2), .D_mode = 2, ALL_OPTS,
      .grad_mask = GBIT(TH_DX) | GBIT(TH_DA) | GBIT(TH_DCM) | GBIT(TH_DZ) | GBIT(TH_DINIT)},
     {"mamba2_dims_P64_N64_all", SH(1, 200, 4, 64, 64, 64, 1), .D_mode = 1, ALL_OPTS},
+    {"wide_P65_N9_G2_all", SH(2, 37, 4, 65, 9, 16, 2), .D_mode = 2, ALL_OPTS}, /* AVX-512 tails */
     {"long_L700_Q64", SH(1, 700, 2, 16, 32, 64, 1), .D_mode = 1, .z = 1, .softplus = 1,
      .dt_bias = 1, STATES},
 };
@@ -342,7 +344,7 @@ static int outputs_equal(const inst *a, const inst *b, char *msg, size_t n) {
 
 /* ---- worst errors per (backend, dtype, tensor), for the summary ----------------------------- */
 
-static double worst[3][2][TH_NT]; /* -1: nothing measured */
+static double worst[4][2][TH_NT]; /* -1: nothing measured */
 
 /* ---- one case on one backend and dtype --------------------------------------------------- */
 
@@ -533,17 +535,24 @@ int main(int argc, char **argv) {
         printf("usage: test_ssd_half [--backend ref|cpu|all] [-q] [name-substring]\n");
         return 2;
     }
-    /* the CPU backend runs with its default kernel set and with the portable scalar one */
-    static const char *blabel[3] = {"ref", "cpu", "cpu-scalar"}, *bname[3] = {"ref", "cpu", "cpu"};
-    static const char *bisa[3] = {NULL, NULL, "scalar"};
-    static const mamba2_backend_t bk[3] = {MAMBA2_BACKEND_REF, MAMBA2_BACKEND_CPU, MAMBA2_BACKEND_CPU};
+    /* the CPU backend runs with its default kernel set, the AVX2 one forced where the default
+     * is wider (AVX-512), and the portable scalar one */
+    static const char *blabel[4] = {"ref", "cpu", "cpu-avx2", "cpu-scalar"};
+    static const char *bname[4] = {"ref", "cpu", "cpu", "cpu"};
+    static const char *bisa[4] = {NULL, NULL, "avx2", "scalar"};
+    static const mamba2_backend_t bk[4] = {MAMBA2_BACKEND_REF, MAMBA2_BACKEND_CPU, MAMBA2_BACKEND_CPU,
+                                           MAMBA2_BACKEND_CPU};
     static const mamba2_dtype_t dts[2] = {MAMBA2_DTYPE_BF16, MAMBA2_DTYPE_F16};
-    for (int bi = 0; bi < 3; bi++)
+    for (int bi = 0; bi < 4; bi++)
         for (int di = 0; di < 2; di++)
             for (int id = 0; id < TH_NT; id++) worst[bi][di][id] = -1.0;
+    mamba2_context_t *probe = th_ctx(MAMBA2_BACKEND_CPU, 1, NULL);
+    const int wide = strcmp(mamba2_context_get_isa(probe), "avx512") == 0;
+    mamba2_context_destroy(probe);
     mamba2_context_t *ref_ctx = th_ctx(MAMBA2_BACKEND_REF, 1, NULL);
-    for (int bi = 0; bi < 3; bi++) {
+    for (int bi = 0; bi < 4; bi++) {
         if (strcmp(which, "all") && strcmp(which, bname[bi])) continue;
+        if (bi == 2 && !wide) continue; /* the AVX2 set is the default there */
         mamba2_context_t *c1 = th_ctx(bk[bi], 1, bisa[bi]), *c2 = th_ctx(bk[bi], 2, bisa[bi]);
         printf("backend %s (kernel set %s): %d cases x bf16, f16 vs reference f64 on the rounded "
                "inputs\n", blabel[bi], mamba2_context_get_isa(c2), NCASES);

@@ -5,7 +5,8 @@
  * the requested flat token positions must equal
  *   - on the reference: the final state of a reference run over that sequence's prefix ending
  *     at the position (the definition), to float64 rounding;
- *   - on the CPU backend (AVX2 and scalar): the float64 reference, within SPEC §8 (1e-5);
+ *   - on the CPU backend (default kernel set; AVX2 forced where the default is AVX-512; scalar):
+ *     the float64 reference, within SPEC §8 (1e-5);
  * and asking for them must not change out or final_state by a single bit. Guard bytes after
  * the position states; invalid position lists are rejected with a message.
  */
@@ -140,7 +141,7 @@ static void free_result(result *r) {
 }
 
 static void run_case(const pcase *c, mamba2_context_t *ref, mamba2_context_t *cpu,
-                     mamba2_context_t *cpu_scalar) {
+                     mamba2_context_t *cpu_avx2, mamba2_context_t *cpu_scalar) {
     th_rng r;
     th_rng_seed(&r, 0x5eed0000u + (uint64_t)c->L * 31 + (uint64_t)c->npos);
     pdata d;
@@ -190,11 +191,13 @@ static void run_case(const pcase *c, mamba2_context_t *ref, mamba2_context_t *cp
     th_end();
 
     /* plain forward on the CPU for the bitwise no-change check */
-    mamba2_context_t *cpus[2] = {cpu, cpu_scalar};
-    const char *names[2] = {"cpu", "cpu[scalar]"};
+    /* cpu_avx2: NULL where the default kernel set is AVX2 already */
+    mamba2_context_t *cpus[3] = {cpu, cpu_scalar, cpu_avx2};
+    const char *names[3] = {"cpu", "cpu[scalar]", "cpu[avx2]"};
     result plain;
     mamba2_status_t stp = run(cpu, MAMBA2_DTYPE_F32, c, &d, 0, B, 0, L, 0, d.S, cu, ncu, NULL, 0, &plain);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
+        if (!cpus[k]) continue;
         result cr;
         th_begin("%s %s vs ref-f64", c->name, names[k]);
         st = run(cpus[k], MAMBA2_DTYPE_F32, c, &d, 0, B, 0, L, 0, d.S, cu, ncu, c->pos, c->npos, &cr);
@@ -286,6 +289,9 @@ int main(void) {
     mamba2_context_t *ref = th_ctx(MAMBA2_BACKEND_REF, 1, NULL);
     mamba2_context_t *cpu = th_ctx(MAMBA2_BACKEND_CPU, 2, NULL);
     mamba2_context_t *cpu_scalar = th_ctx(MAMBA2_BACKEND_CPU, 2, "scalar");
+    mamba2_context_t *cpu_avx2 = strcmp(mamba2_context_get_isa(cpu), "avx512") == 0
+                                     ? th_ctx(MAMBA2_BACKEND_CPU, 2, "avx2")
+                                     : NULL;
     static const pcase cases[] = {
         {"batched B2 L37 H4 P5 N7 G2 Q8", 2, 37, 4, 5, 7, 8, 2, 0, {0}, 6, {0, 5, 31, 36, 37, 73}},
         {"batched B1 L100 H2 P16 N32 G1 Q64 dense", 1, 100, 2, 16, 32, 64, 1, 0, {0}, 9,
@@ -294,11 +300,14 @@ int main(void) {
         {"varlen 7 seqs L50 one pos", 1, 50, 2, 8, 8, 4, 1, 7, {0, 3, 4, 10, 25, 26, 40, 50}, 1, {25}},
         {"batched L1", 3, 1, 2, 3, 5, 1, 1, 0, {0}, 2, {0, 2}},
         {"no positions", 2, 20, 2, 4, 4, 8, 2, 0, {0}, 0, {0}},
+        /* the AVX-512 kernel set's shapes (P >= 64) where the CPU has it */
+        {"varlen 3 seqs L60 P64 N12", 1, 60, 2, 64, 12, 16, 1, 3, {0, 25, 26, 60}, 5, {0, 24, 25, 30, 59}},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], ref, cpu, cpu_scalar);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], ref, cpu, cpu_avx2, cpu_scalar);
     run_errors(cpu);
     mamba2_context_destroy(ref);
     mamba2_context_destroy(cpu);
     mamba2_context_destroy(cpu_scalar);
+    if (cpu_avx2) mamba2_context_destroy(cpu_avx2);
     return th_finish();
 }

@@ -1,8 +1,8 @@
 /*
  * cpu.h — entry points of the optimized CPU backend (src/cpu/), one block per operator.
  * The backend's function table (src/cpu/backend.c) points at these. Each op dispatches on
- * ctx->isa to its per-ISA kernel files (scalar, avx2+fma; conv1d also avx512, where the other
- * ops take their avx2 kernels).
+ * ctx->isa to its per-ISA kernel files (scalar, avx2+fma; conv1d and the fused SSD scan also
+ * avx512, where the other ops take their avx2 kernels).
  */
 #ifndef MAMBA2C_CPU_H
 #define MAMBA2C_CPU_H

@@ -158,5 +158,6 @@ typedef struct m2_cpu_kernels {
 
 extern const m2_cpu_kernels m2_cpu_kernels_scalar; /* ssd_kernels_scalar.c, any CPU     */
 extern const m2_cpu_kernels m2_cpu_kernels_avx2;   /* ssd_kernels_avx2.c, -mavx2 -mfma */
+extern const m2_cpu_kernels m2_cpu_kernels_avx512; /* ssd_kernels_avx512.c, -mavx512f.. */
 
 #endif /* MAMBA2C_CPU_KERNELS_H */

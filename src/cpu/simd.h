@@ -1,8 +1,8 @@
 /*
  * simd.h — the thin per-ISA vector layer the CPU kernels are written against.
  *
- * A kernel file defines exactly one of M2_SIMD_AVX2, M2_SIMD_AVX512 (conv1d only: it maps
- * just the operations that kernel text uses) or M2_SIMD_SCALAR, then includes this header
+ * A kernel file defines exactly one of M2_SIMD_AVX2, M2_SIMD_AVX512 (conv1d and SSD only: it
+ * maps just the operations those kernel texts use) or M2_SIMD_SCALAR, then includes this header
  * and its op's *_kernels_impl.h. The kernel bodies use only the m2v_* names below, so one
  * source text yields every instruction set and no kernel body carries an #ifdef (the same
  * arrangement as ggml's simd-mappings.h).
@@ -206,8 +206,8 @@ M2_INLINE void m2v_load_deint4(const float *p, m2v *a, m2v *b, m2v *c, m2v *d) {
 #elif defined(M2_SIMD_AVX512)
 
 /* AVX-512 (F, VL, BW, DQ; with AVX2, FMA): 16 floats per vector, one 64-byte line. Only the
- * operations the conv1d kernels use are mapped (the other ops keep their AVX2 kernels at this
- * level). Each lane computes the float operations of the AVX2 mapping, constant for constant,
+ * operations the conv1d and SSD kernels use are mapped (the other ops keep their AVX2 kernels
+ * at this level). Each lane computes the float operations of the AVX2 mapping, constant for constant,
  * so a channel's result differs from its AVX2 one only where the kernel text itself groups
  * work by vector (none of conv1d's sums do; see conv1d_kernels_impl.h). */
 #include <immintrin.h>
@@ -224,6 +224,27 @@ typedef __m512 m2v;
 #define m2v_mul(a, b) _mm512_mul_ps((a), (b))
 #define m2v_div(a, b) _mm512_div_ps((a), (b))
 #define m2v_fma(a, b, c) _mm512_fmadd_ps((a), (b), (c)) /* a*b + c, one rounding */
+
+/* Sum of the 16 lanes, in a fixed order: the two 256-bit halves added, then as the AVX2
+ * m2v_reduce. (Added for the SSD kernels.) */
+M2_INLINE float m2v_reduce(m2v v) {
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_hadd_ps(s, s);
+    s = _mm_hadd_ps(s, s);
+    return _mm_cvtss_f32(s);
+}
+
+/* out[i] = sum of the lanes of v_i, four vectors at once: each folded to 256 bits (halves
+ * added), then the AVX2 m2v_reduce4's three hadds. One fixed order per lane position. */
+M2_INLINE void m2v_reduce4(m2v a, m2v b, m2v c, m2v d, float *out) {
+#define M2V_FOLD_(x) _mm256_add_ps(_mm512_castps512_ps256(x), _mm512_extractf32x8_ps((x), 1))
+    const __m256 ab = _mm256_hadd_ps(M2V_FOLD_(a), M2V_FOLD_(b));
+    const __m256 cd = _mm256_hadd_ps(M2V_FOLD_(c), M2V_FOLD_(d));
+#undef M2V_FOLD_
+    const __m256 abcd = _mm256_hadd_ps(ab, cd);
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+}
 
 /* e^(-x): the AVX2 m2v_exp_neg, lane for lane (see there). */
 M2_INLINE m2v m2v_exp_neg(m2v x) {

@@ -9,7 +9,7 @@
  * token is one FMA per state element for the update (Ŝ += (d_t/E_t) x_t ⊗ B_t) and one per
  * output (y_t = E_t Ŝ_t·C_t); a segment restarts (one multiply of the state) before the
  * scale leaves [e^-60, 1]. The kernel `sweep` runs one state over a block of T tokens with a
- * 16 x 4 register tile.
+ * register tile of 2 vectors of p x 4 columns (16 x 4 with AVX2, 32 x 4 with AVX-512).
  *
  * Forward: a task is a set of consecutive heads of one sequence (or chunk, below), walking
  * the blocks: per block it processes dt for all its heads at once (dt_block), packs
@@ -79,7 +79,16 @@
 #define FWD_BLOCK 32
 /* ---- small helpers ------------------------------------------------------------------ */
 
-static const m2_cpu_kernels *kernels_for(const mamba2_context_t *ctx) {
+/* The kernel set of a call: the context's ISA, except that the AVX-512 set (a 32 x 4 register
+ * tile: P padded to a multiple of 32) runs only where P fills that tile well enough to beat
+ * the AVX2 set's 16 x 4 one: P >= 64, or P = 32 with N >= 64 (measured on the standard suite,
+ * docs/cpu_ssd.md: P = 16 is 10-45% slower with AVX-512, P = 32 with N = 32 ~10-25% slower,
+ * P = 32 with N = 64 and every P = 64 case but the smallest faster). The choice depends on
+ * the problem only, never on the thread count, so results stay bitwise identical across
+ * thread counts. */
+static const m2_cpu_kernels *kernels_for(const mamba2_context_t *ctx, const m2_ssd_problem *pr) {
+    if (ctx->isa == M2_ISA_AVX512 && (pr->P >= 64 || (pr->P % 32 == 0 && pr->N >= 64)))
+        return &m2_cpu_kernels_avx512;
     return ctx->isa != M2_ISA_SCALAR ? &m2_cpu_kernels_avx2 : &m2_cpu_kernels_scalar;
 }
 
@@ -436,7 +445,7 @@ static int64_t fwd_head_set(const m2_ssd_problem *pr, int64_t items, int nthr, i
 }
 
 static void fwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr, fwd_plan *pl) {
-    const m2_cpu_kernels *K = kernels_for(ctx);
+    const m2_cpu_kernels *K = kernels_for(ctx, pr);
     const size_t T = FWD_BLOCK, f = sizeof(float);
     pl->T = FWD_BLOCK;
     pl->Pp = round_up(pr->P > 0 ? pr->P : 1, K->tile_p);
@@ -712,7 +721,7 @@ mamba2_status_t m2_cpu_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *
     if (st != MAMBA2_STATUS_OK) return st;
     fwd_job J;
     J.pr = pr;
-    J.k = kernels_for(ctx);
+    J.k = kernels_for(ctx, pr);
     J.outputs = 1;
     fwd_make_plan(ctx, pr, &J.pl);
     if (!ws) return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "cpu ssd forward: no workspace");
@@ -784,7 +793,7 @@ typedef struct bwd_progress {
 } bwd_progress;
 
 static void bwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr, bwd_plan *pl) {
-    const m2_cpu_kernels *K = kernels_for(ctx);
+    const m2_cpu_kernels *K = kernels_for(ctx, pr);
     const int64_t H = pr->H;
     const size_t f = sizeof(float), dbl = sizeof(double);
     pl->T = BWD_BLOCK;
@@ -1394,7 +1403,7 @@ mamba2_status_t m2_cpu_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem 
     if (st != MAMBA2_STATUS_OK) return st;
     bwd_job J;
     J.pr = pr;
-    J.k = kernels_for(ctx);
+    J.k = kernels_for(ctx, pr);
     bwd_make_plan(ctx, pr, &J.pl);
     if (!ws) return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "cpu ssd backward: no workspace");
     J.base = align64(ws);

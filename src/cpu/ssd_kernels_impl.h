@@ -11,10 +11,10 @@
  *    one more per contraction asked for: the output row w (over n, per p) and the r row
  *    (over p, per n). The forward uses update + w; the backward's two passes use
  *    update + w + r, forward and reversed. A register tile of 2 vectors of p by 4 columns n
- *    (16 x 4 floats with AVX2) stays in registers for the whole token loop; the state lives
- *    in the sweep's own layout [Np][Pp], padded with zeros to the tile, so there are no edge
- *    cases in the kernel. Reductions run in orders fixed by (Pp, Np): results never depend
- *    on threads.
+ *    (16 x 4 floats with AVX2, 32 x 4 with AVX-512) stays in registers for the whole token
+ *    loop; the state lives in the sweep's own layout [Np][Pp], padded with zeros to the
+ *    tile, so there are no edge cases in the kernel. Reductions run in orders fixed by
+ *    (Pp, Np): results never depend on threads.
  *  - sweep_direct: the reverse sweep plus the decay gradient contracted from its definition,
  *    for blocks where the backward's telescoping form would lose precision (strong decay).
  *  - dt_block: dt processing and the segment scales of a set of heads, vectorized over the
@@ -51,12 +51,12 @@
  * u, r, w: [T][Pp]; V, W: packed [Np/4][T][4] (the 4 values of a tile's columns for one
  * token are adjacent); acc: [T][Np]. The state is multiplied by f when a tile is loaded
  * (a segment restart; f = 1 is exact).
- * Register tile: 2 vectors of p x 4 columns n (16 x 4 floats with AVX2), held for the whole
- * token loop; only the w rows and the r partial sums go through memory. Tiles run n-tile
- * outer, p-tile inner, so a tile's V/W columns (T*16 bytes) are reused across the p-tiles
- * and u, w, r (T*Pp floats each) stay in L1. The r partial sums keep one vector of lanes per
- * (token, column), added p-tile after p-tile and reduced once per n-tile: every sum has
- * one order fixed by (Pp, Np), never by threads. */
+ * Register tile: 2 vectors of p x 4 columns n (16 x 4 floats with AVX2, 32 x 4 with
+ * AVX-512), held for the whole token loop; only the w rows and the r partial sums go
+ * through memory. Tiles run n-tile outer, p-tile inner, so a tile's V/W columns (T*16
+ * bytes) are reused across the p-tiles and u, w, r (T*Pp floats each) stay in L1. The r
+ * partial sums keep one vector of lanes per (token, column), added p-tile after p-tile and
+ * reduced once per n-tile: every sum has one order fixed by (Pp, Np), never by threads. */
 #define M2_SW_TMAX 64
 
 /* tile *= f (a segment restart) */
