@@ -7,6 +7,7 @@
  *   cmake --build build --target mamba2c_static
  *   cc -O2 -Isrc dev/sweep_micro.c build/libmamba2c.a -lm -lpthread -o /tmp/sweep_micro
  *   /tmp/sweep_micro [heads] [P]        (heads: distinct states cycled, default 1; P default 64)
+ *   AVX512=1 /tmp/sweep_micro            (the AVX-512 set; needs a CPU with it)
  *
  * Compare with the single-thread FMA peak that `mamba2c-bench --threads 1` prints.
  */
@@ -29,7 +30,7 @@ static float *buf(int64_t n, float scale, int mod) {
 }
 
 int main(int argc, char **argv) {
-    const m2_cpu_kernels *K = &m2_cpu_kernels_avx2;
+    const m2_cpu_kernels *K = getenv("AVX512") ? &m2_cpu_kernels_avx512 : &m2_cpu_kernels_avx2;
     const int nheads = argc > 1 ? atoi(argv[1]) : 1;
     const int64_t T = 32, Np = 128, Pp = argc > 2 ? atoi(argv[2]) : 64;
     const int reps = 3000;
