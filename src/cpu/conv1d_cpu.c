@@ -77,21 +77,6 @@ static const m2_conv1d_kernels *kernels_for(const mamba2_context_t *ctx) {
                                      : &m2_conv1d_kernels_scalar;
 }
 
-/* Per-thread scratch is indexed by the pool's worker id, so plan for every worker. */
-static int plan_threads(const mamba2_context_t *ctx) {
-    int n = ctx->pool ? m2_pool_num_threads(ctx->pool) : 1;
-    if (ctx->num_threads > n) n = ctx->num_threads;
-    return n < 1 ? 1 : n;
-}
-
-static void run_tasks(mamba2_context_t *ctx, int64_t ntasks, m2_task_fn fn, void *arg) {
-    if (ntasks <= 0) return;
-    if (ctx->pool)
-        m2_pool_run(ctx->pool, ntasks, fn, arg);
-    else
-        for (int64_t t = 0; t < ntasks; t++) fn(arg, t, 0);
-}
-
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* Channel blocks per task: as many as still leave about TASKS_PER_THREAD tasks per thread
@@ -276,9 +261,9 @@ mamba2_status_t m2_cpu_conv1d_forward(mamba2_context_t *ctx, const m2_conv1d_pro
     J.ld = pack_width(pr);
     J.block = FWD_BLOCK;
     J.nblk = ceil_div(pr->L, J.block);
-    J.gcb = group_blocks(nrows(pr) * J.nblk, J.ncb, plan_threads(ctx));
-    run_tasks(ctx, nrows(pr) * J.nblk * ceil_div(J.ncb, J.gcb), fwd_task, &J);
-    if (pr->final.p && pr->W > 1) run_tasks(ctx, pr->nseq, final_task, (void *)pr);
+    J.gcb = group_blocks(nrows(pr) * J.nblk, J.ncb, m2_cpu_plan_threads(ctx));
+    m2_cpu_run_tasks(ctx, nrows(pr) * J.nblk * ceil_div(J.ncb, J.gcb), fwd_task, &J);
+    if (pr->final.p && pr->W > 1) m2_cpu_run_tasks(ctx, pr->nseq, final_task, (void *)pr);
     return MAMBA2_STATUS_OK;
 }
 
@@ -317,7 +302,7 @@ static bwd_plan plan_bwd(const mamba2_context_t *ctx, const m2_conv1d_problem *p
     p.ncb = ceil_div(pr->C, CB);
     p.ld = pack_width(pr);
     p.nparts = (pr->dweight.p || pr->dbias.p) ? nrows(pr) * p.nblk : 0;
-    p.nthreads = plan_threads(ctx);
+    p.nthreads = m2_cpu_plan_threads(ctx);
     p.gcb = group_blocks(nrows(pr) * p.nblk, p.ncb, p.nthreads);
     p.parts_bytes = (size_t)(ceil_div(p.nparts * (pr->W + 1) * pr->C, 8) * 8) * sizeof(double);
     p.scratch_floats = (size_t)scratch_floats(pr->W, p.ld);
@@ -490,8 +475,8 @@ mamba2_status_t m2_cpu_conv1d_backward(mamba2_context_t *ctx, const m2_conv1d_pr
     J.scratch = (float *)((unsigned char *)ws + J.p.parts_bytes);
     const int any = pr->dx.p || pr->dweight.p || pr->dbias.p || pr->dinit.p;
     if (!any) return MAMBA2_STATUS_OK;
-    run_tasks(ctx, nrows(pr) * J.p.nblk * ceil_div(J.p.ncb, J.p.gcb), bwd_task, &J);
-    if (pr->dweight.p || pr->dbias.p) run_tasks(ctx, J.p.ncb, reduce_task, &J);
+    m2_cpu_run_tasks(ctx, nrows(pr) * J.p.nblk * ceil_div(J.p.ncb, J.p.gcb), bwd_task, &J);
+    if (pr->dweight.p || pr->dbias.p) m2_cpu_run_tasks(ctx, J.p.ncb, reduce_task, &J);
     /* empty sequences: no task saw them; final = init there, so dinit = dfinal (or 0) */
     if (pr->dinit.p && pr->W > 1)
         for (int64_t s = 0; s < pr->nseq; s++) {
@@ -578,11 +563,11 @@ mamba2_status_t m2_cpu_conv1d_step(mamba2_context_t *ctx, const m2_conv1d_proble
         if (bytes < STEP_SERIAL_BYTES || !ctx->pool)
             for (int64_t t = 0; t < J.ncb; t++) step1_task(&J, t, 0);
         else
-            run_tasks(ctx, J.ncb, step1_task, &J);
+            m2_cpu_run_tasks(ctx, J.ncb, step1_task, &J);
         return MAMBA2_STATUS_OK;
     }
     J.ncb = ceil_div(pr->C, CB);
     J.ld = pack_width(pr);
-    run_tasks(ctx, pr->B * J.ncb, step_task, &J);
+    m2_cpu_run_tasks(ctx, pr->B * J.ncb, step_task, &J);
     return MAMBA2_STATUS_OK;
 }

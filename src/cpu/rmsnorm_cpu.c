@@ -34,23 +34,6 @@ static const m2_rmsnorm_kernels *kernels_for(const mamba2_context_t *ctx) {
     return ctx->isa != M2_ISA_SCALAR ? &m2_rmsnorm_kernels_avx2 : &m2_rmsnorm_kernels_scalar;
 }
 
-/* Per-thread scratch is indexed by the pool's worker id, so plan for every worker. */
-static int plan_threads(const mamba2_context_t *ctx) {
-    int n = ctx->pool ? m2_pool_num_threads(ctx->pool) : 1;
-    if (ctx->num_threads > n) n = ctx->num_threads;
-    return n < 1 ? 1 : n;
-}
-
-static void run_tasks(mamba2_context_t *ctx, int64_t ntasks, m2_task_fn fn, void *arg) {
-    if (ntasks <= 0) return;
-    if (ctx->pool)
-        m2_pool_run(ctx->pool, ntasks, fn, arg);
-    else
-        for (int64_t t = 0; t < ntasks; t++) fn(arg, t, 0);
-}
-
-static size_t round64(size_t x) { return (x + 63) & ~(size_t)63; }
-
 /* Rows per backward block: a function of M only (never of the thread count). */
 static int64_t bwd_block_rows(int64_t M) {
     int64_t rows = (M + BWD_MAX_BLOCKS - 1) / BWD_MAX_BLOCKS;
@@ -103,7 +86,7 @@ mamba2_status_t m2_cpu_rmsnorm_forward(mamba2_context_t *ctx, const m2_rmsnorm_p
                                        void *ws) {
     (void)ws;
     fwd_arg a = {pr, kernels_for(ctx)};
-    run_tasks(ctx, (pr->M + FWD_ROWS - 1) / FWD_ROWS, fwd_task, &a);
+    m2_cpu_run_tasks(ctx, (pr->M + FWD_ROWS - 1) / FWD_ROWS, fwd_task, &a);
     return MAMBA2_STATUS_OK;
 }
 
@@ -121,7 +104,7 @@ static bwd_layout bwd_plan(const mamba2_context_t *ctx, const m2_rmsnorm_problem
     memset(&L, 0, sizeof L);
     L.rows = bwd_block_rows(pr->M);
     L.nblk = (pr->M + L.rows - 1) / L.rows;
-    const size_t part = round64((size_t)L.nblk * (size_t)pr->D * sizeof(float));
+    const size_t part = m2_round64((size_t)L.nblk * (size_t)pr->D * sizeof(float));
     size_t off = 0;
     if (pr->dweight.p) {
         L.dw = off;
@@ -132,8 +115,8 @@ static bwd_layout bwd_plan(const mamba2_context_t *ctx, const m2_rmsnorm_problem
         off += part;
     }
     L.scr = off;
-    L.scr_stride = round64((size_t)(4 * pr->S) * sizeof(float)); /* 2 rows x 2 S floats */
-    L.total = off + (size_t)plan_threads(ctx) * L.scr_stride;
+    L.scr_stride = m2_round64((size_t)(4 * pr->S) * sizeof(float)); /* 2 rows x 2 S floats */
+    L.total = off + (size_t)m2_cpu_plan_threads(ctx) * L.scr_stride;
     return L;
 }
 
@@ -215,7 +198,7 @@ mamba2_status_t m2_cpu_rmsnorm_backward(mamba2_context_t *ctx, const m2_rmsnorm_
         if (pr->dbias.p) memset(pr->dbias.p, 0, (size_t)pr->D * sizeof(float));
         return MAMBA2_STATUS_OK;
     }
-    run_tasks(ctx, a.L.nblk, bwd_task, &a);
-    if (pr->dweight.p || pr->dbias.p) run_tasks(ctx, (pr->D + RED_COLS - 1) / RED_COLS, reduce_task, &a);
+    m2_cpu_run_tasks(ctx, a.L.nblk, bwd_task, &a);
+    if (pr->dweight.p || pr->dbias.p) m2_cpu_run_tasks(ctx, (pr->D + RED_COLS - 1) / RED_COLS, reduce_task, &a);
     return MAMBA2_STATUS_OK;
 }

@@ -35,14 +35,6 @@ static const m2_ssd_chunk_kernels *kernels_for(const mamba2_context_t *ctx) {
     return ctx->isa != M2_ISA_SCALAR ? &m2_ssd_chunk_kernels_avx2 : &m2_ssd_chunk_kernels_scalar;
 }
 
-static void run_tasks(mamba2_context_t *ctx, int64_t ntasks, m2_task_fn fn, void *arg) {
-    if (ntasks <= 0) return;
-    if (ctx->pool)
-        m2_pool_run(ctx->pool, ntasks, fn, arg);
-    else
-        for (int64_t t = 0; t < ntasks; t++) fn(arg, t, 0);
-}
-
 static mamba2_status_t check_f32(const m2_ssd_chunk_problem *pr, const char *stage) {
     if (pr->act_dtype != MAMBA2_DTYPE_F32 || pr->par_dtype != MAMBA2_DTYPE_F32)
         return m2_error(MAMBA2_STATUS_UNSUPPORTED, "the cpu backend runs %s in f32 only", stage);
@@ -91,7 +83,7 @@ mamba2_status_t m2_cpu_ssd_chunk_cumsum(mamba2_context_t *ctx, const m2_ssd_chun
     mamba2_status_t st = check_f32(pr, "ssd_chunk_cumsum");
     if (st != MAMBA2_STATUS_OK) return st;
     chunk_job job = {pr, kernels_for(ctx)};
-    run_tasks(ctx, pr->B * pr->H * pr->K, cumsum_task, &job);
+    m2_cpu_run_tasks(ctx, pr->B * pr->H * pr->K, cumsum_task, &job);
     return MAMBA2_STATUS_OK;
 }
 
@@ -117,7 +109,7 @@ mamba2_status_t m2_cpu_ssd_bmm_chunk(mamba2_context_t *ctx, const m2_ssd_chunk_p
     mamba2_status_t st = check_f32(pr, "ssd_bmm_chunk");
     if (st != MAMBA2_STATUS_OK) return st;
     chunk_job job = {pr, kernels_for(ctx)};
-    run_tasks(ctx, pr->B * pr->K * pr->G, bmm_task, &job);
+    m2_cpu_run_tasks(ctx, pr->B * pr->K * pr->G, bmm_task, &job);
     return MAMBA2_STATUS_OK;
 }
 
@@ -147,7 +139,7 @@ mamba2_status_t m2_cpu_ssd_chunk_state(mamba2_context_t *ctx, const m2_ssd_chunk
     mamba2_status_t st = check_f32(pr, "ssd_chunk_state");
     if (st != MAMBA2_STATUS_OK) return st;
     chunk_job job = {pr, kernels_for(ctx)};
-    run_tasks(ctx, pr->B * pr->K * pr->H, state_task, &job);
+    m2_cpu_run_tasks(ctx, pr->B * pr->K * pr->H, state_task, &job);
     return MAMBA2_STATUS_OK;
 }
 
@@ -191,7 +183,7 @@ mamba2_status_t m2_cpu_ssd_state_passing(mamba2_context_t *ctx, const m2_ssd_chu
     mamba2_status_t st = check_f32(pr, "ssd_state_passing");
     if (st != MAMBA2_STATUS_OK) return st;
     chunk_job job = {pr, kernels_for(ctx)};
-    run_tasks(ctx, pr->B * pr->H * ((pr->P + PB - 1) / PB), passing_task, &job);
+    m2_cpu_run_tasks(ctx, pr->B * pr->H * ((pr->P + PB - 1) / PB), passing_task, &job);
     return MAMBA2_STATUS_OK;
 }
 
@@ -253,6 +245,6 @@ mamba2_status_t m2_cpu_ssd_chunk_scan(mamba2_context_t *ctx, const m2_ssd_chunk_
     mamba2_status_t st = check_f32(pr, "ssd_chunk_scan");
     if (st != MAMBA2_STATUS_OK) return st;
     chunk_job job = {pr, kernels_for(ctx)};
-    run_tasks(ctx, pr->B * pr->K * pr->H, scan_task, &job);
+    m2_cpu_run_tasks(ctx, pr->B * pr->K * pr->H, scan_task, &job);
     return MAMBA2_STATUS_OK;
 }

@@ -92,29 +92,12 @@ static const m2_cpu_kernels *kernels_for(const mamba2_context_t *ctx, const m2_s
     return ctx->isa != M2_ISA_SCALAR ? &m2_cpu_kernels_avx2 : &m2_cpu_kernels_scalar;
 }
 
-/* Per-thread scratch is indexed by the pool's worker id, so plan for every worker. */
-static int plan_threads(const mamba2_context_t *ctx) {
-    int n = ctx->pool ? m2_pool_num_threads(ctx->pool) : 1;
-    if (ctx->num_threads > n) n = ctx->num_threads;
-    return n < 1 ? 1 : n;
-}
-
-static void run_tasks(mamba2_context_t *ctx, int64_t ntasks, m2_task_fn fn, void *arg) {
-    if (ntasks <= 0) return;
-    if (ctx->pool)
-        m2_pool_run(ctx->pool, ntasks, fn, arg);
-    else
-        for (int64_t t = 0; t < ntasks; t++) fn(arg, t, 0);
-}
-
 /* Reserve `bytes` at the next 64-byte boundary of a layout; returns the offset. */
 static size_t carve(size_t *off, size_t bytes) {
     const size_t o = (*off + 63) & ~(size_t)63;
     *off = o + bytes;
     return o;
 }
-
-static size_t round64(size_t x) { return (x + 63) & ~(size_t)63; }
 
 static unsigned char *align64(void *p) {
     return (unsigned char *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
@@ -451,7 +434,7 @@ static void fwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
     pl->Pp = round_up(pr->P > 0 ? pr->P : 1, K->tile_p);
     pl->Np = round_up(pr->N > 0 ? pr->N : 1, K->tile_n);
     const size_t Pp = (size_t)pl->Pp, Np = (size_t)pl->Np;
-    pl->nthr = plan_threads(ctx);
+    pl->nthr = m2_cpu_plan_threads(ctx);
     pl->nch = total_chunks(pr);
     pl->chunked = pl->nch > pr->nseq;
     pl->hs = fwd_head_set(pr, pl->nch, pl->nthr, (int64_t)((Np * Pp + 2 * T * Pp + 2 * T * Np) * f));
@@ -465,7 +448,7 @@ static void fwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
     pl->o_cs = carve(&off, nst * (size_t)(pr->P * pr->N) * f); /* chunk start states     */
     pl->o_cl = carve(&off, nst * (size_t)(pr->P * pr->N) * f); /* chunk local end states */
     pl->o_cdec = carve(&off, nst * sizeof(double));             /* chunk log decays       */
-    pl->glob = round64(off);
+    pl->glob = m2_round64(off);
     off = 0;
     pl->o_S = carve(&off, hs * Np * Pp * f); /* carried states Ŝ, [hs][Np][Pp]       */
     pl->o_u = carve(&off, hs * T * Pp * f);  /* (d_t/E_t) x_t, [hs][T][Pp]           */
@@ -480,7 +463,7 @@ static void fwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
     pl->o_rf = carve(&off, hs * T * f);
     pl->o_c = carve(&off, hs * (2 * sizeof(double) + sizeof(int) + f));
     pl->o_cv = carve(&off, (ACT_ROWS * (size_t)(Pp > Np ? Pp : Np) + T * hs) * f);
-    pl->per_thread = round64(off);
+    pl->per_thread = m2_round64(off);
     pl->total = pl->glob + pl->per_thread * (size_t)pl->nthr + 64; /* + slack for alignment */
 }
 
@@ -700,10 +683,10 @@ static void fwd_task_p3(void *arg, int64_t task, int thread) {
 /* The three passes (one when no sequence is split). */
 static void fwd_run(mamba2_context_t *ctx, fwd_job *J) {
     const m2_ssd_problem *pr = J->pr;
-    run_tasks(ctx, chunk_items(pr, 1) * J->pl.nsets, fwd_task_p1, J);
+    m2_cpu_run_tasks(ctx, chunk_items(pr, 1) * J->pl.nsets, fwd_task_p1, J);
     if (!J->pl.chunked) return;
-    run_tasks(ctx, pr->nseq * pr->H, fwd_task_p2, J);
-    if (J->outputs) run_tasks(ctx, chunk_items(pr, 3) * J->pl.nsets, fwd_task_p3, J);
+    m2_cpu_run_tasks(ctx, pr->nseq * pr->H, fwd_task_p2, J);
+    if (J->outputs) m2_cpu_run_tasks(ctx, chunk_items(pr, 3) * J->pl.nsets, fwd_task_p3, J);
 }
 
 mamba2_status_t m2_cpu_ssd_forward_workspace(const mamba2_context_t *ctx,
@@ -800,7 +783,7 @@ static void bwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
     pl->Pp = round_up(pr->P > 0 ? pr->P : 1, K->tile_p);
     pl->Np = round_up(pr->N > 0 ? pr->N : 1, K->tile_n);
     const size_t T = (size_t)pl->T, Pp = (size_t)pl->Pp, Np = (size_t)pl->Np;
-    pl->nthr = plan_threads(ctx);
+    pl->nthr = m2_cpu_plan_threads(ctx);
     fwd_make_plan(ctx, pr, &pl->fp);
     pl->nch = pl->fp.nch;
     pl->chunked = pl->fp.chunked;
@@ -850,7 +833,7 @@ static void bwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
     const size_t ngb = pr->act_dtype != MAMBA2_DTYPE_F32 && (pr->dBm.p || pr->dCm.p)
                            ? 2 * (size_t)(pr->B * pr->L * pr->G * pr->N) : 0;
     pl->o_gbc = carve(&off, ngb * f);
-    pl->glob = round64(off);
+    pl->glob = m2_round64(off);
 
     off = 0;
     pl->o_S = carve(&off, hs * Np * Pp * f);   /* Ŝ in pass A, Ĝ in pass B, [hs][Np][Pp]   */
@@ -884,7 +867,7 @@ static void bwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
     pl->o_stmp = carve(&off, sdk * hs * Np * Pp * f);
     pl->o_lamb = carve(&off, hs * T * f);
     pl->o_cv = carve(&off, (ACT_ROWS * (size_t)(Pp > Np ? Pp : Np) + T * hs) * f);
-    pl->per_thread = round64(off);
+    pl->per_thread = m2_round64(off);
     if (pl->fp.per_thread > pl->per_thread) pl->per_thread = pl->fp.per_thread;
     pl->fp.glob = pl->glob; /* the forward passes use the same per-thread regions */
     pl->fp.per_thread = pl->per_thread;
@@ -1421,12 +1404,12 @@ mamba2_status_t m2_cpu_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem 
         F.pl = J.pl.fp;
         F.outputs = 0;
         fwd_run(ctx, &F);
-        run_tasks(ctx, chunk_items(pr, 3) * J.pl.nsets, bwd_task_b1, &J);
-        run_tasks(ctx, pr->nseq * H, bwd_task_b2, &J);
+        m2_cpu_run_tasks(ctx, chunk_items(pr, 3) * J.pl.nsets, bwd_task_b1, &J);
+        m2_cpu_run_tasks(ctx, pr->nseq * H, bwd_task_b2, &J);
     }
-    run_tasks(ctx, nch * J.pl.nsets, bwd_task_b3, &J);
+    m2_cpu_run_tasks(ctx, nch * J.pl.nsets, bwd_task_b3, &J);
     if (!act_f32(pr) && (pr->dBm.p || pr->dCm.p))
-        run_tasks(ctx, (pr->B * pr->L + GRAD_FLUSH_ROWS - 1) / GRAD_FLUSH_ROWS, bwd_task_flush, &J);
+        m2_cpu_run_tasks(ctx, (pr->B * pr->L + GRAD_FLUSH_ROWS - 1) / GRAD_FLUSH_ROWS, bwd_task_flush, &J);
 
     /* per-head parameters: sum the (chunk, head) slots in chunk order (sequence by sequence) */
     const double *pA = (const double *)(J.base + J.pl.o_pA);

@@ -26,14 +26,6 @@ static const m2_ssd_step_kernels *kernels_for(const mamba2_context_t *ctx) {
     return ctx->isa != M2_ISA_SCALAR ? &m2_ssd_step_kernels_avx2 : &m2_ssd_step_kernels_scalar;
 }
 
-static void run_tasks(mamba2_context_t *ctx, int64_t ntasks, m2_task_fn fn, void *arg) {
-    if (ntasks <= 0) return;
-    if (ctx->pool)
-        m2_pool_run(ctx->pool, ntasks, fn, arg);
-    else
-        for (int64_t t = 0; t < ntasks; t++) fn(arg, t, 0);
-}
-
 typedef struct step_job {
     const m2_ssd_step_problem *pr;
     const m2_ssd_step_kernels *k;
@@ -100,6 +92,6 @@ mamba2_status_t m2_cpu_ssd_step(mamba2_context_t *ctx, const m2_ssd_step_problem
         return m2_error(MAMBA2_STATUS_UNSUPPORTED, "the cpu backend runs ssd_step in f32 only");
     if (pr->T == 0) return MAMBA2_STATUS_OK;
     step_job job = {pr, kernels_for(ctx)};
-    run_tasks(ctx, pr->B * pr->H, step_task, &job);
+    m2_cpu_run_tasks(ctx, pr->B * pr->H, step_task, &job);
     return MAMBA2_STATUS_OK;
 }
