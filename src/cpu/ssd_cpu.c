@@ -881,6 +881,24 @@ typedef struct bwd_job {
     bwd_plan pl;
 } bwd_job;
 
+/* The backward's per-token rows of a block, heads [h0, h0 + nh) over tokens [u, u + Tb):
+ * x̂ = w x into ub, dy = dout silu(z) into dyb, E dy into rb, σ(z) into sgb (when given);
+ * rows [j][T][Pp]. cv: three staging rows of RW floats (half storage). */
+static void prep_rows(const m2_ssd_problem *pr, const m2_cpu_kernels *K, int64_t b, int64_t u,
+                      int64_t Tb, int64_t h0, int64_t nh, int64_t T, int64_t Pp, const float *wt,
+                      const float *E, float *cv, int64_t RW, float *ub, float *dyb, float *rb,
+                      float *sgb) {
+    const int64_t P = pr->P, TP = T * Pp;
+    for (int64_t i = 0; i < Tb; i++)
+        for (int64_t j = 0; j < nh; j++) {
+            const int64_t h = h0 + j, o = j * TP + i * Pp;
+            K->bwd_prep(P, wt[j * T + i], E[j * T + i], act_in(pr, K, &pr->x, b, u + i, h, P, cv),
+                        act_in(pr, K, &pr->dout, b, u + i, h, P, cv + RW),
+                        pr->z.p ? act_in(pr, K, &pr->z, b, u + i, h, P, cv + 2 * RW) : NULL,
+                        ub + o, dyb + o, rb + o, sgb ? sgb + o : NULL);
+        }
+}
+
 /* dst = v (first contribution) or dst = dst + v (the next head's), element by element. */
 static void put_row(float *dst, const float *v, int64_t n, int accumulate) {
     if (accumulate)
@@ -1027,16 +1045,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                 strong[k * nh + j] = st;
             }
         if (!pl->need_a_rows) continue;
-        for (int64_t i = 0; i < Tb; i++)
-            for (int64_t j = 0; j < nh; j++) {
-                const int64_t h = h0 + j;
-                K->bwd_prep(P, wt[j * T + i], E[j * T + i],
-                            act_in(pr, K, &pr->x, b, u + i, h, P, cv),
-                            act_in(pr, K, &pr->dout, b, u + i, h, P, cv + RW),
-                            pr->z.p ? act_in(pr, K, &pr->z, b, u + i, h, P, cv + 2 * RW) : NULL,
-                            ub + j * TP + i * Pp, dyb + j * TP + i * Pp, rb + j * TP + i * Pp,
-                            sgb + j * TP + i * Pp);
-            }
+        prep_rows(pr, K, b, u, Tb, h0, nh, T, Pp, wt, E, cv, RW, ub, dyb, rb, sgb);
         if (pl->need_a_sweep) {
             for (int64_t q = 0; q < ng; q++) {
                 pack_act(pr, K, Bp + q * TN, &pr->Bm, b, u, g0 + q, Tb, N, Np, cv);
@@ -1149,16 +1158,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
             for (int64_t j = 0; j < nh; j++) ctmp[j] = cb[k * nh + j];
             K->dt_block(nh, Tb, T, act_dt(pr, K, b, u, h0, nh, Tb, cvd), ACT_DT_LD(nh), dtb, Ah, pr->dt_softplus,
                         pr->dt_lo, pr->dt_hi, k == 0, ctmp, d, E, wt, gf, nr, ridx, rf);
-            for (int64_t i = 0; i < Tb; i++)
-                for (int64_t j = 0; j < nh; j++) {
-                    const int64_t h = h0 + j;
-                    K->bwd_prep(P, wt[j * T + i], E[j * T + i],
-                                act_in(pr, K, &pr->x, b, u + i, h, P, cv),
-                                act_in(pr, K, &pr->dout, b, u + i, h, P, cv + RW),
-                                pr->z.p ? act_in(pr, K, &pr->z, b, u + i, h, P, cv + 2 * RW) : NULL,
-                                ub + j * TP + i * Pp,
-                                dyb + j * TP + i * Pp, rb + j * TP + i * Pp, NULL);
-                }
+            prep_rows(pr, K, b, u, Tb, h0, nh, T, Pp, wt, E, cv, RW, ub, dyb, rb, NULL);
             for (int64_t q = 0; q < ng; q++) {
                 pack_act(pr, K, Cp + q * TN, &pr->Cm, b, u, g0 + q, Tb, N, Np, cv);
                 if (pl->want_gb || pl->want_decay) {
@@ -1288,15 +1288,7 @@ static void bwd_task_b1(void *arg, int64_t task, int thread) {
         for (int64_t j = 0; j < nh; j++) ctmp[j] = cb[k * nh + j];
         K->dt_block(nh, Tb, T, act_dt(pr, K, b, u, h0, nh, Tb, cvd), ACT_DT_LD(nh), dtb, Ah, pr->dt_softplus,
                     pr->dt_lo, pr->dt_hi, k == 0, ctmp, d, E, wt, NULL, nr, ridx, rf);
-        for (int64_t i = 0; i < Tb; i++)
-            for (int64_t j = 0; j < nh; j++) {
-                const int64_t h = h0 + j;
-                K->bwd_prep(P, wt[j * T + i], E[j * T + i],
-                            act_in(pr, K, &pr->x, b, u + i, h, P, cv),
-                            act_in(pr, K, &pr->dout, b, u + i, h, P, cv + RW),
-                            pr->z.p ? act_in(pr, K, &pr->z, b, u + i, h, P, cv + 2 * RW) : NULL,
-                            ub + j * TP + i * Pp, dyb + j * TP + i * Pp, rb + j * TP + i * Pp, NULL);
-            }
+        prep_rows(pr, K, b, u, Tb, h0, nh, T, Pp, wt, E, cv, RW, ub, dyb, rb, NULL);
         for (int64_t q = 0; q < ng; q++)
             pack_act(pr, K, Cp + q * TN, &pr->Cm, b, u, g0 + q, Tb, N, Np, cv);
         for (int64_t j = 0; j < nh; j++)
