@@ -30,12 +30,6 @@ typedef struct conv_call {
     const mamba2_tensor_t *cache;
 } conv_call;
 
-#define TRY(expr)                                                                          \
-    do {                                                                                   \
-        mamba2_status_t st_ = (expr);                                                      \
-        if (st_ != MAMBA2_STATUS_OK) return st_;                                           \
-    } while (0)
-
 static const char *call_name(call_kind k) {
     return k == CALL_FORWARD ? "conv1d_forward" : k == CALL_BACKWARD ? "conv1d_backward"
                                                                      : "conv1d_step";
@@ -135,7 +129,7 @@ static mamba2_status_t validate(const conv_call *c, m2_conv1d_problem *pr) {
         init = c->opts->initial_conv_state;
         cu = c->opts->cu_seqlens;
         if (cu) {
-            TRY(m2_check_cu_seqlens(cu, B, L, &S));
+            M2_TRY(m2_check_cu_seqlens(cu, B, L, &S));
             pr->cu_seqlens = cu->data;
             pr->cu_dtype = cu->dtype;
         }
@@ -149,46 +143,35 @@ static mamba2_status_t validate(const conv_call *c, m2_conv1d_problem *pr) {
     int64_t n;
     span ins[12], outs[8];
     int nin = 0, nout = 0;
-#define IN(nm, t, rk, sh, lay, dty, why)                                                   \
-    do {                                                                                   \
-        TRY(m2_check_tensor(nm, t, rk, sh, lay, dty, why, 0, &n));                         \
-        ins[nin++] = (span){nm, t, n};                                                     \
-    } while (0)
-#define OUT(nm, t, rk, sh, lay, dty, why)                                                  \
-    do {                                                                                   \
-        TRY(m2_check_tensor(nm, t, rk, sh, lay, dty, why, 1, &n));                         \
-        outs[nout++] = (span){nm, t, n};                                                   \
-    } while (0)
-
-    IN("x", c->x, xrank, sh_x, x_layout, adt, awhy);
-    IN("weight", c->weight, 2, sh_w, "[C,W]", pdt, pwhy);
-    if (bias) IN("bias", bias, 1, sh_c, "[C]", pdt, pwhy);
+    M2_IN("x", c->x, xrank, sh_x, x_layout, adt, awhy);
+    M2_IN("weight", c->weight, 2, sh_w, "[C,W]", pdt, pwhy);
+    if (bias) M2_IN("bias", bias, 1, sh_c, "[C]", pdt, pwhy);
 
     if (c->kind == CALL_FORWARD) {
         const int64_t sh_st[3] = {S, C, W - 1};
-        if (init) IN("initial_conv_state", init, 3, sh_st, st_layout, adt, awhy);
+        if (init) M2_IN("initial_conv_state", init, 3, sh_st, st_layout, adt, awhy);
         if (cu) ins[nin++] = (span){"cu_seqlens", cu, cu->shape[0]};
-        OUT("out", c->out, 3, sh_x, x_layout, adt, awhy);
-        if (c->final_state) OUT("final_conv_state", c->final_state, 3, sh_st, st_layout, adt, awhy);
+        M2_OUT("out", c->out, 3, sh_x, x_layout, adt, awhy);
+        if (c->final_state) M2_OUT("final_conv_state", c->final_state, 3, sh_st, st_layout, adt, awhy);
     } else if (c->kind == CALL_BACKWARD) {
         const int64_t sh_st[3] = {S, C, W - 1};
-        if (init) IN("initial_conv_state", init, 3, sh_st, st_layout, adt, awhy);
+        if (init) M2_IN("initial_conv_state", init, 3, sh_st, st_layout, adt, awhy);
         if (cu) ins[nin++] = (span){"cu_seqlens", cu, cu->shape[0]};
-        IN("dout", c->dout, 3, sh_x, x_layout, adt, awhy);
-        if (c->dfinal) IN("dfinal_conv_state", c->dfinal, 3, sh_st, st_layout, adt, awhy);
+        M2_IN("dout", c->dout, 3, sh_x, x_layout, adt, awhy);
+        if (c->dfinal) M2_IN("dfinal_conv_state", c->dfinal, 3, sh_st, st_layout, adt, awhy);
         const mamba2_conv1d_grads_t *g = c->grads;
-        if (g->dx) OUT("dx", g->dx, 3, sh_x, x_layout, adt, awhy);
-        if (g->dweight) OUT("dweight", g->dweight, 2, sh_w, "[C,W]", pdt, pwhy);
+        if (g->dx) M2_OUT("dx", g->dx, 3, sh_x, x_layout, adt, awhy);
+        if (g->dweight) M2_OUT("dweight", g->dweight, 2, sh_w, "[C,W]", pdt, pwhy);
         if (g->dbias) {
             if (!bias)
                 return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "dbias is requested but bias is not given");
-            OUT("dbias", g->dbias, 1, sh_c, "[C]", pdt, pwhy);
+            M2_OUT("dbias", g->dbias, 1, sh_c, "[C]", pdt, pwhy);
         }
         if (g->dinitial_conv_state) {
             if (!init)
                 return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                                 "dinitial_conv_state is requested but initial_conv_state is not given");
-            OUT("dinitial_conv_state", g->dinitial_conv_state, 3, sh_st, st_layout, adt, awhy);
+            M2_OUT("dinitial_conv_state", g->dinitial_conv_state, 3, sh_st, st_layout, adt, awhy);
         }
     } else {
         /* step: conv_cache[S,C,W-1] decides S; out has the shape of x */
@@ -202,11 +185,11 @@ static mamba2_status_t validate(const conv_call *c, m2_conv1d_problem *pr) {
                             (long long)S);
         const int64_t sh_cc[3] = {S, C, W - 1};
         /* conv_cache is checked as an output (no self-overlap); it is read too */
-        TRY(m2_check_tensor("conv_cache", cc, 3, sh_cc, "[S,C,W-1]", adt, awhy, 1, &n));
+        M2_TRY(m2_check_tensor("conv_cache", cc, 3, sh_cc, "[S,C,W-1]", adt, awhy, 1, &n));
         const span cache_span = {"conv_cache", cc, n};
         const mamba2_tensor_t *ix = c->sopts->state_indices;
         if (ix) {
-            TRY(m2_check_state_indices(ix, B, S, "conv_cache"));
+            M2_TRY(m2_check_state_indices(ix, B, S, "conv_cache"));
             ins[nin++] = (span){"state_indices", ix, B};
             pr->state_indices = ix->data;
             pr->idx_dtype = ix->dtype;
@@ -223,13 +206,11 @@ static mamba2_status_t validate(const conv_call *c, m2_conv1d_problem *pr) {
                                 "conv_cache (updated in place) overlaps input %s in memory",
                                 ins[j].name);
         ins[nin++] = cache_span;
-        OUT("out", c->out, xrank, sh_x, x_layout, adt, awhy);
+        M2_OUT("out", c->out, xrank, sh_x, x_layout, adt, awhy);
     }
-#undef IN
-#undef OUT
 
     /* no output may share memory with an input or another output */
-    TRY(m2_check_no_overlap(ins, nin, outs, nout, step ? "conv_cache" : NULL));
+    M2_TRY(m2_check_no_overlap(ins, nin, outs, nout, step ? "conv_cache" : NULL));
 
     pr->B = B;
     pr->L = L;
@@ -273,9 +254,9 @@ static mamba2_status_t validate(const conv_call *c, m2_conv1d_problem *pr) {
 /* ---- workspace and dispatch --------------------------------------------------------- */
 
 static mamba2_status_t query(const conv_call *c, m2_conv1d_problem *pr, size_t *bytes) {
-    TRY(validate(c, pr));
+    M2_TRY(validate(c, pr));
     size_t b = 0;
-    if (c->kind == CALL_BACKWARD) TRY(c->ctx->ops->conv1d_backward_workspace(c->ctx, pr, &b));
+    if (c->kind == CALL_BACKWARD) M2_TRY(c->ctx->ops->conv1d_backward_workspace(c->ctx, pr, &b));
     *bytes = m2_workspace_padded(b);
     return MAMBA2_STATUS_OK;
 }
@@ -283,11 +264,11 @@ static mamba2_status_t query(const conv_call *c, m2_conv1d_problem *pr, size_t *
 static mamba2_status_t run(const conv_call *c, void *workspace, size_t workspace_size) {
     m2_conv1d_problem pr;
     size_t need;
-    TRY(query(c, &pr, &need));
+    M2_TRY(query(c, &pr, &need));
     if (c->kind == CALL_FORWARD) return c->ctx->ops->conv1d_forward(c->ctx, &pr);
     if (c->kind == CALL_STEP) return c->ctx->ops->conv1d_step(c->ctx, &pr);
     void *ws, *owned;
-    TRY(m2_workspace_acquire(need, workspace, workspace_size, &ws, &owned));
+    M2_TRY(m2_workspace_acquire(need, workspace, workspace_size, &ws, &owned));
     mamba2_status_t st = c->ctx->ops->conv1d_backward(c->ctx, &pr, ws);
     free(owned);
     return st;

@@ -229,6 +229,25 @@ typedef struct span {
  * message says "the in-place" instead of "input" for it. */
 mamba2_status_t m2_check_no_overlap(const span *ins, int nin, const span *outs, int nout,
                                     const char *inplace_name);
+/* Argument checking inside an entry point's validate(): return a failing status at once. */
+#define M2_TRY(expr)                                                                       \
+    do {                                                                                   \
+        mamba2_status_t st_ = (expr);                                                      \
+        if (st_ != MAMBA2_STATUS_OK) return st_;                                           \
+    } while (0)
+/* Check an input (M2_IN) or output (M2_OUT) tensor with m2_check_tensor and record it for
+ * m2_check_no_overlap; the caller declares span ins[], outs[], int nin, nout, and int64_t n
+ * (then the element count of the tensor just checked). */
+#define M2_IN(nm, t, rk, sh, lay, dty, why)                                                \
+    do {                                                                                   \
+        M2_TRY(m2_check_tensor(nm, t, rk, sh, lay, dty, why, 0, &n));                      \
+        ins[nin++] = (span){nm, t, n};                                                     \
+    } while (0)
+#define M2_OUT(nm, t, rk, sh, lay, dty, why)                                               \
+    do {                                                                                   \
+        M2_TRY(m2_check_tensor(nm, t, rk, sh, lay, dty, why, 1, &n));                      \
+        outs[nout++] = (span){nm, t, n};                                                   \
+    } while (0)
 /* 0 only when the two tensors provably share no byte (see validate.c). */
 int m2_may_overlap(const mamba2_tensor_t *a, const mamba2_tensor_t *b);
 /* The m2_view of a tensor (NULL -> absent view). */

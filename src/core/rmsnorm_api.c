@@ -16,12 +16,6 @@
 #include "core/internal.h"
 #include "core/rmsnorm.h"
 
-#define TRY(expr)                                                                          \
-    do {                                                                                   \
-        mamba2_status_t st_ = (expr);                                                      \
-        if (st_ != MAMBA2_STATUS_OK) return st_;                                           \
-    } while (0)
-
 typedef struct rms_call {
     mamba2_context_t *ctx;
     const mamba2_rmsnorm_gated_options_t *opts;
@@ -100,46 +94,33 @@ static mamba2_status_t validate(const rms_call *c, m2_rmsnorm_problem *pr) {
     int64_t n;
     span ins[8], outs[8];
     int nin = 0, nout = 0;
-#define IN(nm, t, rk, sh, lay, dty, why)                                                   \
-    do {                                                                                   \
-        TRY(m2_check_tensor(nm, t, rk, sh, lay, dty, why, 0, &n));                         \
-        ins[nin++] = (span){nm, t, n};                                                     \
-    } while (0)
-#define OUT(nm, t, rk, sh, lay, dty, why)                                                  \
-    do {                                                                                   \
-        TRY(m2_check_tensor(nm, t, rk, sh, lay, dty, why, 1, &n));                         \
-        outs[nout++] = (span){nm, t, n};                                                   \
-    } while (0)
-
-    IN("x", c->x, 2, sh_md, "[M,D]", adt, awhy);
-    if (c->z) IN("z", c->z, 2, sh_md, "[M,D] (the shape of x)", adt, awhy);
-    IN("weight", c->weight, 1, sh_d, "[D]", pdt, pwhy);
-    if (c->bias) IN("bias", c->bias, 1, sh_d, "[D]", pdt, pwhy);
+    M2_IN("x", c->x, 2, sh_md, "[M,D]", adt, awhy);
+    if (c->z) M2_IN("z", c->z, 2, sh_md, "[M,D] (the shape of x)", adt, awhy);
+    M2_IN("weight", c->weight, 1, sh_d, "[D]", pdt, pwhy);
+    if (c->bias) M2_IN("bias", c->bias, 1, sh_d, "[D]", pdt, pwhy);
     if (!c->backward) {
-        OUT("out", c->out, 2, sh_md, "[M,D] (the shape of x)", adt, awhy);
-        if (c->rstd) OUT("rstd", c->rstd, 2, sh_mg, "[M,D/group_size]", pdt, pwhy);
+        M2_OUT("out", c->out, 2, sh_md, "[M,D] (the shape of x)", adt, awhy);
+        if (c->rstd) M2_OUT("rstd", c->rstd, 2, sh_mg, "[M,D/group_size]", pdt, pwhy);
     } else {
-        IN("dout", c->dout, 2, sh_md, "[M,D] (the shape of x)", adt, awhy);
-        if (c->rstd_in) IN("rstd", c->rstd_in, 2, sh_mg, "[M,D/group_size]", pdt, pwhy);
+        M2_IN("dout", c->dout, 2, sh_md, "[M,D] (the shape of x)", adt, awhy);
+        if (c->rstd_in) M2_IN("rstd", c->rstd_in, 2, sh_mg, "[M,D/group_size]", pdt, pwhy);
         const mamba2_rmsnorm_gated_grads_t *g = c->grads;
-        if (g->dx) OUT("dx", g->dx, 2, sh_md, "[M,D] (the shape of x)", adt, awhy);
+        if (g->dx) M2_OUT("dx", g->dx, 2, sh_md, "[M,D] (the shape of x)", adt, awhy);
         if (g->dz) {
             if (!c->z) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "dz is requested but z is not given");
-            OUT("dz", g->dz, 2, sh_md, "[M,D] (the shape of z)", adt, awhy);
+            M2_OUT("dz", g->dz, 2, sh_md, "[M,D] (the shape of z)", adt, awhy);
         }
-        if (g->dweight) OUT("dweight", g->dweight, 1, sh_d, "[D]", pdt, pwhy);
+        if (g->dweight) M2_OUT("dweight", g->dweight, 1, sh_d, "[D]", pdt, pwhy);
         if (g->dbias) {
             if (!c->bias)
                 return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                                 "dbias is requested but bias is not given");
-            OUT("dbias", g->dbias, 1, sh_d, "[D]", pdt, pwhy);
+            M2_OUT("dbias", g->dbias, 1, sh_d, "[D]", pdt, pwhy);
         }
     }
-#undef IN
-#undef OUT
 
     /* no output may share memory with an input or another output */
-    TRY(m2_check_no_overlap(ins, nin, outs, nout, NULL));
+    M2_TRY(m2_check_no_overlap(ins, nin, outs, nout, NULL));
 
     pr->M = M;
     pr->D = D;
@@ -170,9 +151,9 @@ static mamba2_status_t validate(const rms_call *c, m2_rmsnorm_problem *pr) {
 /* ---- workspace and dispatch --------------------------------------------------------- */
 
 static mamba2_status_t query(const rms_call *c, m2_rmsnorm_problem *pr, size_t *bytes) {
-    TRY(validate(c, pr));
+    M2_TRY(validate(c, pr));
     size_t b = 0;
-    TRY(c->backward ? c->ctx->ops->rmsnorm_backward_workspace(c->ctx, pr, &b)
+    M2_TRY(c->backward ? c->ctx->ops->rmsnorm_backward_workspace(c->ctx, pr, &b)
                     : c->ctx->ops->rmsnorm_forward_workspace(c->ctx, pr, &b));
     *bytes = m2_workspace_padded(b);
     return MAMBA2_STATUS_OK;
@@ -181,9 +162,9 @@ static mamba2_status_t query(const rms_call *c, m2_rmsnorm_problem *pr, size_t *
 static mamba2_status_t run(const rms_call *c, void *workspace, size_t workspace_size) {
     m2_rmsnorm_problem pr;
     size_t need;
-    TRY(query(c, &pr, &need));
+    M2_TRY(query(c, &pr, &need));
     void *ws, *owned;
-    TRY(m2_workspace_acquire(need, workspace, workspace_size, &ws, &owned));
+    M2_TRY(m2_workspace_acquire(need, workspace, workspace_size, &ws, &owned));
     mamba2_status_t st = c->backward ? c->ctx->ops->rmsnorm_backward(c->ctx, &pr, ws)
                                      : c->ctx->ops->rmsnorm_forward(c->ctx, &pr, ws);
     free(owned);

@@ -71,12 +71,6 @@ static mamba2_status_t check_positions(const mamba2_tensor_t *t, int64_t ntok, m
     return MAMBA2_STATUS_OK;
 }
 
-#define TRY(expr)                                                                          \
-    do {                                                                                   \
-        mamba2_status_t st_ = (expr);                                                      \
-        if (st_ != MAMBA2_STATUS_OK) return st_;                                           \
-    } while (0)
-
 static mamba2_status_t validate(const ssd_call *c, m2_ssd_problem *pr) {
     memset(pr, 0, sizeof *pr);
     if (!c->ctx) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "ctx is NULL");
@@ -167,7 +161,7 @@ static mamba2_status_t validate(const ssd_call *c, m2_ssd_problem *pr) {
     int64_t S = B;
     if (o->cu_seqlens) {
         const mamba2_tensor_t *cu = o->cu_seqlens;
-        TRY(m2_check_cu_seqlens(cu, B, L, &S));
+        M2_TRY(m2_check_cu_seqlens(cu, B, L, &S));
         pr->cu_seqlens = cu->data;
         pr->cu_dtype = cu->dtype;
     }
@@ -179,93 +173,80 @@ static mamba2_status_t validate(const ssd_call *c, m2_ssd_problem *pr) {
     int64_t n;
     span ins[16], outs[16];
     int nin = 0, nout = 0;
-#define IN(nm, t, rk, sh, lay, dty, why)                                                   \
-    do {                                                                                   \
-        TRY(m2_check_tensor(nm, t, rk, sh, lay, dty, why, 0, &n));                            \
-        ins[nin++] = (span){nm, t, n};                                                     \
-    } while (0)
-#define OUT(nm, t, rk, sh, lay, dty, why)                                                  \
-    do {                                                                                   \
-        TRY(m2_check_tensor(nm, t, rk, sh, lay, dty, why, 1, &n));                            \
-        outs[nout++] = (span){nm, t, n};                                                   \
-    } while (0)
-
-    IN("x", c->x, 4, sh_x, "[B,L,H,P]", adt, awhy);
-    IN("dt", c->dt, 3, sh_dt, "[B,L,H]", adt, awhy);
-    IN("A", c->A, 1, sh_h, "[H]", pdt, pwhy);
-    IN("Bm", c->Bm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
-    IN("Cm", c->Cm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
+    M2_IN("x", c->x, 4, sh_x, "[B,L,H,P]", adt, awhy);
+    M2_IN("dt", c->dt, 3, sh_dt, "[B,L,H]", adt, awhy);
+    M2_IN("A", c->A, 1, sh_h, "[H]", pdt, pwhy);
+    M2_IN("Bm", c->Bm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
+    M2_IN("Cm", c->Cm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
     int D_per_channel = 0;
     if (o->D) {
         if (o->D->rank == 2) {
             D_per_channel = 1;
-            IN("D", o->D, 2, sh_hp, "[H,P]", pdt, pwhy);
+            M2_IN("D", o->D, 2, sh_hp, "[H,P]", pdt, pwhy);
         } else {
             if (o->D->rank != 1)
                 return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                                 "D has rank %d; expected [H] or [H,P]", (int)o->D->rank);
-            IN("D", o->D, 1, sh_h, "[H]", pdt, pwhy);
+            M2_IN("D", o->D, 1, sh_h, "[H]", pdt, pwhy);
         }
     }
-    if (o->z) IN("z", o->z, 4, sh_x, "[B,L,H,P]", adt, awhy);
-    if (o->dt_bias) IN("dt_bias", o->dt_bias, 1, sh_h, "[H]", pdt, pwhy);
-    if (o->initial_state) IN("initial_state", o->initial_state, 4, sh_st, st_layout, pdt, pwhy);
+    if (o->z) M2_IN("z", o->z, 4, sh_x, "[B,L,H,P]", adt, awhy);
+    if (o->dt_bias) M2_IN("dt_bias", o->dt_bias, 1, sh_h, "[H]", pdt, pwhy);
+    if (o->initial_state) M2_IN("initial_state", o->initial_state, 4, sh_st, st_layout, pdt, pwhy);
     if (o->cu_seqlens) ins[nin++] = (span){"cu_seqlens", o->cu_seqlens, o->cu_seqlens->shape[0]};
 
     if (!c->backward) {
-        OUT("out", c->out, 4, sh_x, "[B,L,H,P]", adt, awhy);
-        if (o->out_x) OUT("out_x", o->out_x, 4, sh_x, "[B,L,H,P]", adt, awhy);
-        if (c->final_state) OUT("final_state", c->final_state, 4, sh_st, st_layout, pdt, pwhy);
+        M2_OUT("out", c->out, 4, sh_x, "[B,L,H,P]", adt, awhy);
+        if (o->out_x) M2_OUT("out_x", o->out_x, 4, sh_x, "[B,L,H,P]", adt, awhy);
+        if (c->final_state) M2_OUT("final_state", c->final_state, 4, sh_st, st_layout, pdt, pwhy);
         if (c->position_states) {
-            TRY(check_positions(o->state_positions, B * L, pr));
+            M2_TRY(check_positions(o->state_positions, B * L, pr));
             ins[nin++] = (span){"state_positions", o->state_positions, pr->npos};
             const int64_t sh_ps[4] = {pr->npos, H, P, N};
-            OUT("position_states", c->position_states, 4, sh_ps, "[npos,H,P,N]", pdt, pwhy);
+            M2_OUT("position_states", c->position_states, 4, sh_ps, "[npos,H,P,N]", pdt, pwhy);
         } else if (o->state_positions && !c->query_only) {
             return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                             "state_positions is given but position_states is NULL; use "
                             "mamba2_ssd_forward_states with an output for them");
         }
     } else {
-        IN("dout", c->dout, 4, sh_x, "[B,L,H,P]", adt, awhy);
-        if (o->out_x) IN("out_x", o->out_x, 4, sh_x, "[B,L,H,P]", adt, awhy);
-        if (c->dfinal) IN("dfinal_state", c->dfinal, 4, sh_st, st_layout, pdt, pwhy);
+        M2_IN("dout", c->dout, 4, sh_x, "[B,L,H,P]", adt, awhy);
+        if (o->out_x) M2_IN("out_x", o->out_x, 4, sh_x, "[B,L,H,P]", adt, awhy);
+        if (c->dfinal) M2_IN("dfinal_state", c->dfinal, 4, sh_st, st_layout, pdt, pwhy);
         const mamba2_ssd_grads_t *g = c->grads;
-        if (g->dx) OUT("dx", g->dx, 4, sh_x, "[B,L,H,P]", adt, awhy);
-        if (g->ddt) OUT("ddt", g->ddt, 3, sh_dt, "[B,L,H]", adt, awhy);
-        if (g->dA) OUT("dA", g->dA, 1, sh_h, "[H]", pdt, pwhy);
-        if (g->dBm) OUT("dBm", g->dBm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
-        if (g->dCm) OUT("dCm", g->dCm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
+        if (g->dx) M2_OUT("dx", g->dx, 4, sh_x, "[B,L,H,P]", adt, awhy);
+        if (g->ddt) M2_OUT("ddt", g->ddt, 3, sh_dt, "[B,L,H]", adt, awhy);
+        if (g->dA) M2_OUT("dA", g->dA, 1, sh_h, "[H]", pdt, pwhy);
+        if (g->dBm) M2_OUT("dBm", g->dBm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
+        if (g->dCm) M2_OUT("dCm", g->dCm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
         if (g->dD) {
             if (!o->D)
                 return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "dD is requested but D is not given");
             if (D_per_channel)
-                OUT("dD", g->dD, 2, sh_hp, "[H,P] (the shape of D)", pdt, pwhy);
+                M2_OUT("dD", g->dD, 2, sh_hp, "[H,P] (the shape of D)", pdt, pwhy);
             else
-                OUT("dD", g->dD, 1, sh_h, "[H] (the shape of D)", pdt, pwhy);
+                M2_OUT("dD", g->dD, 1, sh_h, "[H] (the shape of D)", pdt, pwhy);
         }
         if (g->dz) {
             if (!o->z) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "dz is requested but z is not given");
-            OUT("dz", g->dz, 4, sh_x, "[B,L,H,P]", adt, awhy);
+            M2_OUT("dz", g->dz, 4, sh_x, "[B,L,H,P]", adt, awhy);
         }
         if (g->ddt_bias) {
             if (!o->dt_bias)
                 return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                                 "ddt_bias is requested but dt_bias is not given");
-            OUT("ddt_bias", g->ddt_bias, 1, sh_h, "[H]", pdt, pwhy);
+            M2_OUT("ddt_bias", g->ddt_bias, 1, sh_h, "[H]", pdt, pwhy);
         }
         if (g->dinitial_state) {
             if (!o->initial_state)
                 return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                                 "dinitial_state is requested but initial_state is not given");
-            OUT("dinitial_state", g->dinitial_state, 4, sh_st, st_layout, pdt, pwhy);
+            M2_OUT("dinitial_state", g->dinitial_state, 4, sh_st, st_layout, pdt, pwhy);
         }
     }
-#undef IN
-#undef OUT
 
     /* no output may share memory with an input or another output */
-    TRY(m2_check_no_overlap(ins, nin, outs, nout, NULL));
+    M2_TRY(m2_check_no_overlap(ins, nin, outs, nout, NULL));
 
     pr->B = B;
     pr->L = L;
@@ -315,9 +296,9 @@ static mamba2_status_t validate(const ssd_call *c, m2_ssd_problem *pr) {
 /* ---- workspace and dispatch --------------------------------------------------------- */
 
 static mamba2_status_t query(const ssd_call *c, m2_ssd_problem *pr, size_t *bytes) {
-    TRY(validate(c, pr));
+    M2_TRY(validate(c, pr));
     size_t b = 0;
-    TRY(c->backward ? c->ctx->ops->ssd_backward_workspace(c->ctx, pr, &b)
+    M2_TRY(c->backward ? c->ctx->ops->ssd_backward_workspace(c->ctx, pr, &b)
                     : c->ctx->ops->ssd_forward_workspace(c->ctx, pr, &b));
     *bytes = m2_workspace_padded(b);
     return MAMBA2_STATUS_OK;
@@ -326,9 +307,9 @@ static mamba2_status_t query(const ssd_call *c, m2_ssd_problem *pr, size_t *byte
 static mamba2_status_t run(const ssd_call *c, void *workspace, size_t workspace_size) {
     m2_ssd_problem pr;
     size_t need;
-    TRY(query(c, &pr, &need));
+    M2_TRY(query(c, &pr, &need));
     void *ws, *owned;
-    TRY(m2_workspace_acquire(need, workspace, workspace_size, &ws, &owned));
+    M2_TRY(m2_workspace_acquire(need, workspace, workspace_size, &ws, &owned));
     mamba2_status_t st = c->backward ? c->ctx->ops->ssd_backward(c->ctx, &pr, ws)
                                      : c->ctx->ops->ssd_forward(c->ctx, &pr, ws);
     free(owned);

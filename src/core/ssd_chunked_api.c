@@ -30,12 +30,6 @@ typedef struct chunk_call {
     const mamba2_tensor_t *dt_out, *dA_cumsum, *CB, *states, *states_start, *final_state, *out;
 } chunk_call;
 
-#define TRY(expr)                                                                                  \
-    do {                                                                                           \
-        mamba2_status_t st_ = (expr);                                                              \
-        if (st_ != MAMBA2_STATUS_OK) return st_;                                                   \
-    } while (0)
-
 /* The sizes of a tensor that defines some of the problem's sizes: rank, each in [0, 2^40]. */
 static mamba2_status_t sizes_of(const char *name, const mamba2_tensor_t *t, int rank,
                                 const char *layout) {
@@ -168,15 +162,15 @@ static mamba2_status_t validate(const chunk_call *c, m2_ssd_chunk_problem *pr) {
     int64_t B = 0, L = 0, H = 0, P = 0, N = 0, G = 0, K = 0;
     const int64_t Q = o->chunk_size;
     if (sg == ST_CUMSUM) {
-        TRY(sizes_of("dt", c->dt, 3, "[B,L,H]"));
+        M2_TRY(sizes_of("dt", c->dt, 3, "[B,L,H]"));
         B = c->dt->shape[0], L = c->dt->shape[1], H = c->dt->shape[2];
         if (B < 1 || H < 1) return at_least_1("dt", c->dt, "[B,L,H]", "B and H");
     } else if (sg == ST_BMM) {
-        TRY(sizes_of("Bm", c->Bm, 4, "[B,L,G,N]"));
+        M2_TRY(sizes_of("Bm", c->Bm, 4, "[B,L,G,N]"));
         B = c->Bm->shape[0], L = c->Bm->shape[1], G = c->Bm->shape[2], N = c->Bm->shape[3];
         if (B < 1 || G < 1 || N < 1) return at_least_1("Bm", c->Bm, "[B,L,G,N]", "B, G and N");
     } else if (sg == ST_PASSING) {
-        TRY(sizes_of("states", c->states, 5, "[B,K,H,P,N]"));
+        M2_TRY(sizes_of("states", c->states, 5, "[B,K,H,P,N]"));
         B = c->states->shape[0], K = c->states->shape[1], H = c->states->shape[2];
         P = c->states->shape[3], N = c->states->shape[4];
         if (B < 1 || H < 1 || P < 1 || N < 1)
@@ -184,8 +178,8 @@ static mamba2_status_t validate(const chunk_call *c, m2_ssd_chunk_problem *pr) {
     } else {
         const mamba2_tensor_t *bc = sg == ST_STATE ? c->Bm : c->Cm;
         const char *bcn = sg == ST_STATE ? "Bm" : "Cm";
-        TRY(sizes_of("x", c->x, 4, "[B,L,H,P]"));
-        TRY(sizes_of(bcn, bc, 4, "[B,L,G,N]"));
+        M2_TRY(sizes_of("x", c->x, 4, "[B,L,H,P]"));
+        M2_TRY(sizes_of(bcn, bc, 4, "[B,L,G,N]"));
         B = c->x->shape[0], L = c->x->shape[1], H = c->x->shape[2], P = c->x->shape[3];
         G = bc->shape[2], N = bc->shape[3];
         if (B < 1 || H < 1 || P < 1) return at_least_1("x", c->x, "[B,L,H,P]", "B, H and P");
@@ -205,16 +199,6 @@ static mamba2_status_t validate(const chunk_call *c, m2_ssd_chunk_problem *pr) {
     int64_t n;
     span ins[12], outs[4];
     int nin = 0, nout = 0;
-#define IN(nm, t, rk, sh, lay, dty, why)                                                           \
-    do {                                                                                           \
-        TRY(m2_check_tensor(nm, t, rk, sh, lay, dty, why, 0, &n));                                 \
-        ins[nin++] = (span){nm, t, n};                                                             \
-    } while (0)
-#define OUT(nm, t, rk, sh, lay, dty, why)                                                          \
-    do {                                                                                           \
-        TRY(m2_check_tensor(nm, t, rk, sh, lay, dty, why, 1, &n));                                 \
-        outs[nout++] = (span){nm, t, n};                                                           \
-    } while (0)
     const char *cs_lay = "[B,H,K,Q] with K = ceil(L/Q)";
     const char *cb_lay = "[B,K,G,Q,Q] with K = ceil(L/Q)";
     const char *st_lay = "[B,K,H,P,N] with K = ceil(L/Q)";
@@ -223,63 +207,61 @@ static mamba2_status_t validate(const chunk_call *c, m2_ssd_chunk_problem *pr) {
     switch (sg) {
     case ST_CUMSUM:
         bias = o->dt_bias;
-        IN("dt", c->dt, 3, sh_dt, "[B,L,H]", adt, awhy);
-        IN("A", c->A, 1, sh_h, "[H]", pdt, pwhy);
-        if (bias) IN("dt_bias", bias, 1, sh_h, "[H]", pdt, pwhy);
-        OUT("dt_out", c->dt_out, 4, sh_cs, cs_lay, pdt, pwhy);
-        OUT("dA_cumsum", c->dA_cumsum, 4, sh_cs, cs_lay, pdt, pwhy);
+        M2_IN("dt", c->dt, 3, sh_dt, "[B,L,H]", adt, awhy);
+        M2_IN("A", c->A, 1, sh_h, "[H]", pdt, pwhy);
+        if (bias) M2_IN("dt_bias", bias, 1, sh_h, "[H]", pdt, pwhy);
+        M2_OUT("dt_out", c->dt_out, 4, sh_cs, cs_lay, pdt, pwhy);
+        M2_OUT("dA_cumsum", c->dA_cumsum, 4, sh_cs, cs_lay, pdt, pwhy);
         break;
     case ST_BMM:
-        IN("Bm", c->Bm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
-        IN("Cm", c->Cm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
-        OUT("CB", c->CB, 5, sh_cb, cb_lay, pdt, pwhy);
+        M2_IN("Bm", c->Bm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
+        M2_IN("Cm", c->Cm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
+        M2_OUT("CB", c->CB, 5, sh_cb, cb_lay, pdt, pwhy);
         break;
     case ST_STATE:
-        IN("x", c->x, 4, sh_x, "[B,L,H,P]", adt, awhy);
-        IN("Bm", c->Bm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
-        IN("dt_out", c->dt_out, 4, sh_cs, cs_lay, pdt, pwhy);
-        IN("dA_cumsum", c->dA_cumsum, 4, sh_cs, cs_lay, pdt, pwhy);
-        OUT("states", c->states, 5, sh_st, st_lay, pdt, pwhy);
+        M2_IN("x", c->x, 4, sh_x, "[B,L,H,P]", adt, awhy);
+        M2_IN("Bm", c->Bm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
+        M2_IN("dt_out", c->dt_out, 4, sh_cs, cs_lay, pdt, pwhy);
+        M2_IN("dA_cumsum", c->dA_cumsum, 4, sh_cs, cs_lay, pdt, pwhy);
+        M2_OUT("states", c->states, 5, sh_st, st_lay, pdt, pwhy);
         break;
     case ST_PASSING:
         init = o->initial_state;
-        IN("states", c->states, 5, sh_st, "[B,K,H,P,N]", pdt, pwhy);
-        IN("dA_cumsum", c->dA_cumsum, 4, sh_cs, "[B,H,K,Q] (K from states, Q = chunk_size)", pdt,
+        M2_IN("states", c->states, 5, sh_st, "[B,K,H,P,N]", pdt, pwhy);
+        M2_IN("dA_cumsum", c->dA_cumsum, 4, sh_cs, "[B,H,K,Q] (K from states, Q = chunk_size)", pdt,
            pwhy);
-        if (init) IN("initial_state", init, 4, sh_s1, "[B,H,P,N]", pdt, pwhy);
-        OUT("states_start", c->states_start, 5, sh_st, "[B,K,H,P,N] (the shape of states)", pdt,
+        if (init) M2_IN("initial_state", init, 4, sh_s1, "[B,H,P,N]", pdt, pwhy);
+        M2_OUT("states_start", c->states_start, 5, sh_st, "[B,K,H,P,N] (the shape of states)", pdt,
             pwhy);
-        if (c->final_state) OUT("final_state", c->final_state, 4, sh_s1, "[B,H,P,N]", pdt, pwhy);
+        if (c->final_state) M2_OUT("final_state", c->final_state, 4, sh_s1, "[B,H,P,N]", pdt, pwhy);
         break;
     case ST_SCAN:
         D = o->D;
         z = o->z;
-        IN("x", c->x, 4, sh_x, "[B,L,H,P]", adt, awhy);
-        IN("Cm", c->Cm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
-        IN("CB", c->CB, 5, sh_cb, cb_lay, pdt, pwhy);
-        IN("dt_out", c->dt_out, 4, sh_cs, cs_lay, pdt, pwhy);
-        IN("dA_cumsum", c->dA_cumsum, 4, sh_cs, cs_lay, pdt, pwhy);
-        IN("states_start", c->states_start, 5, sh_st, st_lay, pdt, pwhy);
+        M2_IN("x", c->x, 4, sh_x, "[B,L,H,P]", adt, awhy);
+        M2_IN("Cm", c->Cm, 4, sh_bc, "[B,L,G,N]", adt, awhy);
+        M2_IN("CB", c->CB, 5, sh_cb, cb_lay, pdt, pwhy);
+        M2_IN("dt_out", c->dt_out, 4, sh_cs, cs_lay, pdt, pwhy);
+        M2_IN("dA_cumsum", c->dA_cumsum, 4, sh_cs, cs_lay, pdt, pwhy);
+        M2_IN("states_start", c->states_start, 5, sh_st, st_lay, pdt, pwhy);
         if (D) {
             if (D->rank == 2) {
                 D_per_channel = 1;
-                IN("D", D, 2, sh_hp, "[H,P]", pdt, pwhy);
+                M2_IN("D", D, 2, sh_hp, "[H,P]", pdt, pwhy);
             } else {
                 if (D->rank != 1)
                     return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                                     "D has rank %d; expected [H] or [H,P]", (int)D->rank);
-                IN("D", D, 1, sh_h, "[H]", pdt, pwhy);
+                M2_IN("D", D, 1, sh_h, "[H]", pdt, pwhy);
             }
         }
-        if (z) IN("z", z, 4, sh_x, "[B,L,H,P]", adt, awhy);
-        OUT("out", c->out, 4, sh_x, "[B,L,H,P]", adt, awhy);
+        if (z) M2_IN("z", z, 4, sh_x, "[B,L,H,P]", adt, awhy);
+        M2_OUT("out", c->out, 4, sh_x, "[B,L,H,P]", adt, awhy);
         break;
     }
-#undef IN
-#undef OUT
 
     /* no output may share memory with an input or another output */
-    TRY(m2_check_no_overlap(ins, nin, outs, nout, NULL));
+    M2_TRY(m2_check_no_overlap(ins, nin, outs, nout, NULL));
 
     pr->B = B;
     pr->L = L;
@@ -319,7 +301,7 @@ static mamba2_status_t run(chunk_call *c, const mamba2_ssd_options_t *opts) {
     const mamba2_ssd_options_t defaults = mamba2_ssd_options_default();
     c->opts = opts ? opts : &defaults;
     m2_ssd_chunk_problem pr;
-    TRY(validate(c, &pr));
+    M2_TRY(validate(c, &pr));
     const m2_backend_ops *ops = c->ctx->ops;
     switch (c->stage) {
     case ST_CUMSUM: return ops->ssd_chunk_cumsum(c->ctx, &pr);

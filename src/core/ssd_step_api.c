@@ -36,12 +36,6 @@ static m2_view view_add_T(const mamba2_tensor_t *t) {
     return v;
 }
 
-#define TRY(expr)                                                                                  \
-    do {                                                                                           \
-        mamba2_status_t st_ = (expr);                                                              \
-        if (st_ != MAMBA2_STATUS_OK) return st_;                                                   \
-    } while (0)
-
 static mamba2_status_t validate(const step_call *c, m2_ssd_step_problem *pr) {
     memset(pr, 0, sizeof *pr);
     if (!c->ctx) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "ctx is NULL");
@@ -141,39 +135,28 @@ static mamba2_status_t validate(const step_call *c, m2_ssd_step_problem *pr) {
     int64_t n;
     span ins[12], outs[4];
     int nin = 0, nout = 0;
-#define IN(nm, t, rk, sh, lay, dty, why)                                                           \
-    do {                                                                                           \
-        TRY(m2_check_tensor(nm, t, rk, sh, lay, dty, why, 0, &n));                                 \
-        ins[nin++] = (span){nm, t, n};                                                             \
-    } while (0)
-#define OUT(nm, t, rk, sh, lay, dty, why)                                                          \
-    do {                                                                                           \
-        TRY(m2_check_tensor(nm, t, rk, sh, lay, dty, why, 1, &n));                                 \
-        outs[nout++] = (span){nm, t, n};                                                           \
-    } while (0)
-
-    IN("x", c->x, xr, sh_x, x_lay, adt, awhy);
-    IN("dt", c->dt, xr - 1, sh_dt, dt_lay, adt, awhy);
-    IN("A", c->A, 1, sh_h, "[H]", pdt, pwhy);
-    IN("Bm", c->Bm, xr, sh_bc, bc_lay, adt, awhy);
-    IN("Cm", c->Cm, xr, sh_bc, bc_lay, adt, awhy);
+    M2_IN("x", c->x, xr, sh_x, x_lay, adt, awhy);
+    M2_IN("dt", c->dt, xr - 1, sh_dt, dt_lay, adt, awhy);
+    M2_IN("A", c->A, 1, sh_h, "[H]", pdt, pwhy);
+    M2_IN("Bm", c->Bm, xr, sh_bc, bc_lay, adt, awhy);
+    M2_IN("Cm", c->Cm, xr, sh_bc, bc_lay, adt, awhy);
     int D_per_channel = 0;
     if (o->D) {
         if (o->D->rank == 2) {
             D_per_channel = 1;
-            IN("D", o->D, 2, sh_hp, "[H,P]", pdt, pwhy);
+            M2_IN("D", o->D, 2, sh_hp, "[H,P]", pdt, pwhy);
         } else {
             if (o->D->rank != 1)
                 return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                                 "D has rank %d; expected [H] or [H,P]", (int)o->D->rank);
-            IN("D", o->D, 1, sh_h, "[H]", pdt, pwhy);
+            M2_IN("D", o->D, 1, sh_h, "[H]", pdt, pwhy);
         }
     }
-    if (o->z) IN("z", o->z, xr, sh_x, x_lay, adt, awhy);
-    if (o->dt_bias) IN("dt_bias", o->dt_bias, 1, sh_h, "[H]", pdt, pwhy);
+    if (o->z) M2_IN("z", o->z, xr, sh_x, x_lay, adt, awhy);
+    if (o->dt_bias) M2_IN("dt_bias", o->dt_bias, 1, sh_h, "[H]", pdt, pwhy);
     const mamba2_tensor_t *ix = o->state_indices;
     if (ix) {
-        TRY(m2_check_state_indices(ix, B, S, "state_cache"));
+        M2_TRY(m2_check_state_indices(ix, B, S, "state_cache"));
         ins[nin++] = (span){"state_indices", ix, B};
         pr->state_indices = ix->data;
         pr->idx_dtype = ix->dtype;
@@ -186,7 +169,7 @@ static mamba2_status_t validate(const step_call *c, m2_ssd_step_problem *pr) {
 
     /* state_cache: checked as an output (no self-overlap); it is read too. It may overlap no
      * input; the outputs are checked against it below. */
-    TRY(m2_check_tensor("state_cache", c->cache, 4, sh_cache, "[S,H,P,N]", pdt, pwhy, 1, &n));
+    M2_TRY(m2_check_tensor("state_cache", c->cache, 4, sh_cache, "[S,H,P,N]", pdt, pwhy, 1, &n));
     const span cache_span = {"state_cache", c->cache, n};
     for (int j = 0; j < nin; j++)
         if (cache_span.numel > 0 && ins[j].numel > 0 && m2_may_overlap(c->cache, ins[j].t))
@@ -195,19 +178,17 @@ static mamba2_status_t validate(const step_call *c, m2_ssd_step_problem *pr) {
                             ins[j].name);
     ins[nin++] = cache_span;
 
-    OUT("out", c->out, xr, sh_x, x_lay, adt, awhy);
+    M2_OUT("out", c->out, xr, sh_x, x_lay, adt, awhy);
     if (c->all_states) {
         if (c->all_states->rank != xr + 1)
             return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                             "all_states has rank %d; expected rank %d %s (the token form of x %s)",
                             (int)c->all_states->rank, xr + 1, as_lay, x_lay);
-        OUT("all_states", c->all_states, xr + 1, sh_as, as_lay, pdt, pwhy);
+        M2_OUT("all_states", c->all_states, xr + 1, sh_as, as_lay, pdt, pwhy);
     }
-#undef IN
-#undef OUT
 
     /* no output may share memory with an input or another output */
-    TRY(m2_check_no_overlap(ins, nin, outs, nout, "state_cache"));
+    M2_TRY(m2_check_no_overlap(ins, nin, outs, nout, "state_cache"));
 
     pr->B = B;
     pr->T = T;
@@ -274,6 +255,6 @@ mamba2_status_t mamba2_ssd_step(mamba2_context_t *ctx, const mamba2_tensor_t *st
     c.Bm = Bm;
     c.Cm = Cm;
     m2_ssd_step_problem pr;
-    TRY(validate(&c, &pr));
+    M2_TRY(validate(&c, &pr));
     return ctx->ops->ssd_step(ctx, &pr);
 }
