@@ -319,27 +319,16 @@ mamba2_status_t mamba2_ssd_chunk_cumsum(mamba2_context_t *ctx, const mamba2_tens
                                         const mamba2_tensor_t *dA_cumsum, const mamba2_tensor_t *dt,
                                         const mamba2_tensor_t *A,
                                         const mamba2_ssd_options_t *opts) {
-    chunk_call c;
-    memset(&c, 0, sizeof c);
-    c.stage = ST_CUMSUM;
-    c.ctx = ctx;
-    c.dt_out = dt_out;
-    c.dA_cumsum = dA_cumsum;
-    c.dt = dt;
-    c.A = A;
+    chunk_call c = {
+        .stage = ST_CUMSUM, .ctx = ctx, .dt_out = dt_out, .dA_cumsum = dA_cumsum, .dt = dt, .A = A};
     return run(&c, opts);
 }
 
 mamba2_status_t mamba2_ssd_bmm_chunk(mamba2_context_t *ctx, const mamba2_tensor_t *CB,
                                      const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
                                      const mamba2_ssd_options_t *opts) {
-    chunk_call c;
-    memset(&c, 0, sizeof c);
-    c.stage = ST_BMM;
-    c.ctx = ctx;
-    c.CB = CB;
-    c.Bm = Bm;
-    c.Cm = Cm;
+    chunk_call c = {
+        .stage = ST_BMM, .ctx = ctx, .CB = CB, .Bm = Bm, .Cm = Cm};
     return run(&c, opts);
 }
 
@@ -348,15 +337,9 @@ mamba2_status_t mamba2_ssd_chunk_state(mamba2_context_t *ctx, const mamba2_tenso
                                        const mamba2_tensor_t *dt_out,
                                        const mamba2_tensor_t *dA_cumsum,
                                        const mamba2_ssd_options_t *opts) {
-    chunk_call c;
-    memset(&c, 0, sizeof c);
-    c.stage = ST_STATE;
-    c.ctx = ctx;
-    c.states = states;
-    c.x = x;
-    c.Bm = Bm;
-    c.dt_out = dt_out;
-    c.dA_cumsum = dA_cumsum;
+    chunk_call c = {
+        .stage = ST_STATE, .ctx = ctx, .states = states, .x = x, .Bm = Bm, .dt_out = dt_out,
+        .dA_cumsum = dA_cumsum};
     return run(&c, opts);
 }
 
@@ -365,14 +348,9 @@ mamba2_status_t mamba2_ssd_state_passing(mamba2_context_t *ctx, const mamba2_ten
                                          const mamba2_tensor_t *states,
                                          const mamba2_tensor_t *dA_cumsum,
                                          const mamba2_ssd_options_t *opts) {
-    chunk_call c;
-    memset(&c, 0, sizeof c);
-    c.stage = ST_PASSING;
-    c.ctx = ctx;
-    c.states_start = states_start;
-    c.final_state = final_state;
-    c.states = states;
-    c.dA_cumsum = dA_cumsum;
+    chunk_call c = {
+        .stage = ST_PASSING, .ctx = ctx, .states_start = states_start, .final_state = final_state,
+        .states = states, .dA_cumsum = dA_cumsum};
     return run(&c, opts);
 }
 
@@ -382,16 +360,8 @@ mamba2_status_t mamba2_ssd_chunk_scan(mamba2_context_t *ctx, const mamba2_tensor
                                       const mamba2_tensor_t *dA_cumsum, const mamba2_tensor_t *Cm,
                                       const mamba2_tensor_t *states_start,
                                       const mamba2_ssd_options_t *opts) {
-    chunk_call c;
-    memset(&c, 0, sizeof c);
-    c.stage = ST_SCAN;
-    c.ctx = ctx;
-    c.out = out;
-    c.CB = CB;
-    c.x = x;
-    c.dt_out = dt_out;
-    c.dA_cumsum = dA_cumsum;
-    c.Cm = Cm;
-    c.states_start = states_start;
+    chunk_call c = {
+        .stage = ST_SCAN, .ctx = ctx, .out = out, .CB = CB, .x = x, .dt_out = dt_out,
+        .dA_cumsum = dA_cumsum, .Cm = Cm, .states_start = states_start};
     return run(&c, opts);
 }
