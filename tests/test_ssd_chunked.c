@@ -28,7 +28,7 @@
 
 #include "harness.h"
 #include "mamba2c.h"
-#include "ssd_gt.h"
+#include "gt.h"
 
 /* ================================================================ the problem === */
 

@@ -1,18 +1,18 @@
 /*
- * ssd_gt.h — guarded single tensors for the tests of the SSD decode step and the staged
- * pipeline (test_ssd_step.c, test_ssd_chunked.c). Header-only (static functions), on top of
- * harness.h: the fused-op tensors come from th_ssd_io; these are the tensors of the ops whose
- * arguments th_ssd_io does not describe.
+ * gt.h — guarded single tensors for the tests of the ops whose arguments th_ssd_io does not
+ * describe (test_conv1d.c, test_ssd_step.c, test_ssd_chunked.c). Header-only (static inline
+ * functions), on top of harness.h; the fused SSD op's tensors come from th_ssd_io.
  *
  * A gt is one tensor in its own allocation: TH_GUARD bytes before and after, and with pad != 0
  * a strided view (every dim but the last gets extra stride, so there are gaps, and the data
- * starts 2 elements into the buffer). Inputs get their values and NaN in the gaps (the library
+ * starts 2 elements into the buffer); with align64 (gt_make_a) the buffer, and so an unpadded
+ * view's data, starts on a 64-byte boundary, else wherever malloc puts it. Inputs get their values and NaN in the gaps (the library
  * must not read them); outputs get NaN elements (an element the library forgets to write stays
  * NaN) and guard bytes in the gaps, or values for an in/out tensor. gt_check then verifies the
  * guards, the gaps and (inputs) every byte.
  */
-#ifndef MAMBA2C_TEST_SSD_GT_H
-#define MAMBA2C_TEST_SSD_GT_H
+#ifndef MAMBA2C_TEST_GT_H
+#define MAMBA2C_TEST_GT_H
 
 #include <math.h>
 #include <stddef.h>
@@ -34,7 +34,7 @@ typedef struct gt {
     int64_t *off;         /* element offsets from t.data, row-major logical order */
 } gt;
 
-static void gt_put(void *base, mamba2_dtype_t dt, int64_t o, double v) {
+static inline void gt_put(void *base, mamba2_dtype_t dt, int64_t o, double v) {
     switch (dt) {
     case MAMBA2_DTYPE_F32: ((float *)base)[o] = (float)v; break;
     case MAMBA2_DTYPE_F64: ((double *)base)[o] = v; break;
@@ -44,7 +44,7 @@ static void gt_put(void *base, mamba2_dtype_t dt, int64_t o, double v) {
     }
 }
 
-static double gt_get(const void *base, mamba2_dtype_t dt, int64_t o) {
+static inline double gt_get(const void *base, mamba2_dtype_t dt, int64_t o) {
     switch (dt) {
     case MAMBA2_DTYPE_F32: return ((const float *)base)[o];
     case MAMBA2_DTYPE_F64: return ((const double *)base)[o];
@@ -55,7 +55,7 @@ static double gt_get(const void *base, mamba2_dtype_t dt, int64_t o) {
 }
 
 /* (Re)fill: inputs get vals; outputs get NaN elements, or vals (in/out tensor). */
-static void gt_arm(gt *g, const double *vals) {
+static inline void gt_arm(gt *g, const double *vals) {
     const size_t es = mamba2_dtype_size(g->t.dtype);
     memset(g->alloc, TH_PAT_GUARD, g->bytes + 2 * TH_GUARD);
     unsigned char *data = g->alloc + TH_GUARD;
@@ -72,8 +72,8 @@ static void gt_arm(gt *g, const double *vals) {
     memcpy(g->snap, g->alloc, g->bytes + 2 * TH_GUARD);
 }
 
-static void gt_make(gt *g, mamba2_dtype_t dt, int rank, const int64_t *shape, int pad, int is_out,
-                    const double *vals) {
+static inline void gt_make_a(gt *g, mamba2_dtype_t dt, int rank, const int64_t *shape, int pad,
+                      int is_out, const double *vals, int align64) {
     memset(g, 0, sizeof *g);
     g->present = 1;
     g->is_out = is_out;
@@ -88,7 +88,15 @@ static void gt_make(gt *g, mamba2_dtype_t dt, int rank, const int64_t *shape, in
     int64_t span = 1;
     for (int i = 0; i < rank; i++) span += (shape[i] > 0 ? shape[i] - 1 : 0) * stride[i];
     g->bytes = (size_t)(off0 + span) * es;
-    g->alloc = (unsigned char *)th_xmalloc(g->bytes + 2 * TH_GUARD);
+    if (align64) { /* TH_GUARD is a multiple of 64: the data stays on the boundary */
+        g->alloc = (unsigned char *)aligned_alloc(64, (g->bytes + 2 * TH_GUARD + 63) / 64 * 64);
+        if (!g->alloc) {
+            printf("out of memory (%zu bytes)\n", g->bytes + 2 * TH_GUARD);
+            exit(2);
+        }
+    } else {
+        g->alloc = (unsigned char *)th_xmalloc(g->bytes + 2 * TH_GUARD);
+    }
     g->snap = (unsigned char *)th_xmalloc(g->bytes + 2 * TH_GUARD);
     g->mask = (unsigned char *)th_xmalloc(g->bytes + 2 * TH_GUARD);
     g->t = mamba2_tensor_make_strided(g->alloc + TH_GUARD + off0 * es, dt, rank, shape, stride);
@@ -108,7 +116,12 @@ static void gt_make(gt *g, mamba2_dtype_t dt, int rank, const int64_t *shape, in
     gt_arm(g, vals);
 }
 
-static void gt_free(gt *g) {
+static inline void gt_make(gt *g, mamba2_dtype_t dt, int rank, const int64_t *shape, int pad, int is_out,
+                    const double *vals) {
+    gt_make_a(g, dt, rank, shape, pad, is_out, vals, 0);
+}
+
+static inline void gt_free(gt *g) {
     if (!g->present) return;
     free(g->alloc);
     free(g->snap);
@@ -117,21 +130,21 @@ static void gt_free(gt *g) {
     memset(g, 0, sizeof *g);
 }
 
-static const mamba2_tensor_t *gt_t(const gt *g) { return g->present ? &g->t : NULL; }
+static inline const mamba2_tensor_t *gt_t(const gt *g) { return g->present ? &g->t : NULL; }
 
-static void gt_read(const gt *g, double *dst) {
+static inline void gt_read(const gt *g, double *dst) {
     for (int64_t i = 0; i < g->n; i++) dst[i] = gt_get(g->t.data, g->t.dtype, g->off[i]);
 }
 
 /* A freshly allocated copy of the logical values (at least one element). */
-static double *gt_values(const gt *g) {
+static inline double *gt_values(const gt *g) {
     double *v = (double *)th_xmalloc((size_t)(g->n > 0 ? g->n : 1) * sizeof(double));
     gt_read(g, v);
     return v;
 }
 
 /* Is element i bitwise the NaN pattern the outputs are armed with (never written)? */
-static int gt_unwritten(const gt *g, int64_t i) {
+static inline int gt_unwritten(const gt *g, int64_t i) {
     const size_t es = mamba2_dtype_size(g->t.dtype);
     const unsigned char *p = (const unsigned char *)g->t.data + (size_t)g->off[i] * es;
     for (size_t k = 0; k < es; k++)
@@ -140,7 +153,7 @@ static int gt_unwritten(const gt *g, int64_t i) {
 }
 
 /* Guards, gaps and (inputs) every byte unchanged. On failure writes a message. */
-static int gt_check(const gt *g, const char *name, char *msg, size_t msz) {
+static inline int gt_check(const gt *g, const char *name, char *msg, size_t msz) {
     if (!g->present) return 1;
     const size_t total = g->bytes + 2 * TH_GUARD;
     for (size_t i = 0; i < total; i++) {
@@ -158,12 +171,12 @@ static int gt_check(const gt *g, const char *name, char *msg, size_t msz) {
 }
 
 /* Bitwise equality of two value arrays (read back from tensors of the same dtype). */
-static int gt_bits_equal(const double *a, const double *b, int64_t n) {
+static inline int gt_bits_equal(const double *a, const double *b, int64_t n) {
     return n <= 0 || memcmp(a, b, (size_t)n * sizeof(double)) == 0;
 }
 
 /* Compare n values: bitwise (exact) or within tol (normalised error), with a NaN/Inf check. */
-static void gt_cmp(const char *label, const double *got, const double *want, int64_t n, int exact,
+static inline void gt_cmp(const char *label, const double *got, const double *want, int64_t n, int exact,
                    double tol) {
     th_expect(th_all_finite(got, n), "%s has NaN/Inf", label);
     if (exact) {
@@ -175,7 +188,7 @@ static void gt_cmp(const char *label, const double *got, const double *want, int
 }
 
 /* Does the last error message name `a` (and `b`, when given) as whole words? */
-static int gt_expect_err(mamba2_status_t st, mamba2_status_t want, const char *a, const char *b) {
+static inline int gt_expect_err(mamba2_status_t st, mamba2_status_t want, const char *a, const char *b) {
     const char *msg = mamba2_last_error();
     if (st != want) {
         th_fail("status %s, expected %s (message: %s)", mamba2_status_string(st),
@@ -191,4 +204,4 @@ static int gt_expect_err(mamba2_status_t st, mamba2_status_t want, const char *a
     return 1;
 }
 
-#endif /* MAMBA2C_TEST_SSD_GT_H */
+#endif /* MAMBA2C_TEST_GT_H */
