@@ -218,6 +218,11 @@ void m2_fmt_dims(char *buf, size_t n, int rank, const int64_t *dims);
 mamba2_status_t m2_check_tensor(const char *name, const mamba2_tensor_t *t, int rank,
                                 const int64_t *want, const char *layout, mamba2_dtype_t dtype,
                                 const char *dtype_why, int is_output, int64_t *numel);
+/* The activation dtype of an op, read off tensor `name` (x, or a stage's leading tensor):
+ * INVALID_ARGUMENT unless a floating-point dtype, UNSUPPORTED unless one of `accepted`
+ * (bits 1 << dtype), naming the backend, the op (`op`, e.g. "the SSD op") and what it takes. */
+mamba2_status_t m2_check_act_dtype(const char *name, mamba2_dtype_t dt, uint32_t accepted,
+                                   const char *backend, const char *op);
 /* A tensor taking part in the overlap checks of an entry point. */
 typedef struct span {
     const char *name;

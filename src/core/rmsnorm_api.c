@@ -47,16 +47,7 @@ static mamba2_status_t validate(const rms_call *c, m2_rmsnorm_problem *pr) {
 
     /* dtypes: x decides the activation dtype; the backend must support it */
     mamba2_dtype_t adt = c->x->dtype;
-    if (adt != MAMBA2_DTYPE_F32 && adt != MAMBA2_DTYPE_F64 && adt != MAMBA2_DTYPE_BF16 &&
-        adt != MAMBA2_DTYPE_F16)
-        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                        "x has dtype %s; expected a floating-point dtype", m2_dtype_name(adt));
-    if (!(ops->act_dtypes & (1u << adt)))
-        return m2_error(MAMBA2_STATUS_UNSUPPORTED,
-                        "x has dtype %s, which the %s backend does not support for the gated "
-                        "RMSNorm (supported: f32%s)",
-                        m2_dtype_name(adt), ops->name,
-                        (ops->act_dtypes & (1u << MAMBA2_DTYPE_F64)) ? ", f64" : "");
+    M2_TRY(m2_check_act_dtype("x", adt, ops->act_dtypes, ops->name, "the gated RMSNorm"));
     mamba2_dtype_t pdt = adt == MAMBA2_DTYPE_F64 ? MAMBA2_DTYPE_F64 : MAMBA2_DTYPE_F32;
     const char *awhy = "the dtype of x";
     const char *pwhy = pdt == MAMBA2_DTYPE_F64 ? "weight, bias and rstd follow f64 activations"

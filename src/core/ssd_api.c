@@ -85,25 +85,8 @@ static mamba2_status_t validate(const ssd_call *c, m2_ssd_problem *pr) {
 
     /* dtypes: x decides the activation dtype; the backend must support it */
     mamba2_dtype_t adt = c->x->dtype;
-    if (adt != MAMBA2_DTYPE_F32 && adt != MAMBA2_DTYPE_F64 && adt != MAMBA2_DTYPE_BF16 &&
-        adt != MAMBA2_DTYPE_F16)
-        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                        "x has dtype %s; expected a floating-point dtype", m2_dtype_name(adt));
-    const uint32_t ok_dtypes = c->ctx->ops->act_dtypes | c->ctx->ops->ssd_extra_act_dtypes;
-    if (!(ok_dtypes & (1u << adt))) {
-        char list[64] = "";
-        static const mamba2_dtype_t all[4] = {MAMBA2_DTYPE_F32, MAMBA2_DTYPE_F64,
-                                              MAMBA2_DTYPE_BF16, MAMBA2_DTYPE_F16};
-        for (int i = 0; i < 4; i++)
-            if (ok_dtypes & (1u << all[i])) {
-                if (list[0]) strcat(list, ", ");
-                strcat(list, m2_dtype_name(all[i]));
-            }
-        return m2_error(MAMBA2_STATUS_UNSUPPORTED,
-                        "x has dtype %s, which the %s backend does not support for the SSD op "
-                        "(supported: %s)",
-                        m2_dtype_name(adt), c->ctx->ops->name, list[0] ? list : "none");
-    }
+    M2_TRY(m2_check_act_dtype("x", adt, c->ctx->ops->act_dtypes | c->ctx->ops->ssd_extra_act_dtypes,
+                              c->ctx->ops->name, "the SSD op"));
     /* x, dt, Bm, Cm, z, out and the activation gradients share x's dtype; A, D, dt_bias, the
      * states and their gradients are f64 with f64 activations, else f32 (also for bf16/f16
      * activations: parameters and states are never stored in half precision) */

@@ -140,17 +140,7 @@ static mamba2_status_t validate(const chunk_call *c, m2_ssd_chunk_problem *pr) {
                             : sg == ST_PASSING ? "states"
                                                : "x";
     const mamba2_dtype_t ldt = lead->dtype;
-    if (ldt != MAMBA2_DTYPE_F32 && ldt != MAMBA2_DTYPE_F64 && ldt != MAMBA2_DTYPE_BF16 &&
-        ldt != MAMBA2_DTYPE_F16)
-        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                        "%s has dtype %s; expected a floating-point dtype", lead_name,
-                        m2_dtype_name(ldt));
-    if (!(ops->act_dtypes & (1u << ldt)))
-        return m2_error(MAMBA2_STATUS_UNSUPPORTED,
-                        "%s has dtype %s, which the %s backend does not support for %s "
-                        "(supported: f32%s)",
-                        lead_name, m2_dtype_name(ldt), ops->name, stage_name[sg],
-                        (ops->act_dtypes & (1u << MAMBA2_DTYPE_F64)) ? ", f64" : "");
+    M2_TRY(m2_check_act_dtype(lead_name, ldt, ops->act_dtypes, ops->name, stage_name[sg]));
     const mamba2_dtype_t adt = ldt;
     const mamba2_dtype_t pdt = adt == MAMBA2_DTYPE_F64 ? MAMBA2_DTYPE_F64 : MAMBA2_DTYPE_F32;
     const char *awhy = sg == ST_PASSING ? "the dtype of states" : "the activation dtype";

@@ -309,3 +309,25 @@ mamba2_status_t m2_check_no_overlap(const span *ins, int nin, const span *outs, 
     }
     return MAMBA2_STATUS_OK;
 }
+
+mamba2_status_t m2_check_act_dtype(const char *name, mamba2_dtype_t dt, uint32_t accepted,
+                                   const char *backend, const char *op) {
+    static const mamba2_dtype_t floats[4] = {MAMBA2_DTYPE_F32, MAMBA2_DTYPE_F64,
+                                             MAMBA2_DTYPE_BF16, MAMBA2_DTYPE_F16};
+    int is_float = 0;
+    for (int i = 0; i < 4; i++) is_float |= dt == floats[i];
+    if (!is_float)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "%s has dtype %s; expected a floating-point dtype", name, m2_dtype_name(dt));
+    if (accepted & (1u << dt)) return MAMBA2_STATUS_OK;
+    char list[64] = "";
+    for (int i = 0; i < 4; i++)
+        if (accepted & (1u << floats[i])) {
+            if (list[0]) strcat(list, ", ");
+            strcat(list, m2_dtype_name(floats[i]));
+        }
+    return m2_error(MAMBA2_STATUS_UNSUPPORTED,
+                    "%s has dtype %s, which the %s backend does not support for %s "
+                    "(supported: %s)",
+                    name, m2_dtype_name(dt), backend, op, list[0] ? list : "none");
+}
