@@ -22,11 +22,16 @@ typedef __m256d m2vd;
 
 #define m2vd_set1(x) _mm256_set1_pd(x)
 #define m2vd_add(a, b) _mm256_add_pd((a), (b))
+#define m2vd_sub(a, b) _mm256_sub_pd((a), (b))
 #define m2vd_mul(a, b) _mm256_mul_pd((a), (b))
 #define m2vd_div(a, b) _mm256_div_pd((a), (b))
 #define m2vd_min(a, b) _mm256_min_pd((a), (b))
 #define m2vd_max(a, b) _mm256_max_pd((a), (b))
 #define m2vd_load(p) _mm256_loadu_pd(p)
+/* a > b lane-wise as a mask; m2vd_select(mask, a, b) = mask ? a : b */
+typedef __m256d m2vd_mask;
+#define m2vd_gt(a, b) _mm256_cmp_pd((a), (b), _CMP_GT_OQ)
+#define m2vd_select(m, a, b) _mm256_blendv_pd((b), (a), (m))
 #define m2vd_store(p, v) _mm256_storeu_pd((p), (v))
 /* 4 floats at p as doubles, and back (round to nearest) */
 #define m2vd_load_ps(p) _mm256_cvtps_pd(_mm_loadu_ps(p))
@@ -134,11 +139,15 @@ typedef __m512d m2vd;
 
 #define m2vd_set1(x) _mm512_set1_pd(x)
 #define m2vd_add(a, b) _mm512_add_pd((a), (b))
+#define m2vd_sub(a, b) _mm512_sub_pd((a), (b))
 #define m2vd_mul(a, b) _mm512_mul_pd((a), (b))
 #define m2vd_div(a, b) _mm512_div_pd((a), (b))
 #define m2vd_min(a, b) _mm512_min_pd((a), (b))
 #define m2vd_max(a, b) _mm512_max_pd((a), (b))
 #define m2vd_load(p) _mm512_loadu_pd(p)
+typedef __mmask8 m2vd_mask;
+#define m2vd_gt(a, b) _mm512_cmp_pd_mask((a), (b), _CMP_GT_OQ)
+#define m2vd_select(m, a, b) _mm512_mask_blend_pd((m), (b), (a))
 #define m2vd_store(p, v) _mm512_storeu_pd((p), (v))
 /* 8 floats at p as doubles, and back (round to nearest) */
 #define m2vd_load_ps(p) _mm512_cvtps_pd(_mm256_loadu_ps(p))
@@ -228,11 +237,15 @@ typedef double m2vd;
 
 #define m2vd_set1(x) ((double)(x))
 #define m2vd_add(a, b) ((a) + (b))
+#define m2vd_sub(a, b) ((a) - (b))
 #define m2vd_mul(a, b) ((a) * (b))
 #define m2vd_div(a, b) ((a) / (b))
 #define m2vd_min(a, b) ((a) < (b) ? (a) : (b))
 #define m2vd_max(a, b) ((a) > (b) ? (a) : (b))
 #define m2vd_load(p) (*(p))
+typedef int m2vd_mask;
+#define m2vd_gt(a, b) ((a) > (b))
+#define m2vd_select(m, a, b) ((m) ? (a) : (b))
 #define m2vd_store(p, v) (*(p) = (v))
 #define m2vd_load_ps(p) ((double)*(p))
 #define m2vd_store_ps(p, v) (*(p) = (float)(v))
@@ -250,5 +263,23 @@ M2_INLINE m2v m2v_sigmoid(m2v z) { return 1.0f / (1.0f + expf(-z)); }
 #else
 #error "define M2_SIMD_AVX2, M2_SIMD_AVX512 or M2_SIMD_SCALAR before including cpu/ssd_fast_simd.h"
 #endif
+
+/* softplus(r) = log(1 + e^r) and its derivative σ(r), in double, for every set (the scalar
+ * one too: its m2vd_exp is libm's). With e = e^-|r| in (0, 1]: softplus = max(r, 0) +
+ * log1p(e), and log1p(e) = 2 atanh(s) with s = e / (2 + e) in (0, 1/3], whose odd series
+ * 2 s Σ s^2k / (2k + 1) is cut after 18 terms (s^36 / 37 < 1e-18: double precision, also
+ * for tiny e, where log1p(e) ~ e keeps every bit); σ = (r > 0 ? 1 : e) / (1 + e). Above 20
+ * the caller takes softplus = r, σ = 1 (as SPEC §1 and the reference do). */
+M2_INLINE m2vd m2vd_softplus(m2vd r, m2vd *sig) {
+    const m2vd zero = m2vd_set1(0.0), one = m2vd_set1(1.0);
+    const m2vd a = m2vd_max(r, m2vd_sub(zero, r));
+    const m2vd e = m2vd_exp(m2vd_sub(zero, a));
+    const m2vd s = m2vd_div(e, m2vd_add(m2vd_set1(2.0), e)), s2 = m2vd_mul(s, s);
+    m2vd q = m2vd_set1(1.0 / 35.0);
+    for (int k = 16; k >= 0; k--) q = m2vd_add(m2vd_mul(q, s2), m2vd_set1(1.0 / (2 * k + 1)));
+    const m2vd l1p = m2vd_mul(m2vd_add(s, s), q);
+    *sig = m2vd_div(m2vd_select(m2vd_gt(r, zero), one, e), m2vd_add(one, e));
+    return m2vd_add(m2vd_max(r, zero), l1p);
+}
 
 #endif /* MAMBA2C_CPU_SSD_FAST_SIMD_H */

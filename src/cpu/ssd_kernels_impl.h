@@ -368,18 +368,21 @@ static void M2K(dt_block)(int64_t nh, int64_t T, int64_t ldo, const float *raw, 
         }
         for (int64_t i = 0; i < T; i++) {
             for (int64_t l = 0; l < M2V_LEN; l++) rr[l] = l < nl ? raw[i * ld + j0 + l] : 0.0f;
-            /* softplus in double (libm): its rounding would otherwise bias the decay
-             * gradients, whose sums over time (ddt_bias, dA) amplify any systematic error */
-            for (int64_t l = 0; l < M2V_LEN; l++) {
-                const double r = (double)rr[l] + (double)bv[l];
-                if (softplus && r <= 20.0) {
-                    const double e = exp(r);
-                    vv[l] = (float)log1p(e);
-                    gg[l] = (float)(e / (1.0 + e));
-                } else {
-                    vv[l] = (float)r;
-                    gg[l] = 1.0f;
+            /* softplus in double (m2vd_softplus): its rounding in float would otherwise
+             * bias the decay gradients, whose sums over time (ddt_bias, dA) amplify any
+             * systematic error */
+            for (int64_t k = 0; k < M2V_LEN; k += M2VD_LEN) {
+                const m2vd r = m2vd_add(m2vd_load_ps(rr + k), m2vd_load_ps(bv + k));
+                m2vd v = r, g = m2vd_set1(1.0);
+                if (softplus) {
+                    m2vd sg;
+                    const m2vd sp = m2vd_softplus(r, &sg);
+                    const m2vd_mask big = m2vd_gt(r, m2vd_set1(20.0));
+                    v = m2vd_select(big, r, sp);
+                    g = m2vd_select(big, g, sg);
                 }
+                m2vd_store_ps(vv + k, v);
+                m2vd_store_ps(gg + k, g);
             }
             for (int64_t k = 0; k < M2V_LEN; k += M2VD_LEN) {
                 const m2vd vd = m2vd_load_ps(vv + k);
