@@ -24,10 +24,12 @@
  * per token), which the hardware prefetchers do not follow; requesting them all at once
  * would queue far more misses than the core has fill buffers, so the sweep issues a few
  * before each register tile and the misses overlap its arithmetic.
- * Stream i: rows[i] rows of lines[i] cache lines, ld[i] bytes apart, from p[i]; rw[i]:
- * prefetch for writing. The cursor (cs, cr, cl) walks the streams in order.
+ * Stream i: rows[i] rows of lines[i] cache lines, ld[i] bytes apart, from p[i]; rw[i]: how
+ * (M2_PF_READ into L1, M2_PF_WRITE into L1 for writing, M2_PF_L2 into L2 only). The cursor
+ * (cs, cr, cl) walks the streams in order.
  */
 #define M2_PF_MAX 8
+enum { M2_PF_READ = 0, M2_PF_WRITE = 1, M2_PF_L2 = 2 };
 typedef struct m2_pf {
     int n;
     const char *p[M2_PF_MAX];
@@ -63,8 +65,10 @@ static inline void m2_pf_issue(m2_pf *pf, int64_t count) {
     for (; count > 0 && pf->left > 0; count--, pf->left--) {
         const char *a = pf->p[pf->cs] + pf->cr * pf->ld[pf->cs] + pf->cl * 64;
 #if defined(__GNUC__)
-        if (pf->rw[pf->cs])
+        if (pf->rw[pf->cs] == M2_PF_WRITE)
             __builtin_prefetch(a, 1, 3);
+        else if (pf->rw[pf->cs] == M2_PF_L2)
+            __builtin_prefetch(a, 0, 2);
         else
             __builtin_prefetch(a, 0, 3);
 #else

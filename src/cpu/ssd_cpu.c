@@ -467,52 +467,64 @@ static void fwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
     pl->total = pl->glob + pl->per_thread * (size_t)pl->nthr + 64; /* + slack for alignment */
 }
 
-/* Rows requested during the sweep of head h over block [u, u + Tb): its z and out rows of
- * this block (its epilogue runs right after the sweep), then its x rows of the next block
- * [v, v + Tn) and, for the first head of a group in the set, that group's B and C rows. */
+/* Rows requested into L2 while the sweeps of a block [u, u + Tb) run (one plan for the
+ * set's heads h0 .. h0 + nh - 1, walked sweep after sweep): with outputs the set's z rows of
+ * this block (the epilogue reads them after the sweeps); then its x rows of the next block
+ * [v, v + Tn) and the B (and, with outputs, C) rows of its groups g0 .. g0 + ng - 1. A token's
+ * rows of a set are one span (heads adjacent: a set of all H heads makes the block of a
+ * tensor one contiguous range), so the requests walk each tensor in address order: a page
+ * is entered once per block, not once per head. (Per-head rows 4 KiB apart, requested into
+ * L1, thrash a few L1 sets and cost a page walk per row; measured, they slowed the sweep
+ * more than they saved.) out is written with non-temporal stores and not requested. */
 static void fwd_prefetch_plan(const m2_ssd_problem *pr, int64_t b, int64_t u, int64_t Tb,
-                              int64_t v, int64_t Tn, int64_t h, int64_t g, int first_of_group,
-                              m2_pf *pf) {
+                              int64_t v, int64_t Tn, int64_t h0, int64_t nh, int64_t g0,
+                              int64_t ng, int outputs, m2_pf *pf) {
     const int64_t f4 = act_size(pr), P = pr->P, N = pr->N;
     m2_pf_init(pf);
-    if (pr->z.p) m2_pf_add(pf, arow(pr, &pr->z, b, u, h), pr->z.s[1] * f4, Tb, P * f4, 0);
-    m2_pf_add(pf, arow(pr, &pr->out, b, u, h), pr->out.s[1] * f4, Tb, P * f4, 1);
+    if (outputs && pr->z.p)
+        m2_pf_add(pf, arow(pr, &pr->z, b, u, h0), pr->z.s[1] * f4, Tb,
+                  ((nh - 1) * pr->z.s[2] + P) * f4, M2_PF_L2);
     if (Tn <= 0) return;
-    m2_pf_add(pf, arow(pr, &pr->x, b, v, h), pr->x.s[1] * f4, Tn, P * f4, 0);
-    if (first_of_group) {
-        m2_pf_add(pf, arow(pr, &pr->Bm, b, v, g), pr->Bm.s[1] * f4, Tn, N * f4, 0);
-        m2_pf_add(pf, arow(pr, &pr->Cm, b, v, g), pr->Cm.s[1] * f4, Tn, N * f4, 0);
-    }
+    m2_pf_add(pf, arow(pr, &pr->x, b, v, h0), pr->x.s[1] * f4, Tn, ((nh - 1) * pr->x.s[2] + P) * f4,
+              M2_PF_L2);
+    m2_pf_add(pf, arow(pr, &pr->Bm, b, v, g0), pr->Bm.s[1] * f4, Tn,
+              ((ng - 1) * pr->Bm.s[2] + N) * f4, M2_PF_L2);
+    if (outputs)
+        m2_pf_add(pf, arow(pr, &pr->Cm, b, v, g0), pr->Cm.s[1] * f4, Tn,
+                  ((ng - 1) * pr->Cm.s[2] + N) * f4, M2_PF_L2);
 }
 
-/* Rows requested during a backward sweep of head h (pass A over block [u, u + Tb), pass B
- * likewise, walking the blocks the other way): the row `wr` it writes right after the sweep
- * (dz in pass A, dx in pass B) for this block, then the x, dout and z rows bwd_prep reads
- * (and rd's: out_x, read by pass A with dz)
- * for the block [v, v + Tn) the pass visits next and, for the first head of a group in the
- * set, that group's B and C rows of it; `extra`: a contiguous block (pass B: the head's λ
- * restart snapshot of the next block). As in the forward, these rows are a new page per
- * token, which the hardware prefetchers do not follow. */
+/* Rows requested into L2 while the backward sweeps of a block [u, u + Tb) run (pass A, or
+ * pass B walking the blocks the other way; one plan for the set's heads h0 .. h0 + nh - 1,
+ * walked sweep after sweep, as in the forward): `extra` first (a contiguous range: pass B's λ
+ * restart snapshots of the next block), the row `wr` the pass writes after the sweeps (dz in
+ * pass A, dx in pass B) for this block, then for the block [v, v + Tn) it visits next the x,
+ * dout, z rows (and rd's: out_x, read by pass A with dz) of the set and the B and C rows of
+ * its groups g0 .. g0 + ng - 1. A token's rows of a set are one span, so each tensor is
+ * requested in address order. */
 static void bwd_prefetch_plan(const m2_ssd_problem *pr, const m2_view *wr, const m2_view *rd,
-                              int64_t b, int64_t u,
-                              int64_t Tb, int64_t v, int64_t Tn, int64_t h, int64_t g,
-                              int first_of_group, const float *extra, int64_t extra_bytes,
-                              int64_t per_sweep, m2_pf *pf) {
+                              int64_t b, int64_t u, int64_t Tb, int64_t v, int64_t Tn, int64_t h0,
+                              int64_t nh, int64_t g0, int64_t ng, const float *extra,
+                              int64_t extra_bytes, int64_t slots, m2_pf *pf) {
     const int64_t f4 = act_size(pr), P = pr->P, N = pr->N;
+#define SPAN_H(vw) (((nh - 1) * (vw)->s[2] + P) * f4)
+#define SPAN_G(vw) (((ng - 1) * (vw)->s[2] + N) * f4)
     m2_pf_init(pf);
-    m2_pf_add(pf, extra, extra_bytes, 1, extra_bytes, 0);
-    if (wr && wr->p) m2_pf_add(pf, row3(wr, b, u, h), wr->s[1] * f4, Tb, P * f4, 1);
+    m2_pf_add(pf, extra, extra_bytes, 1, extra_bytes, M2_PF_L2);
+    if (wr && wr->p) m2_pf_add(pf, arow(pr, wr, b, u, h0), wr->s[1] * f4, Tb, SPAN_H(wr), M2_PF_L2);
     if (Tn > 0) {
-        m2_pf_add(pf, arow(pr, &pr->x, b, v, h), pr->x.s[1] * f4, Tn, P * f4, 0);
-        m2_pf_add(pf, arow(pr, &pr->dout, b, v, h), pr->dout.s[1] * f4, Tn, P * f4, 0);
-        if (pr->z.p) m2_pf_add(pf, arow(pr, &pr->z, b, v, h), pr->z.s[1] * f4, Tn, P * f4, 0);
-        if (rd && rd->p) m2_pf_add(pf, arow(pr, rd, b, v, h), rd->s[1] * f4, Tn, P * f4, 0);
-        if (first_of_group) {
-            m2_pf_add(pf, arow(pr, &pr->Bm, b, v, g), pr->Bm.s[1] * f4, Tn, N * f4, 0);
-            m2_pf_add(pf, arow(pr, &pr->Cm, b, v, g), pr->Cm.s[1] * f4, Tn, N * f4, 0);
-        }
+        m2_pf_add(pf, arow(pr, &pr->x, b, v, h0), pr->x.s[1] * f4, Tn, SPAN_H(&pr->x), M2_PF_L2);
+        m2_pf_add(pf, arow(pr, &pr->dout, b, v, h0), pr->dout.s[1] * f4, Tn, SPAN_H(&pr->dout),
+                  M2_PF_L2);
+        if (pr->z.p)
+            m2_pf_add(pf, arow(pr, &pr->z, b, v, h0), pr->z.s[1] * f4, Tn, SPAN_H(&pr->z), M2_PF_L2);
+        if (rd && rd->p) m2_pf_add(pf, arow(pr, rd, b, v, h0), rd->s[1] * f4, Tn, SPAN_H(rd), M2_PF_L2);
+        m2_pf_add(pf, arow(pr, &pr->Bm, b, v, g0), pr->Bm.s[1] * f4, Tn, SPAN_G(&pr->Bm), M2_PF_L2);
+        m2_pf_add(pf, arow(pr, &pr->Cm, b, v, g0), pr->Cm.s[1] * f4, Tn, SPAN_G(&pr->Cm), M2_PF_L2);
     }
-    pf->per8 = (pf->left + per_sweep - 1) / per_sweep;
+#undef SPAN_H
+#undef SPAN_G
+    pf->per8 = (pf->left + slots - 1) / slots;
 }
 
 /* One forward pass of heads [h0, h0 + nh) of sequence row b over tokens [ta, tb), from the
@@ -573,23 +585,23 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
         }
         if (outputs) memset(y, 0, (size_t)(nh * TP) * sizeof(float));
         const int64_t v = u + Tb, Tn = tb - v < T ? tb - v : T;
+        m2_pf pf;
+        fwd_prefetch_plan(pr, b, u, Tb, v, Tn, h0, nh, g0, ng, outputs, &pf);
+        const int64_t slots = nh * slots_per_sweep * ((Tb + 7) / 8);
+        pf.per8 = (pf.left + slots - 1) / slots;
         for (int64_t j = 0; j < nh; j++) {
-            const int64_t h = h0 + j, k = h / hpg - g0;
-            if (!outputs) {
-                K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T, 0, ub + j * TP,
-                         Bp + k * TN, NULL, NULL, S + j * SN, NULL, NULL, NULL, NULL);
-                continue;
-            }
-            m2_pf pf;
-            fwd_prefetch_plan(pr, b, u, Tb, v, Tn, h, h / hpg, j == 0 || h % hpg == 0, &pf);
-            pf.per8 = (pf.left + slots_per_sweep * ((Tb + 7) / 8) - 1) /
-                      (slots_per_sweep * ((Tb + 7) / 8));
+            const int64_t k = (h0 + j) / hpg - g0;
             K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T, 0, ub + j * TP, Bp + k * TN,
-                     Cp + k * TN, NULL, S + j * SN, NULL, y + j * TP, NULL, &pf);
-            const float *Dh = !pr->D.p             ? NULL
-                              : pr->D_per_channel ? (const float *)pr->D.p + h * pr->D.s[0]
-                                                  : Db + j * Pp;
-            for (int64_t i = 0; i < Tb; i++) {
+                     outputs ? Cp + k * TN : NULL, NULL, S + j * SN, NULL,
+                     outputs ? y + j * TP : NULL, NULL, &pf);
+        }
+        /* the epilogue token by token: a token's rows of the set are adjacent in x, z, out */
+        for (int64_t i = 0; outputs && i < Tb; i++)
+            for (int64_t j = 0; j < nh; j++) {
+                const int64_t h = h0 + j;
+                const float *Dh = !pr->D.p             ? NULL
+                                  : pr->D_per_channel ? (const float *)pr->D.p + h * pr->D.s[0]
+                                                      : Db + j * Pp;
                 float *o = act_out(pr, &pr->out, b, u + i, h, cv + 2 * RW);
                 float *ox = pr->out_x.p ? act_out(pr, &pr->out_x, b, u + i, h, cv + 3 * RW) : NULL;
                 K->fwd_out(P, E[j * T + i], y + j * TP + i * Pp,
@@ -599,7 +611,6 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
                 act_flush(pr, K, &pr->out, b, u + i, h, P, o);
                 if (ox) act_flush(pr, K, &pr->out_x, b, u + i, h, P, ox);
             }
-        }
         for (int64_t j = 0; j < nh; j++) e_last[j] = E[j * T + Tb - 1];
         if (tp == u + Tb - 1) { /* the states after token tp */
             for (int64_t j = 0; j < nh; j++)
@@ -607,8 +618,9 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
             next++;
         }
     }
-    /* out_x went out with non-temporal stores (fwd_out): order them before the task ends */
-    if (outputs && pr->out_x.p) atomic_thread_fence(memory_order_seq_cst);
+    /* out and out_x went out with non-temporal stores (fwd_out): order them before the task
+     * ends */
+    if (outputs && act_f32(pr)) atomic_thread_fence(memory_order_seq_cst);
     if (vout->p)
         for (int64_t j = 0; j < nh; j++) state_out(vout, out, h0 + j, P, N, Pp, S + j * SN, e_last[j]);
     if (ldec)
@@ -1062,12 +1074,12 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
             /* the λ restart snapshots (pass B) are the sweep's second copy of its end state */
             float *snapk = pl->want_decay && ((k + 1) % M == 0 || k == nb - 1)
                                ? snap + (k / M) * nh * SN : NULL;
+            m2_pf pf;
+            bwd_prefetch_plan(pr, pr->z.p ? &pr->dz : NULL, pr->dz.p && pr->z.p ? &pr->out_x : NULL,
+                              b, u, Tb, v, Tn, h0, nh, g0, ng, NULL, 0,
+                              nh * per_sweep * ((Tb + 7) / 8), &pf);
             for (int64_t j = 0; j < nh; j++) {
                 const int64_t h = h0 + j, q = h / hpg - g0;
-                m2_pf pf;
-                bwd_prefetch_plan(pr, pr->z.p ? &pr->dz : NULL,
-                                  pr->dz.p && pr->z.p ? &pr->out_x : NULL, b, u, Tb, v, Tn, h, h / hpg,
-                                  j == 0 || h % hpg == 0, NULL, 0, per_sweep * ((Tb + 7) / 8), &pf);
                 K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T,
                          M2_SWEEP_W_PRE | (pl->want_y ? 0 : M2_SWEEP_R_PRE), ub + j * TP,
                          Bp + q * TN, pl->want_y ? Cp + q * TN : NULL,
@@ -1173,12 +1185,12 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
             const int64_t v = u - T, Tn = k > 0 ? T : 0; /* the block visited next */
             const float *snext = pl->want_decay && k > 0 && k % M == 0
                                      ? snap + ((k - 1) / M) * nh * SN : NULL;
+            m2_pf pf;
+            bwd_prefetch_plan(pr, &pr->dx, NULL, b, u, Tb, v, Tn, h0, nh, g0, ng, snext,
+                              snext ? nh * SN * (int64_t)sizeof(float) : 0,
+                              nh * per_sweep * ((Tb + 7) / 8), &pf);
             for (int64_t j = 0; j < nh; j++) {
-                const int64_t h = h0 + j, q = h / hpg - g0;
-                m2_pf pf;
-                bwd_prefetch_plan(pr, &pr->dx, NULL, b, u, Tb, v, Tn, h, h / hpg,
-                                  j == 0 || h % hpg == 0, snext ? snext + j * SN : NULL,
-                                  SN * (int64_t)sizeof(float), per_sweep * ((Tb + 7) / 8), &pf);
+                const int64_t q = (h0 + j) / hpg - g0;
                 if (pl->want_decay && strong[k * nh + j])
                     K->sweep_direct(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T,
                                     rcs + ((k - k0) * nh + j) * SN, ub + j * TP, rb + j * TP,

@@ -443,6 +443,7 @@ static void M2K(fwd_out)(int64_t n, float e, const float *y, const float *x, con
                          const float *z, float *out, float *outx, int stream) {
     const m2v ve = m2v_set1(e);
     const int nt = stream && outx && ((uintptr_t)outx % M2V_STREAM_ALIGN) == 0;
+    const int nto = stream && ((uintptr_t)out % M2V_STREAM_ALIGN) == 0;
     int64_t i = 0;
     for (; i + M2V_LEN <= n; i += M2V_LEN) {
         m2v v = m2v_mul(ve, m2v_load(y + i));
@@ -452,7 +453,10 @@ static void M2K(fwd_out)(int64_t n, float e, const float *y, const float *x, con
         else if (outx)
             m2v_store(outx + i, v);
         if (z) v = m2v_mul(v, silu_v(m2v_load(z + i)));
-        m2v_store(out + i, v);
+        if (nto)
+            m2v_stream(out + i, v);
+        else
+            m2v_store(out + i, v);
     }
     for (; i < n; i++) {
         float v = e * y[i];
