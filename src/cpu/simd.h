@@ -235,15 +235,17 @@ M2_INLINE float m2v_reduce(m2v v) {
     return _mm_cvtss_f32(s);
 }
 
-/* out[i] = sum of the lanes of v_i, four vectors at once: each folded to 256 bits (halves
- * added), then the AVX2 m2v_reduce4's three hadds. One fixed order per lane position. */
+/* out[i] = sum of the lanes of v_i, four vectors at once, 13 operations (8 shuffles): per
+ * 128-bit block, unpack + add pair the lanes of (a, b) and of (c, d), a shuffle + add makes
+ * each block [a b c d] partial sums, then the four blocks are added (2 + 1 + 1). One fixed
+ * order per lane position. */
 M2_INLINE void m2v_reduce4(m2v a, m2v b, m2v c, m2v d, float *out) {
-#define M2V_FOLD_(x) _mm256_add_ps(_mm512_castps512_ps256(x), _mm512_extractf32x8_ps((x), 1))
-    const __m256 ab = _mm256_hadd_ps(M2V_FOLD_(a), M2V_FOLD_(b));
-    const __m256 cd = _mm256_hadd_ps(M2V_FOLD_(c), M2V_FOLD_(d));
-#undef M2V_FOLD_
-    const __m256 abcd = _mm256_hadd_ps(ab, cd);
-    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+    const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+    const __m512 abcd = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(1, 0, 1, 0)),
+                                      _mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 h = _mm512_add_ps(abcd, _mm512_shuffle_f32x4(abcd, abcd, _MM_SHUFFLE(1, 0, 3, 2)));
+    _mm_storeu_ps(out, _mm_add_ps(_mm512_castps512_ps128(h), _mm512_extractf32x4_ps(h, 1)));
 }
 
 /* e^(-x): the AVX2 m2v_exp_neg, lane for lane (see there). */
