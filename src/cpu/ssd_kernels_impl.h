@@ -163,7 +163,13 @@ M2_INLINE void sweep_tile(int64_t T, int64_t Pp, const float *u, const float *V,
     m2v_store(s + Pp, s1a); m2v_store(s + Pp + M2V_LEN, s1b);
     m2v_store(s + 2 * Pp, s2a); m2v_store(s + 2 * Pp + M2V_LEN, s2b);
     m2v_store(s + 3 * Pp, s3a); m2v_store(s + 3 * Pp + M2V_LEN, s3b);
-    if (sc) {
+    if (sc && ((uintptr_t)sc % M2V_STREAM_ALIGN) == 0 && (Pp % (2 * M2V_LEN)) == 0) {
+        /* the snapshot is read one pass later: whole lines, past the caches */
+        m2v_stream(sc, s0a); m2v_stream(sc + M2V_LEN, s0b);
+        m2v_stream(sc + Pp, s1a); m2v_stream(sc + Pp + M2V_LEN, s1b);
+        m2v_stream(sc + 2 * Pp, s2a); m2v_stream(sc + 2 * Pp + M2V_LEN, s2b);
+        m2v_stream(sc + 3 * Pp, s3a); m2v_stream(sc + 3 * Pp + M2V_LEN, s3b);
+    } else if (sc) {
         m2v_store(sc, s0a); m2v_store(sc + M2V_LEN, s0b);
         m2v_store(sc + Pp, s1a); m2v_store(sc + Pp + M2V_LEN, s1b);
         m2v_store(sc + 2 * Pp, s2a); m2v_store(sc + 2 * Pp + M2V_LEN, s2b);
