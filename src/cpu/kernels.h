@@ -88,6 +88,7 @@ static inline void m2_pf_issue(m2_pf *pf, int64_t count) {
 #define M2_SWEEP_REV 1   /* tokens in reverse order (restart factors applied after a token) */
 #define M2_SWEEP_W_PRE 2 /* the w row from the state before the token's update            */
 #define M2_SWEEP_R_PRE 4 /* the acc row likewise                                          */
+#define M2_SWEEP_VROWS 8 /* V and W are rows [T][Np], not packed [Np/4][T][4]              */
 
 typedef struct m2_cpu_kernels {
     const char *isa;
@@ -101,7 +102,8 @@ typedef struct m2_cpu_kernels {
      *   before the update, with M2_SWEEP_W_PRE); acc[t*Np + n] = S_t[n,:]·r_t (r != NULL;
      *   S_{t-1} with M2_SWEEP_R_PRE);
      *   t ascending, or descending with M2_SWEEP_REV.
-     * S: [Np][Pp]. u, r, w: [T][Pp]; V, W: [Np/4][T][4]. Restarts: S *= rf[k] before token
+     * S: [Np][Pp]. u, r, w: [T][Pp]; V, W: [Np/4][T][4], or [T][Np] with M2_SWEEP_VROWS
+     * (the 4 columns of a register tile are adjacent either way). Restarts: S *= rf[k] before token
      * ridx[k] (ascending indices; with M2_SWEEP_REV, after it). pf (may be NULL): lines to prefetch,
      * pf->per8 every 8 tokens of every register tile. Sc (may be NULL): a second copy of
      * the final state, [Np][Pp] like S (the backward's snapshots, written without a pass
@@ -112,15 +114,16 @@ typedef struct m2_cpu_kernels {
                   const float *r, float *S, float *Sc, float *w, float *acc, m2_pf *pf);
 
     /*
-     * The reverse sweep (flags M2_SWEEP_REV | M2_SWEEP_W_PRE; u = gin, V = C, W = B, r = xh)
-     * that also returns lam[t] = Σ_{n,p} G_t ∘ S_{t-1}: the forward states of the block are
-     * recomputed per register tile from S0 (the state before the block, with the same
-     * restarts and u = xh, V = B). gp, acc may be NULL.
+     * The reverse sweep (flags M2_SWEEP_REV | M2_SWEEP_R_PRE; u = ur, V = Vr, W, r) that also
+     * returns lam[t] = Σ G_t ∘ S_{t-1}: the forward states of the block are recomputed per
+     * register tile from S0 (the state before the block, with the same restarts and the
+     * update u = uf, V = Vf). w, acc may be NULL. Layouts as in the sweep with M2_SWEEP_VROWS
+     * (Vf, Vr, W rows [T][Np]).
      */
     void (*sweep_direct)(int64_t T, int64_t Np, int64_t Pp, int nr, const int32_t *ridx,
-                         const float *rf, const float *S0, const float *xh, const float *gin,
-                         const float *B, const float *C, float *G, float *gp, float *acc,
-                         float *lam);
+                         const float *rf, const float *S0, const float *uf, const float *Vf,
+                         const float *ur, const float *Vr, const float *W, const float *r,
+                         float *G, float *w, float *acc, float *lam);
 
     /* dt processing and segment scales of nh heads over T tokens (ssd_kernels_impl.h);
      * outputs per head ldo apart */

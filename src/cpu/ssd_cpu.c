@@ -92,6 +92,16 @@ static const m2_cpu_kernels *kernels_for(const mamba2_context_t *ctx, const m2_s
     return ctx->isa != M2_ISA_SCALAR ? &m2_cpu_kernels_avx2 : &m2_cpu_kernels_scalar;
 }
 
+/* The backward's kernel set. Its states are transposed ([P][N], n along the vectors: see
+ * bwd_range), so there the AVX-512 tile pads N, not P, to a multiple of 32: the forward's
+ * rule with P and N swapped. */
+static const m2_cpu_kernels *bwd_kernels_for(const mamba2_context_t *ctx,
+                                             const m2_ssd_problem *pr) {
+    if (ctx->isa == M2_ISA_AVX512 && (pr->N >= 64 || (pr->N % 32 == 0 && pr->P >= 64)))
+        return &m2_cpu_kernels_avx512;
+    return ctx->isa != M2_ISA_SCALAR ? &m2_cpu_kernels_avx2 : &m2_cpu_kernels_scalar;
+}
+
 /* Reserve `bytes` at the next 64-byte boundary of a layout; returns the offset. */
 static size_t carve(size_t *off, size_t bytes) {
     const size_t o = (*off + 63) & ~(size_t)63;
@@ -198,9 +208,8 @@ static mamba2_status_t check_dtype(const m2_ssd_problem *pr) {
  * sweep applies the factor at the token itself, so the arithmetic of every token is fixed by
  * the problem. */
 
-/* Rows of T tokens (n floats each, `ld` apart) into the sweep's packed [Np/4][T][4] layout,
- * columns n >= N zero. */
-/* Row t of a block of T tokens into the packed layout [Np/4][T][4] (zeros past n). */
+/* Rows of T tokens (n floats each) into the sweep's packed [Np/4][T][4] layout (the
+ * forward's B and C: a constant stride in the sweep's token loop), columns n >= N zero. */
 static void pack_row(float *dst, const float *r, int64_t t, int64_t T, int64_t n, int64_t Np) {
     int64_t j = 0;
     for (; j + 4 <= n; j += 4) memcpy(dst + j * T + 4 * t, r + j, 4 * sizeof(float));
@@ -238,6 +247,32 @@ static void state_out(const m2_view *st, int64_t s, int64_t h, int64_t P, int64_
     for (int64_t p = 0; p < P; p++) {
         float *r = row3(st, s, h, p);
         for (int64_t n = 0; n < N; n++) r[n] = e * S[n * Pp + p];
+    }
+}
+
+/* The backward's transposed layout [Pp][Np] (n contiguous, zero padded): state row (s,h) of
+ * a [S,H,P,N] view in, and e * S out. */
+static void state_in_t(const m2_view *st, int64_t s, int64_t h, int64_t P, int64_t N,
+                       int64_t Pp, int64_t Np, float *S) {
+    memset(S, 0, (size_t)(Pp * Np) * sizeof(float));
+    if (!st->p) return;
+    for (int64_t p = 0; p < P; p++) memcpy(S + p * Np, row3(st, s, h, p), (size_t)N * sizeof(float));
+}
+static void state_out_t(const m2_view *st, int64_t s, int64_t h, int64_t P, int64_t N,
+                        int64_t Np, const float *S, float e) {
+    for (int64_t p = 0; p < P; p++) {
+        float *r = row3(st, s, h, p);
+        for (int64_t n = 0; n < N; n++) r[n] = e * S[p * Np + n];
+    }
+}
+
+/* Rows (b, u + t, g), t < Tb, of a [B,L,G,N] activation as rows [T][Np] (zeros past N). */
+static void rows_act(const m2_ssd_problem *pr, const m2_cpu_kernels *K, float *dst,
+                     const m2_view *v, int64_t b, int64_t u, int64_t g, int64_t Tb, int64_t N,
+                     int64_t Np, float *tmp) {
+    for (int64_t t = 0; t < Tb; t++) {
+        memcpy(dst + t * Np, act_in(pr, K, v, b, u + t, g, N, tmp), (size_t)N * sizeof(float));
+        if (Np > N) memset(dst + t * Np + N, 0, (size_t)(Np - N) * sizeof(float));
     }
 }
 
@@ -789,12 +824,13 @@ typedef struct bwd_progress {
 } bwd_progress;
 
 static void bwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr, bwd_plan *pl) {
-    const m2_cpu_kernels *K = kernels_for(ctx, pr);
+    const m2_cpu_kernels *K = bwd_kernels_for(ctx, pr);
     const int64_t H = pr->H;
     const size_t f = sizeof(float), dbl = sizeof(double);
     pl->T = BWD_BLOCK;
-    pl->Pp = round_up(pr->P > 0 ? pr->P : 1, K->tile_p);
-    pl->Np = round_up(pr->N > 0 ? pr->N : 1, K->tile_n);
+    /* transposed states [Pp][Np]: n along the register tile's vectors, p its columns */
+    pl->Pp = round_up(pr->P > 0 ? pr->P : 1, K->tile_n);
+    pl->Np = round_up(pr->N > 0 ? pr->N : 1, K->tile_p);
     const size_t T = (size_t)pl->T, Pp = (size_t)pl->Pp, Np = (size_t)pl->Np;
     pl->nthr = m2_cpu_plan_threads(ctx);
     fwd_make_plan(ctx, pr, &pl->fp);
@@ -849,14 +885,15 @@ static void bwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
     pl->glob = m2_round64(off);
 
     off = 0;
-    pl->o_S = carve(&off, hs * Np * Pp * f);   /* Ŝ in pass A, Ĝ in pass B, [hs][Np][Pp]   */
+    pl->o_S = carve(&off, hs * Np * Pp * f);   /* Ŝ in pass A, Ĝ in pass B, [hs][Pp][Np]   */
     pl->o_u = carve(&off, hs * T * Pp * f);    /* x̂ = w x, [hs][T][Pp]                      */
     pl->o_r = carve(&off, hs * T * Pp * f);    /* E dy                                       */
-    pl->o_w = carve(&off, hs * T * Pp * f);    /* ŷ (pass A) or Ĝ B (pass B)                 */
+    pl->o_w = carve(&off, hs * T * Pp * f);    /* ŷ (pass A) or Ĝ B (pass B): sweep acc rows */
     pl->o_dy = carve(&off, hs * T * Pp * f);   /* dy = dout silu(z)                          */
     pl->o_sg = carve(&off, hs * T * Pp * f);   /* σ(z), pass A                               */
-    pl->o_acc = carve(&off, hs * T * Np * f);  /* per head dCm (pass A) or dBm (pass B) rows */
-    pl->o_B = carve(&off, ng * T * Np * f);    /* packed B, C per group                     */
+    pl->o_acc = carve(&off, hs * T * Np * f);  /* per head dCm (pass A) or dBm (pass B) rows:
+                                                  the sweep's w rows, [hs][T][Np]             */
+    pl->o_B = carve(&off, ng * T * Np * f);    /* B, C rows per group, [ng][T][Np]          */
     pl->o_C = carve(&off, ng * T * Np * f);
     pl->o_d = carve(&off, hs * T * f);
     pl->o_E = carve(&off, hs * T * f);
@@ -936,7 +973,7 @@ static void wait_progress(_Atomic int64_t *p, int64_t need) {
     while (atomic_load_explicit(p, memory_order_acquire) < need) sched_yield();
 }
 
-/* The states before blocks k0..k1 of one head set (into rcs, [k - k0][j][Np][Pp]), rerun
+/* The states before blocks k0..k1 of one head set (into rcs, [k - k0][j][Pp][Np]), rerun
  * from the state before block k0 (snapshot s0, or row `in` of vin when NULL) with the
  * forward's update: bitwise the states pass A had. Uses the block buffers of pass B. */
 static void bwd_recompute(const bwd_job *J, int64_t b, const m2_view *vin, int64_t in,
@@ -962,7 +999,7 @@ static void bwd_recompute(const bwd_job *J, int64_t b, const m2_view *vin, int64
     if (s0)
         memcpy(st, s0, (size_t)(nh * SN) * sizeof(float));
     else
-        for (int64_t j = 0; j < nh; j++) state_in(vin, in, h0 + j, P, N, Pp, Np, st + j * SN);
+        for (int64_t j = 0; j < nh; j++) state_in_t(vin, in, h0 + j, P, N, Pp, Np, st + j * SN);
     for (int64_t k = k0; k <= k1; k++) {
         const int64_t u = t0 + k * T, Tb = t1 - u < T ? t1 - u : T;
         memcpy(rcs + (k - k0) * nh * SN, st, (size_t)(nh * SN) * sizeof(float));
@@ -974,10 +1011,11 @@ static void bwd_recompute(const bwd_job *J, int64_t b, const m2_view *vin, int64
             for (int64_t j = 0; j < nh; j++)
                 K->scale(P, wt[j * T + i], act_in(pr, K, &pr->x, b, u + i, h0 + j, P, cv), ub + j * TP + i * Pp);
         for (int64_t q = 0; q < ng; q++)
-            pack_act(pr, K, Bp + q * TN, &pr->Bm, b, u, g0 + q, Tb, N, Np, cv);
+            rows_act(pr, K, Bp + q * TN, &pr->Bm, b, u, g0 + q, Tb, N, Np, cv);
         for (int64_t j = 0; j < nh; j++)
-            K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T, 0, ub + j * TP,
-                     Bp + ((h0 + j) / hpg - g0) * TN, NULL, NULL, st + j * SN, NULL, NULL, NULL, NULL);
+            K->sweep(Tb, Pp, Np, nr[j], ridx + j * T, rf + j * T, M2_SWEEP_VROWS,
+                     Bp + ((h0 + j) / hpg - g0) * TN, ub + j * TP, NULL, NULL, st + j * SN, NULL,
+                     NULL, NULL, NULL);
     }
 }
 
@@ -1020,7 +1058,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
     const float *Ah = (const float *)pr->A.p + h0;
     const float *dtb = pr->dt_bias.p ? (const float *)pr->dt_bias.p + h0 : NULL;
     const int64_t nb = (t1 - t0 + T - 1) / T, M = pl->snap_every;
-    const int64_t per_sweep = (Np / K->tile_n) * (Pp / K->tile_p); /* prefetch slots per token/8 */
+    const int64_t per_sweep = (Pp / K->tile_n) * (Np / K->tile_p); /* prefetch slots per token/8 */
     /* the previous task of this chunk shares our first head's group: its dBm/dCm
      * contributions for a token must be in place before ours are added (head order) */
     bwd_progress *prog = (bwd_progress *)(J->base + pl->o_prog) + ci * pl->nsets;
@@ -1038,7 +1076,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
 
     /* ---- pass A ---- */
     for (int64_t j = 0; j < nh; j++) {
-        state_in(vin, in, h0 + j, P, N, Pp, Np, S + j * SN);
+        state_in_t(vin, in, h0 + j, P, N, Pp, Np, S + j * SN);
         c[j] = 0.0;
         e_last[j] = 1.0f;
     }
@@ -1061,16 +1099,16 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
         prep_rows(pr, K, b, u, Tb, h0, nh, T, Pp, wt, E, cv, RW, ub, dyb, rb, sgb);
         if (pl->need_a_sweep) {
             for (int64_t q = 0; q < ng; q++) {
-                pack_act(pr, K, Bp + q * TN, &pr->Bm, b, u, g0 + q, Tb, N, Np, cv);
+                rows_act(pr, K, Bp + q * TN, &pr->Bm, b, u, g0 + q, Tb, N, Np, cv);
                 if (pl->want_y)
-                    pack_act(pr, K, Cp + q * TN, &pr->Cm, b, u, g0 + q, Tb, N, Np, cv);
+                    rows_act(pr, K, Cp + q * TN, &pr->Cm, b, u, g0 + q, Tb, N, Np, cv);
                 if (pl->want_y || pl->want_decay)
                     for (int64_t i = 0; i < Tb; i++)
                         cbv[q * T + i] =
                             (float)K->dot(N, act_in(pr, K, &pr->Bm, b, u + i, g0 + q, N, cv),
                                           act_in(pr, K, &pr->Cm, b, u + i, g0 + q, N, cv + RW));
             }
-            if (pl->want_y) memset(wb, 0, (size_t)(nh * TP) * sizeof(float));
+            if (pl->want_acc) memset(acc, 0, (size_t)(nh * TN) * sizeof(float));
             const int64_t v = u + Tb, Tn = t1 - v < T ? t1 - v : T;
             /* the λ restart snapshots (pass B) are the sweep's second copy of its end state */
             float *snapk = pl->want_decay && ((k + 1) % M == 0 || k == nb - 1)
@@ -1079,14 +1117,16 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
             bwd_prefetch_plan(pr, pr->z.p ? &pr->dz : NULL, pr->dz.p && pr->z.p ? &pr->out_x : NULL,
                               b, u, Tb, v, Tn, h0, nh, g0, ng, NULL, 0,
                               nh * per_sweep * ((Tb + 7) / 8), &pf);
+            /* transposed: the update Ŝᵀ += B ⊗ x̂; the w rows Ŝᵀ r (dCm: from the state after
+             * the update when y is formed, before it otherwise), the acc rows ŷ = Ŝ_{t-1} C */
             for (int64_t j = 0; j < nh; j++) {
-                const int64_t h = h0 + j, q = h / hpg - g0;
-                K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T,
-                         M2_SWEEP_W_PRE | (pl->want_y ? 0 : M2_SWEEP_R_PRE), ub + j * TP,
-                         Bp + q * TN, pl->want_y ? Cp + q * TN : NULL,
-                         pl->want_acc ? rb + j * TP : NULL,
-                         S + j * SN, snapk ? snapk + j * SN : NULL, pl->want_y ? wb + j * TP : NULL,
-                         pl->want_acc ? acc + j * TN : NULL, &pf);
+                const int64_t q = (h0 + j) / hpg - g0;
+                K->sweep(Tb, Pp, Np, nr[j], ridx + j * T, rf + j * T,
+                         M2_SWEEP_VROWS | (pl->want_y ? M2_SWEEP_R_PRE : M2_SWEEP_W_PRE),
+                         Bp + q * TN, ub + j * TP, pl->want_acc ? rb + j * TP : NULL,
+                         pl->want_y ? Cp + q * TN : NULL,
+                         S + j * SN, snapk ? snapk + j * SN : NULL,
+                         pl->want_acc ? acc + j * TN : NULL, pl->want_y ? wb + j * TP : NULL, &pf);
             }
         }
         for (int64_t i = 0; i < Tb; i++)
@@ -1148,7 +1188,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
     /* ---- pass B ---- */
     for (int64_t j = 0; j < nh; j++) {
         float *G = S + j * SN;
-        state_in(vdf, dfi, h0 + j, P, N, Pp, Np, G);
+        state_in_t(vdf, dfi, h0 + j, P, N, Pp, Np, G);
         for (int64_t e = 0; e < SN; e++) G[e] *= e_last[j]; /* into the last segment's scale */
         lam[j] = accA[j] = accB[j] = 0.0;
     }
@@ -1173,16 +1213,16 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                         pr->dt_lo, pr->dt_hi, k == 0, ctmp, d, E, wt, gf, nr, ridx, rf);
             prep_rows(pr, K, b, u, Tb, h0, nh, T, Pp, wt, E, cv, RW, ub, dyb, rb, NULL);
             for (int64_t q = 0; q < ng; q++) {
-                pack_act(pr, K, Cp + q * TN, &pr->Cm, b, u, g0 + q, Tb, N, Np, cv);
+                rows_act(pr, K, Cp + q * TN, &pr->Cm, b, u, g0 + q, Tb, N, Np, cv);
                 if (pl->want_gb || pl->want_decay) {
-                    pack_act(pr, K, Bp + q * TN, &pr->Bm, b, u, g0 + q, Tb, N, Np, cv);
+                    rows_act(pr, K, Bp + q * TN, &pr->Bm, b, u, g0 + q, Tb, N, Np, cv);
                     for (int64_t i = 0; i < Tb; i++)
                         cbv[q * T + i] =
                             (float)K->dot(N, act_in(pr, K, &pr->Bm, b, u + i, g0 + q, N, cv),
                                           act_in(pr, K, &pr->Cm, b, u + i, g0 + q, N, cv + RW));
                 }
             }
-            if (pl->want_gb) memset(wb, 0, (size_t)(nh * TP) * sizeof(float));
+            if (pl->want_db) memset(acc, 0, (size_t)(nh * TN) * sizeof(float));
             const int64_t v = u - T, Tn = k > 0 ? T : 0; /* the block visited next */
             const float *snext = pl->want_decay && k > 0 && k % M == 0
                                      ? snap + ((k - 1) / M) * nh * SN : NULL;
@@ -1190,20 +1230,24 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
             bwd_prefetch_plan(pr, &pr->dx, NULL, b, u, Tb, v, Tn, h0, nh, g0, ng, snext,
                               snext ? nh * SN * (int64_t)sizeof(float) : 0,
                               nh * per_sweep * ((Tb + 7) / 8), &pf);
+            /* transposed: the update Ĝᵀ += C ⊗ (E dy); the w rows Ĝᵀ x̂ (dBm, after the
+             * update), the acc rows Ĝ_{t+1} B (before it) */
             for (int64_t j = 0; j < nh; j++) {
                 const int64_t q = (h0 + j) / hpg - g0;
                 if (pl->want_decay && strong[k * nh + j])
-                    K->sweep_direct(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T,
-                                    rcs + ((k - k0) * nh + j) * SN, ub + j * TP, rb + j * TP,
-                                    Bp + q * TN, Cp + q * TN, S + j * SN,
-                                    pl->want_gb ? wb + j * TP : NULL,
-                                    pl->want_db ? acc + j * TN : NULL, lamb + j * T);
+                    K->sweep_direct(Tb, Pp, Np, nr[j], ridx + j * T, rf + j * T,
+                                    rcs + ((k - k0) * nh + j) * SN, Bp + q * TN, ub + j * TP,
+                                    Cp + q * TN, rb + j * TP, pl->want_db ? ub + j * TP : NULL,
+                                    pl->want_gb ? Bp + q * TN : NULL, S + j * SN,
+                                    pl->want_db ? acc + j * TN : NULL,
+                                    pl->want_gb ? wb + j * TP : NULL, lamb + j * T);
                 else
-                    K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T,
-                             M2_SWEEP_REV | M2_SWEEP_W_PRE, rb + j * TP, Cp + q * TN,
-                             pl->want_gb ? Bp + q * TN : NULL, pl->want_db ? ub + j * TP : NULL,
-                             S + j * SN, NULL, pl->want_gb ? wb + j * TP : NULL,
-                             pl->want_db ? acc + j * TN : NULL, &pf);
+                    K->sweep(Tb, Pp, Np, nr[j], ridx + j * T, rf + j * T,
+                             M2_SWEEP_REV | M2_SWEEP_R_PRE | M2_SWEEP_VROWS, Cp + q * TN,
+                             rb + j * TP, pl->want_db ? ub + j * TP : NULL,
+                             pl->want_gb ? Bp + q * TN : NULL,
+                             S + j * SN, NULL, pl->want_db ? acc + j * TN : NULL,
+                             pl->want_gb ? wb + j * TP : NULL, &pf);
             }
             if (pl->want_gb)
                 for (int64_t i = Tb - 1; i >= 0; i--)
@@ -1243,7 +1287,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
         }
     atomic_store_explicit(&prog[set].b, t1 - t0, memory_order_release);
     for (int64_t j = 0; j < nh; j++) {
-        if (vdi && vdi->p) state_out(vdi, dii, h0 + j, P, N, Pp, S + j * SN, 1.0f);
+        if (vdi && vdi->p) state_out_t(vdi, dii, h0 + j, P, N, Np, S + j * SN, 1.0f);
         ((double *)(J->base + pl->o_pA))[ci * H + h0 + j] = accA[j];
         ((double *)(J->base + pl->o_pbias))[ci * H + h0 + j] = accB[j];
     }
@@ -1290,7 +1334,7 @@ static void bwd_task_b1(void *arg, int64_t task, int thread) {
     const int last = r.k == r.K - 1;
     for (int64_t j = 0; j < nh; j++) {
         const m2_view none = {NULL, {0, 0, 0, 0}};
-        state_in(last ? &pr->dfinal : &none, r.s, h0 + j, P, N, Pp, Np, G + j * SN);
+        state_in_t(last ? &pr->dfinal : &none, r.s, h0 + j, P, N, Pp, Np, G + j * SN);
         const float e = E[j * T + (r.tb - r.ta - 1) % T]; /* the last token's scale */
         for (int64_t i = 0; i < SN; i++) G[j * SN + i] *= e;
     }
@@ -1303,13 +1347,14 @@ static void bwd_task_b1(void *arg, int64_t task, int thread) {
                     pr->dt_lo, pr->dt_hi, k == 0, ctmp, d, E, wt, NULL, nr, ridx, rf);
         prep_rows(pr, K, b, u, Tb, h0, nh, T, Pp, wt, E, cv, RW, ub, dyb, rb, NULL);
         for (int64_t q = 0; q < ng; q++)
-            pack_act(pr, K, Cp + q * TN, &pr->Cm, b, u, g0 + q, Tb, N, Np, cv);
+            rows_act(pr, K, Cp + q * TN, &pr->Cm, b, u, g0 + q, Tb, N, Np, cv);
         for (int64_t j = 0; j < nh; j++)
-            K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T, M2_SWEEP_REV, rb + j * TP,
-                     Cp + ((h0 + j) / hpg - g0) * TN, NULL, NULL, G + j * SN, NULL, NULL, NULL, NULL);
+            K->sweep(Tb, Pp, Np, nr[j], ridx + j * T, rf + j * T, M2_SWEEP_REV | M2_SWEEP_VROWS,
+                     Cp + ((h0 + j) / hpg - g0) * TN, rb + j * TP, NULL, NULL, G + j * SN, NULL,
+                     NULL, NULL, NULL);
     }
     const m2_view gl = chunk_view(J->base + pl->o_gl, pr);
-    for (int64_t j = 0; j < nh; j++) state_out(&gl, r.c, h0 + j, P, N, Pp, G + j * SN, 1.0f);
+    for (int64_t j = 0; j < nh; j++) state_out_t(&gl, r.c, h0 + j, P, N, Np, G + j * SN, 1.0f);
 }
 
 /* B2: per (sequence, head), the gradients into the chunk end states, last chunk first:
@@ -1391,7 +1436,7 @@ mamba2_status_t m2_cpu_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem 
     if (st != MAMBA2_STATUS_OK) return st;
     bwd_job J;
     J.pr = pr;
-    J.k = kernels_for(ctx, pr);
+    J.k = bwd_kernels_for(ctx, pr);
     bwd_make_plan(ctx, pr, &J.pl);
     if (!ws) return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "cpu ssd backward: no workspace");
     J.base = align64(ws);
@@ -1404,7 +1449,7 @@ mamba2_status_t m2_cpu_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem 
     if (J.pl.chunked) { /* chunk start states, then chunk end gradients (see above) */
         fwd_job F;
         F.pr = pr;
-        F.k = J.k;
+        F.k = kernels_for(ctx, pr); /* the forward's set, as its plan F.pl */
         F.base = J.base;
         F.pl = J.pl.fp;
         F.outputs = 0;
