@@ -618,7 +618,6 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
             if (outputs)
                 pack_act(pr, K, Cp + k * TN, &pr->Cm, b, u, g0 + k, Tb, N, Np, cv);
         }
-        if (outputs) memset(y, 0, (size_t)(nh * TP) * sizeof(float));
         const int64_t v = u + Tb, Tn = tb - v < T ? tb - v : T;
         m2_pf pf;
         fwd_prefetch_plan(pr, b, u, Tb, v, Tn, h0, nh, g0, ng, outputs, &pf);
@@ -626,6 +625,8 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
         pf.per8 = (pf.left + slots - 1) / slots;
         for (int64_t j = 0; j < nh; j++) {
             const int64_t k = (h0 + j) / hpg - g0;
+            /* the w rows accumulate: zeroed right before the sweep, into L1 */
+            if (outputs) memset(y + j * TP, 0, (size_t)(Tb * Pp) * sizeof(float));
             K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T, 0, ub + j * TP, Bp + k * TN,
                      outputs ? Cp + k * TN : NULL, NULL, S + j * SN, NULL,
                      outputs ? y + j * TP : NULL, NULL, &pf);
@@ -1108,7 +1109,6 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                             (float)K->dot(N, act_in(pr, K, &pr->Bm, b, u + i, g0 + q, N, cv),
                                           act_in(pr, K, &pr->Cm, b, u + i, g0 + q, N, cv + RW));
             }
-            if (pl->want_acc) memset(acc, 0, (size_t)(nh * TN) * sizeof(float));
             const int64_t v = u + Tb, Tn = t1 - v < T ? t1 - v : T;
             /* the λ restart snapshots (pass B) are the sweep's second copy of its end state */
             float *snapk = pl->want_decay && ((k + 1) % M == 0 || k == nb - 1)
@@ -1121,6 +1121,8 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
              * the update when y is formed, before it otherwise), the acc rows ŷ = Ŝ_{t-1} C */
             for (int64_t j = 0; j < nh; j++) {
                 const int64_t q = (h0 + j) / hpg - g0;
+                /* the w rows (dCm) accumulate: zeroed right before the sweep, into L1 */
+                if (pl->want_acc) memset(acc + j * TN, 0, (size_t)(Tb * Np) * sizeof(float));
                 K->sweep(Tb, Pp, Np, nr[j], ridx + j * T, rf + j * T,
                          M2_SWEEP_VROWS | (pl->want_y ? M2_SWEEP_R_PRE : M2_SWEEP_W_PRE),
                          Bp + q * TN, ub + j * TP, pl->want_acc ? rb + j * TP : NULL,
@@ -1222,7 +1224,6 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                                           act_in(pr, K, &pr->Cm, b, u + i, g0 + q, N, cv + RW));
                 }
             }
-            if (pl->want_db) memset(acc, 0, (size_t)(nh * TN) * sizeof(float));
             const int64_t v = u - T, Tn = k > 0 ? T : 0; /* the block visited next */
             const float *snext = pl->want_decay && k > 0 && k % M == 0
                                      ? snap + ((k - 1) / M) * nh * SN : NULL;
@@ -1234,6 +1235,8 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
              * update), the acc rows Ĝ_{t+1} B (before it) */
             for (int64_t j = 0; j < nh; j++) {
                 const int64_t q = (h0 + j) / hpg - g0;
+                /* the w rows (dBm) accumulate: zeroed right before the sweep, into L1 */
+                if (pl->want_db) memset(acc + j * TN, 0, (size_t)(Tb * Np) * sizeof(float));
                 if (pl->want_decay && strong[k * nh + j])
                     K->sweep_direct(Tb, Pp, Np, nr[j], ridx + j * T, rf + j * T,
                                     rcs + ((k - k0) * nh + j) * SN, Bp + q * TN, ub + j * TP,
