@@ -33,6 +33,10 @@ static th_ssd_case cases[] = {
     {"det_wide_P64_varlen_all", SH(1, 0, 4, 64, 20, 16, 2), .nseq = 3, .seqlen = {90, 1, 41},
      .D_mode = 2, ALL_OPTS},
     {"det_wide_chunked_P64_L4200", SH(1, 4200, 2, 64, 16, 64, 2), .D_mode = 1, ALL_OPTS},
+    /* the backward's AVX-512 shapes (N >= 64): a group split across head sets, strong decay */
+    {"det_wide_N64_G3_H9_all", SH(2, 130, 9, 16, 64, 32, 3), .D_mode = 1, ALL_OPTS},
+    {"det_wide_N65_strong", SH(2, 150, 6, 5, 65, 32, 3), .D_mode = 2, .z = 1, .dt_bias = 1,
+     .softplus = 1, .init = 1, .final = 1, .dfinal = 1, .dt_mode = TH_DT_LARGE},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

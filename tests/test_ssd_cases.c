@@ -98,7 +98,7 @@ static th_ssd_case cases[] = {
     {"mamba2_dims_P64_N128", SH(1, 128, 4, 64, 128, 64, 1), .D_mode = 1, .z = 1, .dt_bias = 1,
      .softplus = 1, .final = 1},
     {"big_all_options", SH(2, 256, 8, 32, 64, 64, 2), .D_mode = 1, ALL_OPTS},
-    /* shapes the CPU backend runs with its AVX-512 kernel set where it has one (P >= 64, or
+    /* shapes the CPU forward runs with its AVX-512 kernel set where it has one (P >= 64, or
      * P = 32 with N >= 64; ssd_cpu.c kernels_for): P and N tails of its 32 x 4 tile, varlen,
      * the strong-decay path of the backward and the chunk-parallel split */
     {"wide_P65_N9_tails_all", SH(2, 45, 3, 65, 9, 16, 3), .D_mode = 2, ALL_OPTS},
@@ -107,6 +107,14 @@ static th_ssd_case cases[] = {
     {"wide_P64_N5_strong_decay", SH(1, 300, 2, 64, 5, 256, 1), .softplus = 1, .D_mode = 1, STATES,
      .dt_mode = TH_DT_LARGE},
     {"wide_chunked_P64_L4500_all", SH(1, 4500, 1, 64, 12, 64, 1), .D_mode = 2, ALL_OPTS},
+    /* the backward's AVX-512 rule reads N (its states are [P][N]: N >= 64, or N = 32 with
+     * P >= 64; ssd_cpu.c bwd_kernels_for): N tails of its tile, P = 1, strong decay and the
+     * chunk-parallel split with that set */
+    {"wide_N65_P3_all", SH(2, 45, 3, 3, 65, 16, 3), .D_mode = 2, ALL_OPTS},
+    {"wide_N97_P1_all", SH(1, 40, 2, 1, 97, 16, 1), .D_mode = 1, ALL_OPTS},
+    {"wide_N64_strong_decay", SH(1, 300, 2, 16, 64, 256, 1), .softplus = 1, .D_mode = 1, STATES,
+     .dt_mode = TH_DT_LARGE},
+    {"wide_chunked_N64_L4500_all", SH(1, 4500, 1, 8, 64, 64, 1), .D_mode = 2, ALL_OPTS},
     /* numerics: error growth over a long sequence; strong decay inside one long chunk, where
      * exp(cs_i) underflows and exp(-cs_j) overflows in float32 if computed separately */
     {"long_L1024_Q256", SH(1, 1024, 4, 16, 32, 256, 2), .D_mode = 1, .z = 1, STATES},

@@ -8,10 +8,11 @@
  * the one kernel text in ssd_kernels_impl.h.
  *
  * Conventions: a "row" is P (or N) contiguous floats; `ld*` is the element distance between
- * the rows of consecutive tokens. The sweeps keep a state in their own layout [Np][Pp]
- * (P contiguous, both padded with zeros to the register tile); B and C rows are packed per
- * block as [Np/4][T][4]. All kernels are deterministic: the same inputs give the same bits
- * whatever thread runs them.
+ * the rows of consecutive tokens. The sweeps keep a state in their own layout S[a][b] (b
+ * contiguous, both padded with zeros to the register tile): the forward's states are
+ * [Np][Pp], B and C packed per block as [Np/4][T][4]; the backward's are transposed,
+ * [Pp][Np], with x̂ and E dy read as rows (M2_SWEEP_VROWS). All kernels are deterministic:
+ * the same inputs give the same bits whatever thread runs them.
  */
 #ifndef MAMBA2C_CPU_KERNELS_H
 #define MAMBA2C_CPU_KERNELS_H
@@ -19,11 +20,11 @@
 #include <stdint.h>
 
 /*
- * Cache lines to prefetch while a sweep runs: the next block's rows of the streamed tensors.
- * Rows of consecutive tokens in [B,L,H,P] tensors are H*P floats apart (a new 4 KiB page
- * per token), which the hardware prefetchers do not follow; requesting them all at once
- * would queue far more misses than the core has fill buffers, so the sweep issues a few
- * before each register tile and the misses overlap its arithmetic.
+ * Cache lines to prefetch while a block's sweeps run: rows of the streamed tensors the block's
+ * epilogue or the next block reads (ssd_cpu.c builds one plan per block for a set of heads,
+ * in address order). Requesting them all at once would queue far more misses than the core
+ * has fill buffers, so the sweep issues a few every 8 tokens of a register tile and the
+ * misses overlap its arithmetic.
  * Stream i: rows[i] rows of lines[i] cache lines, ld[i] bytes apart, from p[i]; rw[i]: how
  * (M2_PF_READ into L1, M2_PF_WRITE into L1 for writing, M2_PF_L2 into L2 only). The cursor
  * (cs, cr, cl) walks the streams in order.
@@ -92,8 +93,9 @@ static inline void m2_pf_issue(m2_pf *pf, int64_t count) {
 
 typedef struct m2_cpu_kernels {
     const char *isa;
-    /* The sweep's register tile: callers pad P to a multiple of tile_p and N to a multiple
-     * of tile_n (with zeros) in the sweep's layouts. */
+    /* The sweep's register tile: callers pad the state's contiguous dimension (the sweep's
+     * Pp: P in the forward, N in the backward) to a multiple of tile_p and the other to a
+     * multiple of tile_n, with zeros. */
     int tile_p, tile_n;
 
     /*
@@ -107,7 +109,8 @@ typedef struct m2_cpu_kernels {
      * ridx[k] (ascending indices; with M2_SWEEP_REV, after it). pf (may be NULL): lines to prefetch,
      * pf->per8 every 8 tokens of every register tile. Sc (may be NULL): a second copy of
      * the final state, [Np][Pp] like S (the backward's snapshots, written without a pass
-     * over S).
+     * over S; with non-temporal stores when aligned, so a thread other than the caller reads
+     * it only after a fence).
      */
     void (*sweep)(int64_t T, int64_t Np, int64_t Pp, int nr, const int32_t *ridx,
                   const float *rf, int flags, const float *u, const float *V, const float *W,
@@ -135,8 +138,9 @@ typedef struct m2_cpu_kernels {
     /* out[i] = s * x[i] */
     void (*scale)(int64_t n, float s, const float *x, float *out);
     /* out[i] = (e y[i] + D[i] x[i]) * silu(z[i]); D and z may be NULL (term dropped);
-     * outx (may be NULL) gets the value before the gate, with non-temporal stores when stream
-     * is set and outx is aligned (the caller fences before its task ends). */
+     * outx (may be NULL) gets the value before the gate. With stream set, out and outx are
+     * written with non-temporal stores where aligned (the caller fences before its task
+     * ends). */
     void (*fwd_out)(int64_t n, float e, const float *y, const float *x, const float *D,
                     const float *z, float *out, float *outx, int stream);
     /* Rows of the backward (n = P; ssd_kernels_impl.h has the formulas):
@@ -161,6 +165,8 @@ typedef struct m2_cpu_kernels {
     void (*store_row)(int64_t n, int dtype, const float *src, void *dst);
     /* Σ a[i] b[i], accumulated in a fixed order, returned in double */
     double (*dot)(int64_t n, const float *a, const float *b);
+    /* y[i] = y[i] + a x[i] (a = 1: the add of the backward's dBm/dCm head sums) */
+    void (*axpy)(int64_t n, float a, const float *x, float *y);
 } m2_cpu_kernels;
 
 extern const m2_cpu_kernels m2_cpu_kernels_scalar; /* ssd_kernels_scalar.c, any CPU     */

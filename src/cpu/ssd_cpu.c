@@ -9,19 +9,21 @@
  * token is one FMA per state element for the update (Ŝ += (d_t/E_t) x_t ⊗ B_t) and one per
  * output (y_t = E_t Ŝ_t·C_t); a segment restarts (one multiply of the state) before the
  * scale leaves [e^-60, 1]. The kernel `sweep` runs one state over a block of T tokens with a
- * register tile of 2 vectors of p x 4 columns (16 x 4 with AVX2, 32 x 4 with AVX-512).
+ * register tile of 2 vectors x 4 columns (16 x 4 with AVX2, 32 x 4 with AVX-512): the
+ * forward's states are [N][P] (p along the vectors), the backward's [P][N].
  *
  * Forward: a task is a set of consecutive heads of one sequence (or chunk, below), walking
- * the blocks: per block it processes dt for all its heads at once (dt_block), packs
- * d_t x_t / E_t per head and B, C once per group, token-major so that each token's rows
+ * the blocks: per block it processes dt for all its heads at once (dt_block), scales
+ * d_t x_t / E_t per head and packs B, C once per group, token-major so that each token's rows
  * of all the set's heads are read together (rows of one head are H*P floats apart: a new
- * 4 KiB page per token, whose page walk is then paid once per set, not per head), then per
- * head runs the sweep (which prefetches that head's z/out rows of this block and x rows of
- * the next) and the epilogue (E y + D x, the silu gate). Sets are chosen from the thread
- * count; they never change a result.
+ * 4 KiB page per token, whose page walk is then paid once per set, not per head), then runs
+ * one sweep per head — while they run, the set's z rows of this block and x, B, C rows of
+ * the next are requested into L2 in address order (fwd_prefetch_plan) — and the epilogue
+ * (E y + D x, the silu gate) token by token, out streamed with non-temporal stores. Sets are
+ * chosen from the thread count; they never change a result.
  *
  * Backward, per set of heads, two passes and no checkpoints of the whole sequence:
- *   A (forward): Ŝ with Ŝ_{t-1}·C_t (before the update) and Ŝ_tᵀ(E_t dy_t) = dCm rows;
+ *   A (forward): Ŝ with Ŝ_tᵀ(E_t dy_t) = dCm rows (and Ŝ_{t-1}·C_t when dz needs y);
  *     dz, dD, a_t dy_t·(S_{t-1}C_t) per token, the segment scale at each block start,
  *     snapshots of Ŝ every BWD_SNAP_TOKENS tokens.
  *   B (reverse): Ĝ_t = Ĝ_{t+1} + (E_t dy_t) ⊗ C_t, with Ĝ_{t+1}·B_t and Ĝ_tᵀ x̂_t = dBm rows;
@@ -30,7 +32,7 @@
  *     definition at every snapshot, and taken directly (sweep_direct, the block's states
  *     recomputed from the snapshots) in blocks where a decay is strong (d·A < -1), where the
  *     telescoping form cancels. Then ddt, dA, ddt_bias, dinitial_state.
- *   About 6 FMAs per state element per token (3 per pass) against the forward's 2.
+ *   5 FMAs per state element per token (2 + 3; 6 when y is formed) against the forward's 2.
  *   States are never rebuilt by running the recurrence backwards (SPEC §2).
  *
  * Few (sequence, head) pairs (< M2_CPU_PAR_WIDTH) and long sequences: each sequence is cut
@@ -230,7 +232,7 @@ static void pack_act(const m2_ssd_problem *pr, const m2_cpu_kernels *K, float *d
         pack_row(dst, act_in(pr, K, v, b, u + t, g, n, tmp), t, T, n, Np);
 }
 
-/* State [S,H,P,N] row (s,h) -> the sweep's [Np][Pp] layout (zeros when absent or padded). */
+/* State [S,H,P,N] row (s,h) -> the forward sweep's [Np][Pp] layout (zeros when absent or padded). */
 static void state_in(const m2_view *st, int64_t s, int64_t h, int64_t P, int64_t N, int64_t Pp,
                      int64_t Np, float *S) {
     memset(S, 0, (size_t)(Pp * Np) * sizeof(float));
@@ -502,31 +504,45 @@ static void fwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
     pl->total = pl->glob + pl->per_thread * (size_t)pl->nthr + 64; /* + slack for alignment */
 }
 
+/* Request into L2 the rows of nt tokens x nh heads (or groups) of a [B,L,H,P] view from row
+ * (b, u, h0), len elements each: as one range per token when the heads are the inner (smaller)
+ * stride, else one range per head (a head-major view: its tokens adjacent); a layout whose
+ * ranges would be more than twice the rows themselves (heads and tokens both far apart) is
+ * not requested at all. */
+static void pf_add_rows(m2_pf *pf, const m2_ssd_problem *pr, const m2_view *v, int64_t b,
+                        int64_t u, int64_t h0, int64_t nt, int64_t nh, int64_t len, int how) {
+    if (!v->p || nt <= 0 || nh <= 0) return;
+    const int64_t es = act_size(pr), ldt = v->s[1], ldh = v->s[2], rows = nt * nh * len;
+    const char *p = arow(pr, v, b, u, h0);
+    if (ldh <= ldt) {
+        const int64_t span = (nh - 1) * ldh + len;
+        if (span * nt <= 2 * rows) m2_pf_add(pf, p, ldt * es, nt, span * es, how);
+    } else {
+        const int64_t span = (nt - 1) * ldt + len;
+        if (span * nh <= 2 * rows) m2_pf_add(pf, p, ldh * es, nh, span * es, how);
+    }
+}
+
 /* Rows requested into L2 while the sweeps of a block [u, u + Tb) run (one plan for the
  * set's heads h0 .. h0 + nh - 1, walked sweep after sweep): with outputs the set's z rows of
  * this block (the epilogue reads them after the sweeps); then its x rows of the next block
  * [v, v + Tn) and the B (and, with outputs, C) rows of its groups g0 .. g0 + ng - 1. A token's
  * rows of a set are one span (heads adjacent: a set of all H heads makes the block of a
- * tensor one contiguous range), so the requests walk each tensor in address order: a page
- * is entered once per block, not once per head. (Per-head rows 4 KiB apart, requested into
+ * tensor one contiguous range; head-major views: one range per head, pf_add_rows), so the
+ * requests walk each tensor in address order: a page is entered once per block, not once per
+ * head. (Per-head rows 4 KiB apart, requested into
  * L1, thrash a few L1 sets and cost a page walk per row; measured, they slowed the sweep
  * more than they saved.) out is written with non-temporal stores and not requested. */
 static void fwd_prefetch_plan(const m2_ssd_problem *pr, int64_t b, int64_t u, int64_t Tb,
                               int64_t v, int64_t Tn, int64_t h0, int64_t nh, int64_t g0,
                               int64_t ng, int outputs, m2_pf *pf) {
-    const int64_t f4 = act_size(pr), P = pr->P, N = pr->N;
+    const int64_t P = pr->P, N = pr->N;
     m2_pf_init(pf);
-    if (outputs && pr->z.p)
-        m2_pf_add(pf, arow(pr, &pr->z, b, u, h0), pr->z.s[1] * f4, Tb,
-                  ((nh - 1) * pr->z.s[2] + P) * f4, M2_PF_L2);
+    if (outputs) pf_add_rows(pf, pr, &pr->z, b, u, h0, Tb, nh, P, M2_PF_L2);
     if (Tn <= 0) return;
-    m2_pf_add(pf, arow(pr, &pr->x, b, v, h0), pr->x.s[1] * f4, Tn, ((nh - 1) * pr->x.s[2] + P) * f4,
-              M2_PF_L2);
-    m2_pf_add(pf, arow(pr, &pr->Bm, b, v, g0), pr->Bm.s[1] * f4, Tn,
-              ((ng - 1) * pr->Bm.s[2] + N) * f4, M2_PF_L2);
-    if (outputs)
-        m2_pf_add(pf, arow(pr, &pr->Cm, b, v, g0), pr->Cm.s[1] * f4, Tn,
-                  ((ng - 1) * pr->Cm.s[2] + N) * f4, M2_PF_L2);
+    pf_add_rows(pf, pr, &pr->x, b, v, h0, Tn, nh, P, M2_PF_L2);
+    pf_add_rows(pf, pr, &pr->Bm, b, v, g0, Tn, ng, N, M2_PF_L2);
+    if (outputs) pf_add_rows(pf, pr, &pr->Cm, b, v, g0, Tn, ng, N, M2_PF_L2);
 }
 
 /* Rows requested into L2 while the backward sweeps of a block [u, u + Tb) run (pass A, or
@@ -541,24 +557,18 @@ static void bwd_prefetch_plan(const m2_ssd_problem *pr, const m2_view *wr, const
                               int64_t b, int64_t u, int64_t Tb, int64_t v, int64_t Tn, int64_t h0,
                               int64_t nh, int64_t g0, int64_t ng, const float *extra,
                               int64_t extra_bytes, int64_t slots, m2_pf *pf) {
-    const int64_t f4 = act_size(pr), P = pr->P, N = pr->N;
-#define SPAN_H(vw) (((nh - 1) * (vw)->s[2] + P) * f4)
-#define SPAN_G(vw) (((ng - 1) * (vw)->s[2] + N) * f4)
+    const int64_t P = pr->P, N = pr->N;
     m2_pf_init(pf);
     m2_pf_add(pf, extra, extra_bytes, 1, extra_bytes, M2_PF_L2);
-    if (wr && wr->p) m2_pf_add(pf, arow(pr, wr, b, u, h0), wr->s[1] * f4, Tb, SPAN_H(wr), M2_PF_L2);
+    if (wr) pf_add_rows(pf, pr, wr, b, u, h0, Tb, nh, P, M2_PF_L2);
     if (Tn > 0) {
-        m2_pf_add(pf, arow(pr, &pr->x, b, v, h0), pr->x.s[1] * f4, Tn, SPAN_H(&pr->x), M2_PF_L2);
-        m2_pf_add(pf, arow(pr, &pr->dout, b, v, h0), pr->dout.s[1] * f4, Tn, SPAN_H(&pr->dout),
-                  M2_PF_L2);
-        if (pr->z.p)
-            m2_pf_add(pf, arow(pr, &pr->z, b, v, h0), pr->z.s[1] * f4, Tn, SPAN_H(&pr->z), M2_PF_L2);
-        if (rd && rd->p) m2_pf_add(pf, arow(pr, rd, b, v, h0), rd->s[1] * f4, Tn, SPAN_H(rd), M2_PF_L2);
-        m2_pf_add(pf, arow(pr, &pr->Bm, b, v, g0), pr->Bm.s[1] * f4, Tn, SPAN_G(&pr->Bm), M2_PF_L2);
-        m2_pf_add(pf, arow(pr, &pr->Cm, b, v, g0), pr->Cm.s[1] * f4, Tn, SPAN_G(&pr->Cm), M2_PF_L2);
+        pf_add_rows(pf, pr, &pr->x, b, v, h0, Tn, nh, P, M2_PF_L2);
+        pf_add_rows(pf, pr, &pr->dout, b, v, h0, Tn, nh, P, M2_PF_L2);
+        pf_add_rows(pf, pr, &pr->z, b, v, h0, Tn, nh, P, M2_PF_L2);
+        if (rd) pf_add_rows(pf, pr, rd, b, v, h0, Tn, nh, P, M2_PF_L2);
+        pf_add_rows(pf, pr, &pr->Bm, b, v, g0, Tn, ng, N, M2_PF_L2);
+        pf_add_rows(pf, pr, &pr->Cm, b, v, g0, Tn, ng, N, M2_PF_L2);
     }
-#undef SPAN_H
-#undef SPAN_G
     pf->per8 = (pf->left + slots - 1) / slots;
 }
 
@@ -781,12 +791,16 @@ mamba2_status_t m2_cpu_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *
  * every 32 tokens, 2.2e-6 every 64, 6.9e-6 every 128, 1.4e-5 every 256, 1.8e-5 every 2048
  * (SPEC §8: 1e-5); every 64 halves the snapshot traffic for a 3-6% faster backward.
  * Pass A (forward over the sequence): Ŝ with dCm, dz, dD, Σ dy·y per token, the segment
- *   scale at each block start, the snapshots. The output y (the W contraction) only when
- *   dz needs it; else dy·y = C·(Ŝᵀ r) comes from the dC contraction, taken from the state
- *   before the update (M2_SWEEP_R_PRE, then dCm = that + (r·u) B) so that the cancelling
- *   own-token term is never formed.
- * Pass B (reverse): Ĝ with Ĝ B (dx, ddt) and dBm; dA, ddt_bias, dinitial_state.
- * Both sweeps are the forward's kernel: 2-3 FMAs per state element per token each.
+ *   scale at each block start, the snapshots. The output y (the sweep's r contraction,
+ *   M2_SWEEP_R_PRE) only when dz needs it; else dy·y = C·(Ŝᵀ r) comes from the dC
+ *   contraction (the sweep's w rows), taken from the state before the update
+ *   (M2_SWEEP_W_PRE, then dCm = that + (r·u) B) so that the cancelling own-token term is
+ *   never formed.
+ * Pass B (reverse): Ĝ with Ĝ B (dx, ddt; r contraction, before the update) and dBm (w rows);
+ *   dA, ddt_bias, dinitial_state.
+ * Both sweeps are the forward's kernel on transposed states ([Pp][Np], n along the vectors,
+ * so dC and dB are the vertical w contractions) with x̂ and E dy read as rows
+ * (M2_SWEEP_VROWS): 2-3 FMAs per state element per token each.
  */
 #define BWD_BLOCK 32
 /* λ restarts: a snapshot every BWD_SNAP_TOKENS tokens (every second block), as long as the
@@ -951,9 +965,10 @@ static void prep_rows(const m2_ssd_problem *pr, const m2_cpu_kernels *K, int64_t
 }
 
 /* dst = v (first contribution) or dst = dst + v (the next head's), element by element. */
-static void put_row(float *dst, const float *v, int64_t n, int accumulate) {
+static void put_row(const m2_cpu_kernels *K, float *dst, const float *v, int64_t n,
+                    int accumulate) {
     if (accumulate)
-        for (int64_t i = 0; i < n; i++) dst[i] = dst[i] + v[i];
+        K->axpy(n, 1.0f, v, dst); /* an FMA with 1: exactly dst + v */
     else
         memcpy(dst, v, (size_t)n * sizeof(float));
 }
@@ -1149,7 +1164,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                 if (pl->want_decay && pl->want_y) {
                     s1[j * pl->Lmax + (t - t0)] = (double)sdy;
                 } else if (pl->want_acc) {
-                    /* without y, the sweep's acc row is Ŝ_{t-1}ᵀ r (M2_SWEEP_R_PRE):
+                    /* without y, the sweep's w row (in acc) is Ŝ_{t-1}ᵀ r (M2_SWEEP_W_PRE):
                      * a_t dy·(S_{t-1} C) = C·acc, and the dCm row Ŝ_tᵀ r = acc + (r·u) B */
                     float *ar = acc + j * TN + i * Np;
                     if (pl->want_decay)
@@ -1158,7 +1173,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                     if (pl->want_dc) {
                         const float ru = (float)K->dot(P, rb + jt, ub + jt);
                         const float *Br = act_in(pr, K, &pr->Bm, b, t, h / hpg, N, cv + RW);
-                        for (int64_t n = 0; n < N; n++) ar[n] = ar[n] + ru * Br[n];
+                        K->axpy(N, ru, Br, ar);
                     }
                 }
             }
@@ -1167,7 +1182,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
             for (int64_t i = 0; i < Tb; i++)
                 for (int64_t j = 0; j < nh; j++) {
                     const int64_t h = h0 + j;
-                    put_row(grad_row(J, &pr->dCm, 1, b, u + i, h / hpg), acc + j * TN + i * Np, N,
+                    put_row(K, grad_row(J, &pr->dCm, 1, b, u + i, h / hpg), acc + j * TN + i * Np, N,
                             h % hpg != 0);
                 }
         }
@@ -1282,7 +1297,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                 for (int64_t i = 0; i < Tb; i++)
                     for (int64_t j = 0; j < nh; j++) {
                         const int64_t h = h0 + j;
-                        put_row(grad_row(J, &pr->dBm, 0, b, u + i, h / hpg), acc + j * TN + i * Np, N,
+                        put_row(K, grad_row(J, &pr->dBm, 0, b, u + i, h / hpg), acc + j * TN + i * Np, N,
                                 h % hpg != 0);
                     }
             }

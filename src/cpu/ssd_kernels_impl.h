@@ -8,13 +8,14 @@
  * What is here and why (docs/cpu_ssd.md has the measurements):
  *  - sweep: the one kernel that touches state elements. The state is carried rescaled inside
  *    a segment (ssd_cpu.c), so each token costs one FMA per state element for the update and
- *    one more per contraction asked for: the output row w (over n, per p) and the r row
- *    (over p, per n). The forward uses update + w; the backward's two passes use
- *    update + w + r, forward and reversed. A register tile of 2 vectors of p by 4 columns n
- *    (16 x 4 floats with AVX2, 32 x 4 with AVX-512) stays in registers for the whole token
- *    loop; the state lives in the sweep's own layout [Np][Pp], padded with zeros to the
- *    tile, so there are no edge cases in the kernel. Reductions run in orders fixed by
- *    (Pp, Np): results never depend on threads.
+ *    one more per contraction asked for: the w row (over the state's rows, vertical: lanes
+ *    accumulate in registers) and the r row (over its columns, horizontal: a lane sum). The
+ *    forward ([N][P] states) uses update + w; the backward's two passes ([P][N] states,
+ *    so that dC and dB are w rows) use update + w (+ r), forward and reversed. A register
+ *    tile of 2 vectors by 4 columns (16 x 4 floats with AVX2, 32 x 4 with AVX-512) stays in
+ *    registers for the whole token loop; the state lives in the sweep's own layout [Np][Pp],
+ *    padded with zeros to the tile, so there are no edge cases in the kernel. Reductions run
+ *    in orders fixed by (Pp, Np): results never depend on threads.
  *  - sweep_direct: the reverse sweep plus the decay gradient contracted from its definition,
  *    for blocks where the backward's telescoping form would lose precision (strong decay).
  *  - dt_block: dt processing and the segment scales of a set of heads, vectorized over the
@@ -48,13 +49,13 @@
  *     w_t[p]  += sum_n S[n][p] W_t[n]               (when W: one FMA; w zeroed by the caller;
  *                                                    with w_pre, from S before the update)
  *     acc_t[n] = sum_p S[n][p] r_t[p]               (when r: one FMA, then a lane sum)
- * u, r, w: [T][Pp]; V, W: packed [Np/4][T][4] (the 4 values of a tile's columns for one
- * token are adjacent); acc: [T][Np]. The state is multiplied by f when a tile is loaded
- * (a segment restart; f = 1 is exact).
+ * u, r, w: [T][Pp]; V, W: packed [Np/4][T][4], or rows [T][Np] with M2_SWEEP_VROWS (the 4
+ * values of a tile's columns for one token are adjacent either way); acc: [T][Np]. The
+ * state is multiplied by f when a tile is loaded (a segment restart; f = 1 is exact).
  * Register tile: 2 vectors of p x 4 columns n (16 x 4 floats with AVX2, 32 x 4 with
  * AVX-512), held for the whole token loop; only the w rows and the r partial sums go
- * through memory. Tiles run n-tile outer, p-tile inner, so a tile's V/W columns (T*16
- * bytes) are reused across the p-tiles and u, w, r (T*Pp floats each) stay in L1. The r
+ * through memory. Tiles run n-tile outer, p-tile inner, so a tile's V/W columns (T x 4
+ * floats) are reused across the p-tiles and u, w, r (T*Pp floats each) stay in L1. The r
  * partial sums keep one vector of lanes per (token, column), added p-tile after p-tile and
  * reduced once per n-tile: every sum has one order fixed by (Pp, Np), never by threads. */
 #define M2_SW_TMAX 64
@@ -652,6 +653,14 @@ static void M2K(store_row)(int64_t n, int dtype, const float *src, void *dst) {
         float *d = (float *)dst;
         for (; i < n; i++) d[i] = src[i];
     }
+}
+
+static void M2K(axpy)(int64_t n, float a, const float *x, float *y) {
+    const m2v va = m2v_set1(a);
+    int64_t i = 0;
+    for (; i + M2V_LEN <= n; i += M2V_LEN)
+        m2v_store(y + i, m2v_fma(va, m2v_load(x + i), m2v_load(y + i)));
+    for (; i < n; i++) y[i] = y[i] + a * x[i];
 }
 
 static double M2K(dot)(int64_t n, const float *a, const float *b) {

@@ -25,4 +25,5 @@ const m2_cpu_kernels m2_cpu_kernels_scalar = {
     .load_row = load_row__scalar,
     .store_row = store_row__scalar,
     .dot = dot__scalar,
+    .axpy = axpy__scalar,
 };
