@@ -155,10 +155,10 @@ typedef struct m2_cpu_kernels {
     float (*bwd_a_out)(int64_t n, float E, float cb, const float *ym, const float *vx,
                        const float *u, const float *r, const float *x, const float *D,
                        const float *dout, const float *z, const float *sg, const float *dy,
-                       float *dz, float *dD);
+                       float *dz, float *dD, int stream);
     void (*bwd_b_out)(int64_t n, float w, float cb, const float *gp, const float *r,
                       const float *u, const float *x, const float *D, const float *dy,
-                      float *dx, float *xg);
+                      float *dx, float *xg, int stream);
     /* Activation rows in their storage dtype (F32, BF16, F16; a mamba2_dtype_t): n elements
      * at src as floats into dst, and n floats rounded to nearest even into dst. */
     void (*load_row)(int64_t n, int dtype, const void *src, float *dst);

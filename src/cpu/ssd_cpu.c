@@ -549,7 +549,8 @@ static void fwd_prefetch_plan(const m2_ssd_problem *pr, int64_t b, int64_t u, in
  * pass B walking the blocks the other way; one plan for the set's heads h0 .. h0 + nh - 1,
  * walked sweep after sweep, as in the forward): `extra` first (a contiguous range: pass B's λ
  * restart snapshots of the next block), the row `wr` the pass writes after the sweeps (dz in
- * pass A, dx in pass B) for this block, then for the block [v, v + Tn) it visits next the x,
+ * pass A, dx in pass B) for this block unless it is float32 (then streamed with non-temporal
+ * stores, no read for ownership), then for the block [v, v + Tn) it visits next the x,
  * dout, z rows (and rd's: out_x, read by pass A with dz) of the set and the B and C rows of
  * its groups g0 .. g0 + ng - 1. A token's rows of a set are one span, so each tensor is
  * requested in address order. */
@@ -560,7 +561,7 @@ static void bwd_prefetch_plan(const m2_ssd_problem *pr, const m2_view *wr, const
     const int64_t P = pr->P, N = pr->N;
     m2_pf_init(pf);
     m2_pf_add(pf, extra, extra_bytes, 1, extra_bytes, M2_PF_L2);
-    if (wr) pf_add_rows(pf, pr, wr, b, u, h0, Tb, nh, P, M2_PF_L2);
+    if (wr && !act_f32(pr)) pf_add_rows(pf, pr, wr, b, u, h0, Tb, nh, P, M2_PF_L2);
     if (Tn > 0) {
         pf_add_rows(pf, pr, &pr->x, b, v, h0, Tn, nh, P, M2_PF_L2);
         pf_add_rows(pf, pr, &pr->dout, b, v, h0, Tn, nh, P, M2_PF_L2);
@@ -1159,7 +1160,8 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                     ub + jt, rb + jt, act_in(pr, K, &pr->x, b, t, h, P, cv), Dr,
                     act_in(pr, K, &pr->dout, b, t, h, P, cv + RW),
                     pr->z.p ? act_in(pr, K, &pr->z, b, t, h, P, cv + 2 * RW) : NULL, sgb + jt,
-                    dyb + jt, dzr, pr->dD.p ? dDacc + j * Pp : NULL);
+                    dyb + jt, dzr, pr->dD.p ? dDacc + j * Pp : NULL,
+                    act_f32(pr)); /* stream into the tensor, not into a bf16/f16 staging row */
                 if (dzr) act_flush(pr, K, &pr->dz, b, t, h, P, dzr);
                 if (pl->want_decay && pl->want_y) {
                     s1[j * pl->Lmax + (t - t0)] = (double)sdy;
@@ -1276,7 +1278,8 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                         float xg[2];
                         float *dxr = pr->dx.p ? act_out(pr, &pr->dx, b, t, h, cv + RW) : NULL;
                         K->bwd_b_out(P, wt[jt], cbv[(h / hpg - g0) * T + i], wb + jp, rb + jp, ub + jp,
-                                     act_in(pr, K, &pr->x, b, t, h, P, cv), Dr, dyb + jp, dxr, xg);
+                                     act_in(pr, K, &pr->x, b, t, h, P, cv), Dr, dyb + jp, dxr, xg,
+                                     act_f32(pr));
                         if (dxr) act_flush(pr, K, &pr->dx, b, t, h, P, dxr);
                         if (pl->want_decay) {
                             /* λ_t = λ_{t+1} + a_t dy·(S_{t-1} C) − a_{t+1} d x·(G_{t+1} B),
@@ -1304,6 +1307,8 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
             atomic_store_explicit(&prog[set].b, t1 - u, memory_order_release);
         }
     atomic_store_explicit(&prog[set].b, t1 - t0, memory_order_release);
+    /* dz and dx went out with non-temporal stores (f32): order them before the task ends */
+    if (act_f32(pr)) atomic_thread_fence(memory_order_seq_cst);
     for (int64_t j = 0; j < nh; j++) {
         if (vdi && vdi->p) state_out_t(vdi, dii, h0 + j, P, N, Np, S + j * SN, 1.0f);
         ((double *)(J->base + pl->o_pA))[ci * H + h0 + j] = accA[j];

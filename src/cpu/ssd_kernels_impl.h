@@ -546,8 +546,9 @@ static void M2K(bwd_prep)(int64_t n, float w, float E, const float *x, const flo
 static float M2K(bwd_a_out)(int64_t n, float E, float cb, const float *ym, const float *vx,
                             const float *u, const float *r, const float *x, const float *D,
                             const float *dout, const float *z, const float *sg, const float *dy,
-                            float *dz, float *dD) {
+                            float *dz, float *dD, int stream) {
     const m2v one = m2v_set1(1.0f);
+    const int nt = stream && dz && ((uintptr_t)dz % M2V_STREAM_ALIGN) == 0;
     const m2v vE = m2v_set1(E), vcb = m2v_set1(cb);
     m2v acc = m2v_zero();
     int64_t i = 0;
@@ -565,7 +566,11 @@ static float M2K(bwd_a_out)(int64_t n, float E, float cb, const float *ym, const
             /* silu'(z) = σ (1 + z (1 - σ)) with σ from bwd_prep */
             const m2v zv = m2v_load(z + i), sv = m2v_load(sg + i);
             const m2v ds = m2v_mul(sv, m2v_fma(zv, m2v_sub(one, sv), one));
-            m2v_store(dz + i, m2v_mul(m2v_mul(m2v_load(dout + i), v), ds));
+            const m2v g = m2v_mul(m2v_mul(m2v_load(dout + i), v), ds);
+            if (nt)
+                m2v_stream(dz + i, g);
+            else
+                m2v_store(dz + i, g);
         }
         if (dD) m2v_store(dD + i, m2v_fma(m2v_load(dy + i), xv, m2v_load(dD + i)));
     }
@@ -592,8 +597,9 @@ static float M2K(bwd_a_out)(int64_t n, float E, float cb, const float *ym, const
  * xg[0] = Σ x gb (E_t x_t·G_t B_t), xg[1] = Σ u gp (= a_{t+1} d_t x_t·G_{t+1} B_t). */
 static void M2K(bwd_b_out)(int64_t n, float w, float cb, const float *gp, const float *r,
                            const float *u, const float *x, const float *D, const float *dy,
-                           float *dx, float *xg) {
+                           float *dx, float *xg, int stream) {
     const m2v vw = m2v_set1(w), vcb = m2v_set1(cb);
+    const int nt = stream && dx && ((uintptr_t)dx % M2V_STREAM_ALIGN) == 0;
     m2v a0 = m2v_zero(), a1 = m2v_zero();
     int64_t i = 0;
     for (; i + M2V_LEN <= n; i += M2V_LEN) {
@@ -604,7 +610,10 @@ static void M2K(bwd_b_out)(int64_t n, float w, float cb, const float *gp, const 
         if (dx) {
             m2v v = m2v_mul(vw, gb);
             if (D) v = m2v_fma(m2v_load(D + i), m2v_load(dy + i), v);
-            m2v_store(dx + i, v);
+            if (nt)
+                m2v_stream(dx + i, v);
+            else
+                m2v_store(dx + i, v);
         }
     }
     float s0 = m2v_reduce(a0), s1 = m2v_reduce(a1);
