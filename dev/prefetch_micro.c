@@ -16,18 +16,7 @@
 #include <time.h>
 
 #include "cpu/kernels.h"
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static float *buf(int64_t n, float scale, int mod) {
-    float *p = aligned_alloc(64, (size_t)((n * 4 + 63) / 64 * 64));
-    for (int64_t i = 0; i < n; i++) p[i] = scale * (float)(i % mod);
-    return p;
-}
+#include "micro.h"
 
 int main(int argc, char **argv) {
     const m2_cpu_kernels *K = getenv("AVX512") ? &m2_cpu_kernels_avx512 : &m2_cpu_kernels_avx2;
