@@ -582,6 +582,27 @@ void th_ssd_io_make(th_ssd_io *io, const th_ssd_case *c, const th_ssd_data *d,
                 b = new_buf(io, th_tname[sid[k]], (size_t)(S * H * P * (N + 2)) * es, k >= 2);
                 set_view(io, sid[k], b, 0, 4, shs, sts);
             }
+        } else if (layout == TH_LAYOUT_HEADMAJOR) {
+            /* x, z, dout, out, Bm, Cm and their gradients in [B,H,L,P]-ordered storage; dt and
+             * the states contiguous */
+            static const int hid[] = {TH_X, TH_Z, TH_DOUT, TH_OUT, TH_DX, TH_DZ};
+            static const int gid[] = {TH_BM, TH_CM, TH_DBM, TH_DCM};
+            static const int tid[] = {TH_DT, TH_DDT};
+            int64_t shx[4] = {B, L, H, P}, stx[4] = {H * L * P, P, L * P, 1};
+            int64_t shb[4] = {B, L, G, N}, stb[4] = {G * L * N, N, L * N, 1};
+            for (int k = 0; k < 6; k++)
+                if (want[hid[k]])
+                    set_view(io, hid[k], new_buf(io, th_tname[hid[k]], (size_t)(B * L * HP) * es,
+                                                 is_output_id(hid[k])), 0, 4, shx, stx);
+            for (int k = 0; k < 4; k++)
+                if (want[gid[k]])
+                    set_view(io, gid[k], new_buf(io, th_tname[gid[k]], (size_t)(B * L * GN) * es,
+                                                 is_output_id(gid[k])), 0, 4, shb, stb);
+            for (int k = 0; k < 2; k++) /* dt's last dimension must stay contiguous (SPEC) */
+                if (want[tid[k]]) own_buf(io, d, tid[k], is_output_id(tid[k]));
+            static const int sid[4] = {TH_INIT, TH_DFINAL, TH_FINAL, TH_DINIT};
+            for (int k = 0; k < 4; k++)
+                if (want[sid[k]]) own_buf(io, d, sid[k], k >= 2);
         } else { /* TH_LAYOUT_ZXBCDT */
             /* one row: z | x | Bm | Cm | dt | 1 pad; two gap rows after each batch row */
             int64_t W = 2 * HP + 2 * GN + H + 1, RB = (L + 2) * W;

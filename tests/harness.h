@@ -107,7 +107,9 @@ extern const char *const th_tname[TH_NT];
 /* the input each gradient belongs to (TH_DX -> TH_X, ...) */
 int th_grad_of(int grad_id);
 
-enum { TH_LAYOUT_CONTIG = 0, TH_LAYOUT_XBC = 1, TH_LAYOUT_ZXBCDT = 2 };
+/* TH_LAYOUT_HEADMAJOR: the [B,L,H,P] / [B,L,G,N] tensors are views of [B,H,L,P] / [B,G,L,N]
+ * storage (a head's tokens adjacent, heads L rows apart); dt contiguous */
+enum { TH_LAYOUT_CONTIG = 0, TH_LAYOUT_XBC = 1, TH_LAYOUT_ZXBCDT = 2, TH_LAYOUT_HEADMAJOR = 3 };
 enum { TH_DT_AUTO = 0, TH_DT_PLAIN, TH_DT_SOFTPLUS, TH_DT_NEG, TH_DT_LARGE, TH_DT_INVSP };
 
 #define TH_MAX_SEQ 8

@@ -26,6 +26,8 @@ static th_ssd_case cases[] = {
     {"det_large_G2", SH(1, 384, 8, 32, 64, 64, 2), .D_mode = 1, .z = 1, .final = 1},
     {"det_view_zxbcdt_all", SH(2, 70, 4, 6, 10, 16, 2), .D_mode = 2, ALL_OPTS,
      .layout = TH_LAYOUT_ZXBCDT},
+    {"det_view_headmajor_all", SH(2, 70, 6, 64, 64, 16, 3), .D_mode = 2, ALL_OPTS,
+     .layout = TH_LAYOUT_HEADMAJOR},
     /* long sequences, few heads: the CPU backend's chunk-parallel split (fixed by the
      * problem, not the thread count) */
     {"det_chunked_L6200_H3", SH(1, 6200, 3, 8, 8, 64, 3), .D_mode = 1, ALL_OPTS},

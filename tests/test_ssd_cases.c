@@ -86,6 +86,13 @@ static th_ssd_case cases[] = {
     {"view_xbc_chunk1", SH(1, 12, 2, 4, 4, 1, 1), .z = 1, STATES, .layout = TH_LAYOUT_XBC},
     {"view_zxbcdt_all", SH(2, 50, 4, 6, 10, 16, 2), .D_mode = 2, ALL_OPTS,
      .layout = TH_LAYOUT_ZXBCDT},
+    /* head-major storage ([B,H,L,P] viewed as [B,L,H,P]): a head's tokens adjacent */
+    {"view_headmajor_all", SH(2, 70, 4, 8, 16, 16, 2), .D_mode = 2, ALL_OPTS,
+     .layout = TH_LAYOUT_HEADMAJOR},
+    {"view_headmajor_wide_all", SH(1, 130, 4, 64, 64, 32, 2), .D_mode = 1, ALL_OPTS,
+     .layout = TH_LAYOUT_HEADMAJOR},
+    {"view_headmajor_varlen", SH(1, 0, 4, 8, 8, 8, 2), .nseq = 3, .seqlen = {30, 1, 25},
+     .z = 1, STATES, .layout = TH_LAYOUT_HEADMAJOR},
     {"view_zxbcdt_varlen", SH(1, 0, 6, 3, 5, 8, 2), .nseq = 3, .seqlen = {7, 1, 12}, .D_mode = 1,
      ALL_OPTS, .layout = TH_LAYOUT_ZXBCDT},
     {"view_zxbcdt_L0", SH(2, 0, 2, 4, 4, 8, 1), .z = 1, STATES, .layout = TH_LAYOUT_ZXBCDT},
