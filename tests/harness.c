@@ -648,29 +648,34 @@ void th_ssd_io_make(th_ssd_io *io, const th_ssd_case *c, const th_ssd_data *d,
     arm_outputs(io);
 
     /* options and gradient requests */
-    mamba2_ssd_options_t *op = &io->opts;
+    const mamba2_tensor_t *t[TH_NT];
+    for (int id = 0; id < TH_NT; id++) t[id] = TV(io, id);
+    th_ssd_wire(cc, t, &io->opts, &io->grads);
+}
+
+void th_ssd_wire(const th_ssd_case *c, const mamba2_tensor_t *const t[TH_NT],
+                 mamba2_ssd_options_t *op, mamba2_ssd_grads_t *g) {
     *op = mamba2_ssd_options_default();
-    op->chunk_size = cc->Q;
-    op->D = io->v[TH_D].present ? &io->v[TH_D].t : NULL;
-    op->z = io->v[TH_Z].present ? &io->v[TH_Z].t : NULL;
-    op->dt_bias = io->v[TH_DTB].present ? &io->v[TH_DTB].t : NULL;
-    op->initial_state = io->v[TH_INIT].present ? &io->v[TH_INIT].t : NULL;
-    op->cu_seqlens = io->v[TH_CU].present ? &io->v[TH_CU].t : NULL;
-    op->dt_softplus = cc->softplus;
-    if (cc->limit) {
-        op->dt_limit_lo = cc->lo;
-        op->dt_limit_hi = cc->hi;
+    op->chunk_size = c->Q;
+    op->D = t[TH_D];
+    op->z = t[TH_Z];
+    op->dt_bias = t[TH_DTB];
+    op->initial_state = t[TH_INIT];
+    op->cu_seqlens = t[TH_CU];
+    op->dt_softplus = c->softplus;
+    if (c->limit) {
+        op->dt_limit_lo = c->lo;
+        op->dt_limit_hi = c->hi;
     }
-    mamba2_ssd_grads_t *g = &io->grads;
-    g->dx = TV(io, TH_DX);
-    g->ddt = TV(io, TH_DDT);
-    g->dA = TV(io, TH_DA);
-    g->dBm = TV(io, TH_DBM);
-    g->dCm = TV(io, TH_DCM);
-    g->dD = TV(io, TH_DD);
-    g->dz = TV(io, TH_DZ);
-    g->ddt_bias = TV(io, TH_DDTB);
-    g->dinitial_state = TV(io, TH_DINIT);
+    g->dx = t[TH_DX];
+    g->ddt = t[TH_DDT];
+    g->dA = t[TH_DA];
+    g->dBm = t[TH_DBM];
+    g->dCm = t[TH_DCM];
+    g->dD = t[TH_DD];
+    g->dz = t[TH_DZ];
+    g->ddt_bias = t[TH_DDTB];
+    g->dinitial_state = t[TH_DINIT];
 }
 
 void th_ssd_io_free(th_ssd_io *io) {

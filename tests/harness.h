@@ -173,6 +173,9 @@ typedef struct th_ssd_io {
 void th_ssd_io_make(th_ssd_io *io, const th_ssd_case *c, const th_ssd_data *d,
                     mamba2_dtype_t dtype, int layout);
 void th_ssd_io_free(th_ssd_io *io);
+/* The options and gradient requests of case c over tensors t[TH_NT] (NULL: absent). */
+void th_ssd_wire(const th_ssd_case *c, const mamba2_tensor_t *const t[TH_NT],
+                 mamba2_ssd_options_t *op, mamba2_ssd_grads_t *g);
 /* Refills every output with NaN (and re-arms the guards), e.g. before a repeated run. */
 void th_ssd_io_reset_outputs(th_ssd_io *io);
 /* ws_mode 0: workspace NULL (the library allocates); 1: exactly the queried size. */

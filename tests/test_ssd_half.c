@@ -250,29 +250,9 @@ static void inst_make(inst *in, const th_ssd_case *c, const th_ssd_data *d, mamb
         mamba2_dtype_t dt = is_act(id) ? act : MAMBA2_DTYPE_F32;
         gt_make(&in->v[id], dt, rank, shape, wide && is_act(id), id >= TH_OUT, d->v[id]);
     }
-    mamba2_ssd_options_t *op = &in->opts;
-    *op = mamba2_ssd_options_default();
-    op->chunk_size = c->Q;
-    op->D = TV(in, TH_D);
-    op->z = TV(in, TH_Z);
-    op->dt_bias = TV(in, TH_DTB);
-    op->initial_state = TV(in, TH_INIT);
-    op->cu_seqlens = TV(in, TH_CU);
-    op->dt_softplus = c->softplus;
-    if (c->limit) {
-        op->dt_limit_lo = c->lo;
-        op->dt_limit_hi = c->hi;
-    }
-    mamba2_ssd_grads_t *g = &in->grads;
-    g->dx = TV(in, TH_DX);
-    g->ddt = TV(in, TH_DDT);
-    g->dA = TV(in, TH_DA);
-    g->dBm = TV(in, TH_DBM);
-    g->dCm = TV(in, TH_DCM);
-    g->dD = TV(in, TH_DD);
-    g->dz = TV(in, TH_DZ);
-    g->ddt_bias = TV(in, TH_DDTB);
-    g->dinitial_state = TV(in, TH_DINIT);
+    const mamba2_tensor_t *t[TH_NT];
+    for (int id = 0; id < TH_NT; id++) t[id] = TV(in, id);
+    th_ssd_wire(c, t, &in->opts, &in->grads);
 }
 
 static void inst_free(inst *in) {

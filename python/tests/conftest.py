@@ -38,6 +38,35 @@ def _require_library():
         pytest.fail("libmamba2c could not be loaded:\n" + (_native._load_error or ""), pytrace=False)
 
 
+@pytest.fixture
+def native_mode():
+    """Restore _native.native_half and the probe cache after a test that changes them."""
+    saved, cache = _native.native_half, dict(_native._half_ok)
+    yield
+    _native.native_half = saved
+    _native._half_ok.clear()
+    _native._half_ok.update(cache)
+
+
+def check_compiled_against_eager(compiled, f, args, after_compiled=None):
+    """Loss and gradients of args through `compiled` (torch.compile of f), then through f
+    eagerly: equal to rounding. after_compiled() runs between the two (checks of the compiled
+    run). Returns the eager loss."""
+    loss_c = compiled(*args)
+    loss_c.backward()
+    if after_compiled is not None:
+        after_compiled()
+    gc = [a.grad.clone() for a in args]
+    for a in args:
+        a.grad = None
+    loss_e = f(*args)
+    loss_e.backward()
+    torch.testing.assert_close(loss_c, loss_e, rtol=1e-6, atol=1e-7)
+    for a, b in zip(gc, [a.grad for a in args]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    return loss_e
+
+
 def make_ssd_inputs(B, L, H, P, N, G, *, dtype=torch.float32, D="head", z=True, dt_bias=True,
                     init=True, nseq=None, seed=0, requires_grad=False):
     """A dict of SSD inputs (float64 draws rounded to `dtype`, so a float64 reference on the

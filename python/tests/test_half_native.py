@@ -22,16 +22,6 @@ HALF = [torch.bfloat16, torch.float16]
 HALF_IDS = ["bf16", "f16"]
 
 
-@pytest.fixture
-def native_mode():
-    """Restore _native.native_half and the probe cache after a test that changes them."""
-    saved, cache = _native.native_half, dict(_native._half_ok)
-    yield
-    _native.native_half = saved
-    _native._half_ok.clear()
-    _native._half_ok.update(cache)
-
-
 def _run_fb(inp, backend, Q=8, lim=(0.0, INF)):
     with mamba2c.use_backend(backend):
         out, final = mamba2c.mamba_chunk_scan_combined(

@@ -18,7 +18,8 @@ import mamba2c
 from mamba2c import _custom_ops, _native, reference as R
 from mamba2c.reference import normalized_error as nerr
 
-from conftest import TOL_F32, TOL_LOWP_GRAD, TOL_LOWP_OUT, as64, make_ssd_inputs
+from conftest import (TOL_F32, TOL_LOWP_GRAD, TOL_LOWP_OUT, as64, check_compiled_against_eager,
+                      make_ssd_inputs)
 
 INF = math.inf
 KEYS = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states")
@@ -191,15 +192,6 @@ def test_float64_reference_backend_with_out_x():
     assert nerr(out_x, plain) < 1e-13
 
 
-@pytest.fixture
-def native_mode():
-    saved, cache = _native.native_half, dict(_native._half_ok)
-    yield
-    _native.native_half = saved
-    _native._half_ok.clear()
-    _native._half_ok.update(cache)
-
-
 @pytest.mark.parametrize("backend", ["cpu", "ref"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
 @pytest.mark.parametrize("mode", [None, False], ids=["auto", "widen"])
@@ -265,17 +257,11 @@ def test_torch_compile_uses_out_x_in_training_only(monkeypatch, backend):
         return y.square().mean() + fin.abs().mean()
 
     compiled = torch.compile(f, backend=backend, fullgraph=True)
-    loss_c = compiled(*args)
-    loss_c.backward()
-    assert spy.allocated() == [True] and spy.passed() == [True]
-    gc = [a.grad.clone() for a in args]
-    for a in args:
-        a.grad = None
-    loss_e = f(*args)
-    loss_e.backward()
-    torch.testing.assert_close(loss_c, loss_e, rtol=1e-6, atol=1e-7)
-    for a, b in zip(gc, [a.grad for a in args]):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+    def compiled_checks():
+        assert spy.allocated() == [True] and spy.passed() == [True]
+
+    loss_e = check_compiled_against_eager(compiled, f, args, compiled_checks)
     with torch.no_grad():
         torch.testing.assert_close(compiled(*args), loss_e.detach(), rtol=1e-6, atol=1e-7)
     assert spy.allocated() == [True, True, False]

@@ -25,17 +25,17 @@
  * in address order). Requesting them all at once would queue far more misses than the core
  * has fill buffers, so the sweep issues a few every 8 tokens of a register tile and the
  * misses overlap its arithmetic.
- * Stream i: rows[i] rows of lines[i] cache lines, ld[i] bytes apart, from p[i]; rw[i]: how
- * (M2_PF_READ into L1, M2_PF_WRITE into L1 for writing, M2_PF_L2 into L2 only). The cursor
- * (cs, cr, cl) walks the streams in order.
+ * Stream i: rows[i] rows of lines[i] cache lines, ld[i] bytes apart, from p[i]; how[i]:
+ * M2_PF_L2 (into L2 only: what the backend requests) or M2_PF_READ (into L1: dev probes).
+ * The cursor (cs, cr, cl) walks the streams in order.
  */
 #define M2_PF_MAX 8
-enum { M2_PF_READ = 0, M2_PF_WRITE = 1, M2_PF_L2 = 2 };
+enum { M2_PF_READ = 0, M2_PF_L2 = 1 };
 typedef struct m2_pf {
     int n;
     const char *p[M2_PF_MAX];
     int64_t ld[M2_PF_MAX], rows[M2_PF_MAX], lines[M2_PF_MAX];
-    int rw[M2_PF_MAX];
+    int how[M2_PF_MAX];
     int cs;
     int64_t cr, cl, left; /* left: lines not yet requested */
     int64_t per8;         /* lines the sweep requests every 8 tokens of a tile */
@@ -49,14 +49,14 @@ static inline void m2_pf_init(m2_pf *pf) {
 
 /* Add a stream of `rows` rows of `bytes` bytes, `ld` bytes apart (p == NULL: nothing). */
 static inline void m2_pf_add(m2_pf *pf, const void *p, int64_t ld, int64_t rows, int64_t bytes,
-                             int rw) {
+                             int how) {
     if (!p || rows <= 0 || bytes <= 0 || pf->n == M2_PF_MAX) return;
     const int i = pf->n++;
     pf->p[i] = (const char *)p;
     pf->ld[i] = ld;
     pf->rows[i] = rows;
     pf->lines[i] = (bytes + 63) / 64;
-    pf->rw[i] = rw;
+    pf->how[i] = how;
     pf->left += rows * pf->lines[i];
 }
 
@@ -66,9 +66,7 @@ static inline void m2_pf_issue(m2_pf *pf, int64_t count) {
     for (; count > 0 && pf->left > 0; count--, pf->left--) {
         const char *a = pf->p[pf->cs] + pf->cr * pf->ld[pf->cs] + pf->cl * 64;
 #if defined(__GNUC__)
-        if (pf->rw[pf->cs] == M2_PF_WRITE)
-            __builtin_prefetch(a, 1, 3);
-        else if (pf->rw[pf->cs] == M2_PF_L2)
+        if (pf->how[pf->cs] == M2_PF_L2)
             __builtin_prefetch(a, 0, 2);
         else
             __builtin_prefetch(a, 0, 3);
