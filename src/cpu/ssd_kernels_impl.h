@@ -114,10 +114,14 @@
             q2 = m2v_fma(s2a, ra, m2v_load(pt + 2 * M2V_LEN));                                  \
             q3 = m2v_fma(s3a, ra, m2v_load(pt + 3 * M2V_LEN));                                  \
         }                                                                                       \
-        m2v_store(pt, m2v_fma(s0b, rb, q0));                                                    \
-        m2v_store(pt + M2V_LEN, m2v_fma(s1b, rb, q1));                                          \
-        m2v_store(pt + 2 * M2V_LEN, m2v_fma(s2b, rb, q2));                                      \
-        m2v_store(pt + 3 * M2V_LEN, m2v_fma(s3b, rb, q3));                                      \
+        q0 = m2v_fma(s0b, rb, q0); q1 = m2v_fma(s1b, rb, q1);                                   \
+        q2 = m2v_fma(s2b, rb, q2); q3 = m2v_fma(s3b, rb, q3);                                   \
+        if (last) {                                                                             \
+            m2v_reduce4(q0, q1, q2, q3, acc + (t) * Np);                                        \
+        } else {                                                                                \
+            m2v_store(pt, q0); m2v_store(pt + M2V_LEN, q1);                                     \
+            m2v_store(pt + 2 * M2V_LEN, q2); m2v_store(pt + 3 * M2V_LEN, q3);                   \
+        }                                                                                       \
     } while (0)
 #define SW_TOKEN(t)                                                                             \
     do {                                                                                        \
@@ -132,11 +136,11 @@
  * between the restarts: forward, the tile is multiplied by rf[k] before token ridx[k];
  * reverse, after it (the adjoint of the same multiply). pf: a few prefetches every 8
  * tokens. */
-M2_INLINE void sweep_tile(int64_t T, int64_t Pp, int64_t vst, const float *u, const float *V,
-                          const float *W,
-                          const float *r, float *s, float *sc, float *w, float *part, int nr,
-                          const int32_t *ridx, const float *rf, m2_pf *pf, const int want_w,
-                          const int w_pre, const int want_r, const int rev, const int first) {
+M2_INLINE void sweep_tile(int64_t T, int64_t Np, int64_t Pp, int64_t vst, const float *u,
+                          const float *V, const float *W, const float *r, float *s, float *sc,
+                          float *w, float *part, float *acc, int nr, const int32_t *ridx,
+                          const float *rf, m2_pf *pf, const int want_w, const int w_pre,
+                          const int want_r, const int rev, const int first, const int last) {
     m2v s0a = m2v_load(s), s0b = m2v_load(s + M2V_LEN);
     m2v s1a = m2v_load(s + Pp), s1b = m2v_load(s + Pp + M2V_LEN);
     m2v s2a = m2v_load(s + 2 * Pp), s2b = m2v_load(s + 2 * Pp + M2V_LEN);
@@ -193,19 +197,20 @@ M2_INLINE void sweep_impl(int64_t T, int64_t Np, int64_t Pp, int nr, const int32
             float *s = S + n0 * Pp + p, *sc = Sc ? Sc + n0 * Pp + p : NULL;
             const float *rp = want_r ? r + p : NULL;
             float *wp = want_w ? w + p : NULL;
-            if (p == 0)
-                sweep_tile(T, Pp, vst, u + p, Vn, Wn, rp, s, sc, wp, part, nr, ridx, rf, pf, want_w,
-                           w_pre, want_r, rev, 1);
-            else
-                sweep_tile(T, Pp, vst, u + p, Vn, Wn, rp, s, sc, wp, part, nr, ridx, rf, pf, want_w,
-                           w_pre, want_r, rev, 0);
+            float *an = want_r ? acc + n0 : NULL;
+#define SW_TILE(fi, la)                                                                         \
+    sweep_tile(T, Np, Pp, vst, u + p, Vn, Wn, rp, s, sc, wp, part, an, nr, ridx, rf, pf, want_w, \
+               w_pre, want_r, rev, fi, la)
+            /* the r sums: lanes kept per (token, column) across the p-tiles, reduced in the last
+             * one's token loop, where the lane sums overlap the FMAs */
+            const int lst = p + 2 * M2V_LEN == Pp;
+            if (!want_r) SW_TILE(0, 0);
+            else if (p == 0 && lst) SW_TILE(1, 1);
+            else if (p == 0) SW_TILE(1, 0);
+            else if (lst) SW_TILE(0, 1);
+            else SW_TILE(0, 0);
+#undef SW_TILE
         }
-        if (want_r)
-            for (int64_t t = 0; t < T; t++) {
-                const float *pt = part + t * 4 * M2V_LEN;
-                m2v_reduce4(m2v_load(pt), m2v_load(pt + M2V_LEN), m2v_load(pt + 2 * M2V_LEN),
-                            m2v_load(pt + 3 * M2V_LEN), acc + t * Np + n0);
-            }
     }
 }
 
@@ -290,8 +295,10 @@ M2_INLINE void direct_tile(int64_t T, int64_t Pp, int64_t vst, const float *uf, 
     }
     {   /* the reverse recurrence, contracted with the kept tiles */
         const float *u = ur, *V = Vr, *W = Wr, *r = rr;
-        float *w = wo;
-        const int w_pre = 0;
+        float *w = wo, *const acc = NULL;
+        const int w_pre = 0, last = 0; /* the r sums go through part, reduced by direct_impl */
+        const int64_t Np = 0;
+        (void)acc; (void)Np;
         m2v s0a = m2v_load(s), s0b = m2v_load(s + M2V_LEN);
         m2v s1a = m2v_load(s + Pp), s1b = m2v_load(s + Pp + M2V_LEN);
         m2v s2a = m2v_load(s + 2 * Pp), s2b = m2v_load(s + 2 * Pp + M2V_LEN);
