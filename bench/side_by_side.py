@@ -13,11 +13,17 @@ state, final state returned; float32, seed 20260801) it times
                                           --peer reference: mamba2c.reference.ssd_chunked,
                                           one Python-level loop step per chunk)
 forward only (under torch.no_grad), or with --backward forward + backward through torch
-autograd (loss = <out, dout> + <final_state, dfinal>; all nine input gradients). Runs
+autograd (torch.autograd.backward((out, final_state), (dout, dfinal)): the gradients of
+<out, dout> + <final_state, dfinal>, all nine inputs; no gradient copied). Runs
 alternate A, B, A, B, ... after one warm-up call of each, so that drift of a shared machine
 hits both alike; each is reported as its median. Both use torch.get_num_threads() threads
 (mamba2c's binding follows torch's intra-op setting). `err` is ‖A − B‖/‖B‖ of out (and, with
 --backward, the worst over the gradients), a check that both compute the same thing.
+Unless --fresh-pages, the run first calls mamba2c.reuse_freed_memory() (glibc keeps freed
+blocks for reuse instead of unmapping them): without it, page faults of freshly allocated
+outputs cost both sides alike (mamba2c's forward of [4,2048,16,64,128]: 35 ms instead of 23).
+OMP_WAIT_POLICY defaults to PASSIVE here (see below: torch's spinning OpenMP workers would
+otherwise slow the mamba2c run that follows each torch run).
 
 GFLOP/s count the recurrence's work (docs/flops.md): forward 4·B·L·H·P·N, forward +
 backward 14·B·L·H·P·N.
@@ -35,6 +41,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
+# torch's OpenMP workers spin after each parallel region (GNU libgomp's default) and, with the
+# runs alternating, take the cores from the mamba2c call that follows: measured on the dev VM,
+# mamba2c's forward of [2,1024,16,64,64] 7.7 ms after torch calls vs 4.1 ms with passive
+# waiting, torch's own times unchanged (37 vs 39 ms). Set before torch loads its OpenMP
+# runtime; an OMP_WAIT_POLICY of the caller's is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -211,9 +223,10 @@ def one_call(fn, t, Q, cot):
     for k in GRAD_NAMES:
         t[k].grad = None
     out, final = fn(t, Q)
-    loss = (out * cot[0]).sum() + (final * cot[1]).sum()
-    loss.backward()
-    return (out.detach(), final.detach()), [t[k].grad.detach().clone() for k in GRAD_NAMES]
+    # the gradient of <out, dout> + <final, dfinal>, without timing the products and sums
+    torch.autograd.backward((out, final), cot)
+    # the next call sets .grad to None instead of writing into these: no copy needed
+    return (out.detach(), final.detach()), [t[k].grad for k in GRAD_NAMES]
 
 
 def nerr(a, b):
@@ -252,7 +265,12 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=5, help="timed runs of each (median)")
     ap.add_argument("--peer", choices=["minimal", "reference"], default="minimal")
     ap.add_argument("--json", help="write the results as a JSON list")
+    ap.add_argument("--fresh-pages", action="store_true",
+                    help="leave glibc's malloc as it is: every large output and gradient of "
+                    "both sides is then mapped afresh, page faults included (default: "
+                    "mamba2c.reuse_freed_memory(), for both sides alike)")
     args = ap.parse_args(argv)
+    reuse = False if args.fresh_pages else mamba2c.reuse_freed_memory()
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -271,7 +289,8 @@ def main(argv=None):
 
     print(f"mamba2c {mamba2c.__version__} vs {peer_name}, torch {torch.__version__}, CPU, "
           f"{nth} threads, {pass_name}, float32, all options on; median of {args.reps} "
-          f"alternating runs")
+          f"alternating runs; freed memory {'reused' if reuse else 'unmapped'} (malloc); "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
     print(f"library: {mamba2c.library_path()}")
     hdr = (f"{'case':<18} {'shape [B,L,H,P,N,Q,G]':<28} {'pass':<7} {'mamba2c ms':>11} "
            f"{'GFLOP/s':>8} {'torch ms':>11} {'GFLOP/s':>8} {'speedup':>8} {'err':>9}")

@@ -36,10 +36,11 @@ int main(int argc, char **argv) {
     static const char *names[] = {"forward (update + w)", "backward pass A (update + w_pre)",
                                   "pass A with y (update + w + r_pre)",
                                   "pass B (rev, update + w + r_pre)", "update only (forward)",
-                                  "update only (backward, rev)"};
-    static const int fmas[] = {2, 2, 3, 3, 1, 1};
-    for (int v = 0; v < 6; v++) {
-        const int bwd = v == 1 || v == 2 || v == 3 || v == 5;
+                                  "update only (backward, rev)",
+                                  "rev update + r_pre (pass B less w)", "rev update + r"};
+    static const int fmas[] = {2, 2, 3, 3, 1, 1, 2, 2};
+    for (int v = 0; v < 8; v++) {
+        const int bwd = v != 0 && v != 4;
         const int64_t a = bwd ? P : N, b = bwd ? N : P;
         const int rows = bwd ? M2_SWEEP_VROWS : 0;
         double best = 1e9;
@@ -62,6 +63,14 @@ int main(int argc, char **argv) {
                              S, NULL, w, acc, NULL);
                     break;
                 case 4: K->sweep(T, a, b, 0, ridx, rf, 0, u, V, NULL, NULL, S, NULL, NULL, NULL, NULL); break;
+                case 6: /* what the r row costs alone (docs/cpu_ssd.md §2) */
+                    K->sweep(T, a, b, 0, ridx, rf, rows | M2_SWEEP_REV | M2_SWEEP_R_PRE, u, V, NULL,
+                             r, S, NULL, NULL, acc, NULL);
+                    break;
+                case 7:
+                    K->sweep(T, a, b, 0, ridx, rf, rows | M2_SWEEP_REV, u, V, NULL, r, S, NULL,
+                             NULL, acc, NULL);
+                    break;
                 default:
                     K->sweep(T, a, b, 0, ridx, rf, rows | M2_SWEEP_REV, u, V, NULL, NULL, S, NULL,
                              NULL, NULL, NULL);

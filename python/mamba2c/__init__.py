@@ -15,7 +15,7 @@ lists the cases that fall back to torch.
 """
 from . import chunked, ops, reference
 from ._native import (DeviceError, LibraryNotFoundError, Mamba2Error, available, get_backend,
-                      library_path, set_backend, use_backend)
+                      library_path, reuse_freed_memory, set_backend, use_backend)
 from .interface import (RMSNormGated, causal_conv1d_fn, causal_conv1d_update,
                         mamba_chunk_scan_combined, mamba_split_conv1d_scan_combined, rmsnorm_fn,
                         selective_state_update, seq_idx_to_cu_seqlens)
@@ -29,6 +29,7 @@ __all__ = [
     "seq_idx_to_cu_seqlens",
     "Mamba2Error", "DeviceError", "LibraryNotFoundError",
     "available", "library_path", "set_backend", "get_backend", "use_backend",
+    "reuse_freed_memory",
 ]
 
 
