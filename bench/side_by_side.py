@@ -22,8 +22,9 @@ hits both alike; each is reported as its median. Both use torch.get_num_threads(
 Unless --fresh-pages, the run first calls mamba2c.reuse_freed_memory() (glibc keeps freed
 blocks for reuse instead of unmapping them): without it, page faults of freshly allocated
 outputs cost both sides alike (mamba2c's forward of [4,2048,16,64,128]: 35 ms instead of 23).
-OMP_WAIT_POLICY defaults to PASSIVE here (see below: torch's spinning OpenMP workers would
-otherwise slow the mamba2c run that follows each torch run).
+Before each timed call the script waits 20 ms (busy, untimed), so that the other side's
+threads are idle — torch's OpenMP workers spin for a few ms after each op — and then makes
+one untimed call of the same side.
 
 GFLOP/s count the recurrence's work (docs/flops.md): forward 4·B·L·H·P·N, forward +
 backward 14·B·L·H·P·N.
@@ -41,13 +42,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
-# torch's OpenMP workers spin after each parallel region (GNU libgomp's default) and, with the
-# runs alternating, take the cores from the mamba2c call that follows: measured on the dev VM,
-# mamba2c's forward of [2,1024,16,64,64] 7.7 ms after torch calls vs 4.1 ms with passive
-# waiting, torch's own times unchanged (37 vs 39 ms). Set before torch loads its OpenMP
-# runtime; an OMP_WAIT_POLICY of the caller's is kept.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
@@ -55,6 +49,23 @@ import mamba2c  # noqa: E402
 from mamba2c import reference  # noqa: E402
 
 SEED = 20260801
+
+# torch's OpenMP workers spin for a while after each parallel region (GNU libgomp's default)
+# and, with the runs alternating, would take the cores from the mamba2c call that follows:
+# measured on the dev VM, mamba2c's forward of [2,1024,16,64,64] 7.7 ms right after torch
+# calls vs 4.1 ms. OMP_WAIT_POLICY=PASSIVE removes that but slows torch's small ops (waking
+# sleeping workers: tiny's fwd+bwd 4.3 vs 2.6 ms). So before each timed call: a pause longer
+# than the spin, then one untimed call of the same side (its threads, caches and the CPU
+# clock warm), as when a model calls the op repeatedly.
+PAUSE_S = 0.02
+
+
+def pause():
+    """Busy-wait PAUSE_S (a sleep would let the core clock down and the caches go cold)."""
+    end = time.perf_counter() + PAUSE_S
+    while time.perf_counter() < end:
+        pass
+
 
 # (name, [B, L, H, P, N, Q, G]) — the smoke suite of mamba2c-bench and the 31 `std` cases.
 SMOKE = [
@@ -246,12 +257,14 @@ def bench_case(name, shape, peer_fn, reps, backward):
         err = max([err] + [nerr(x, y) for x, y in zip(ga, gb)])
     ta, tb = [], []
     for _ in range(reps):  # alternate A, B, A, B, ...
-        t0 = time.perf_counter()
-        one_call(run_mamba2c, t, Q, cot)
-        ta.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        one_call(peer_fn, t, Q, cot)
-        tb.append(time.perf_counter() - t0)
+        for fn, times in ((run_mamba2c, ta), (peer_fn, tb)):
+            # the other side's threads idle again, then this side's own steady state: the
+            # timed call follows an untimed one of the same side
+            pause()
+            one_call(fn, t, Q, cot)
+            t0 = time.perf_counter()
+            one_call(fn, t, Q, cot)
+            times.append(time.perf_counter() - t0)
     return statistics.median(ta), statistics.median(tb), err
 
 
@@ -289,8 +302,8 @@ def main(argv=None):
 
     print(f"mamba2c {mamba2c.__version__} vs {peer_name}, torch {torch.__version__}, CPU, "
           f"{nth} threads, {pass_name}, float32, all options on; median of {args.reps} "
-          f"alternating runs; freed memory {'reused' if reuse else 'unmapped'} (malloc); "
-          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
+          f"alternating runs, each after a {PAUSE_S * 1e3:.0f} ms pause and an untimed call "
+          f"of its own; freed memory {'reused' if reuse else 'unmapped'} (malloc)")
     print(f"library: {mamba2c.library_path()}")
     hdr = (f"{'case':<18} {'shape [B,L,H,P,N,Q,G]':<28} {'pass':<7} {'mamba2c ms':>11} "
            f"{'GFLOP/s':>8} {'torch ms':>11} {'GFLOP/s':>8} {'speedup':>8} {'err':>9}")
