@@ -165,6 +165,10 @@ typedef struct m2_cpu_kernels {
     double (*dot)(int64_t n, const float *a, const float *b);
     /* y[i] = y[i] + a x[i] (a = 1: the add of the backward's dBm/dCm head sums) */
     void (*axpy)(int64_t n, float a, const float *x, float *y);
+    /* dst[i] = ((src[i] + src[ld + i]) + src[2 ld + i]) + ... over k rows (k >= 1): the same
+     * sums, in the same order, as a copy of the first row and axpy(n, 1, ...) of the others;
+     * with stream, non-temporal stores where dst is aligned for them */
+    void (*head_sum)(int64_t n, int64_t k, const float *src, int64_t ld, float *dst, int stream);
 } m2_cpu_kernels;
 
 extern const m2_cpu_kernels m2_cpu_kernels_scalar; /* ssd_kernels_scalar.c, any CPU     */

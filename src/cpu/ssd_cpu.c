@@ -986,6 +986,34 @@ static float *grad_row(const bwd_job *J, const m2_view *v, int which, int64_t b,
     return (float *)(J->base + J->pl.o_gbc) + ((which * rows + (b * pr->L + t) * pr->G + g) * pr->N);
 }
 
+/* Rows [u, u + Tb) of dBm (which 0) or dCm (1), from the task's per-head rows acc (head j at
+ * acc + j*TN, token i at + i*Np): per group, the sum over its heads in head order. The heads
+ * of a group that starts in this task are summed in cache and written once — streamed into a
+ * float32 tensor (its lines are not read first) when the whole group is here; a group that
+ * started in the previous task is added to head by head (after the caller's wait_progress).
+ * Either way the sums and their order are those of adding head after head, so the split
+ * between tasks, and with it the thread count, changes no bit. */
+static void put_group_rows(const bwd_job *J, const m2_cpu_kernels *K, const m2_view *v,
+                           int which, int64_t b, int64_t u, int64_t Tb, int64_t h0, int64_t nh,
+                           int64_t hpg, const float *acc, int64_t TN, int64_t Np) {
+    const m2_ssd_problem *pr = J->pr;
+    for (int64_t j = 0; j < nh;) {
+        const int64_t g = (h0 + j) / hpg, je = (g + 1) * hpg - h0 < nh ? (g + 1) * hpg - h0 : nh;
+        /* the task holds the group's first head: its heads are a prefix of the group, summed
+         * in cache; streamed only when no other task adds to the rows afterwards */
+        const int first = (h0 + j) % hpg == 0, whole = first && je - j == hpg;
+        for (int64_t i = 0; i < Tb; i++) {
+            float *dst = grad_row(J, v, which, b, u + i, g);
+            if (first)
+                K->head_sum(pr->N, je - j, acc + j * TN + i * Np, TN, dst, whole && act_f32(pr));
+            else
+                for (int64_t q = j; q < je; q++)
+                    put_row(K, dst, acc + q * TN + i * Np, pr->N, (h0 + q) % hpg != 0);
+        }
+        j = je;
+    }
+}
+
 static void wait_progress(_Atomic int64_t *p, int64_t need) {
     while (atomic_load_explicit(p, memory_order_acquire) < need) sched_yield();
 }
@@ -1181,12 +1209,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
             }
         if (pl->want_dc) {
             if (pred) wait_progress(&pred->a, u + Tb - t0);
-            for (int64_t i = 0; i < Tb; i++)
-                for (int64_t j = 0; j < nh; j++) {
-                    const int64_t h = h0 + j;
-                    put_row(K, grad_row(J, &pr->dCm, 1, b, u + i, h / hpg), acc + j * TN + i * Np, N,
-                            h % hpg != 0);
-                }
+            put_group_rows(J, K, &pr->dCm, 1, b, u, Tb, h0, nh, hpg, acc, TN, Np);
         }
         atomic_store_explicit(&prog[set].a, u + Tb - t0, memory_order_release);
         if (pr->dD.p) {
@@ -1297,12 +1320,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                     }
             if (pl->want_db) {
                 if (pred) wait_progress(&pred->b, t1 - u);
-                for (int64_t i = 0; i < Tb; i++)
-                    for (int64_t j = 0; j < nh; j++) {
-                        const int64_t h = h0 + j;
-                        put_row(K, grad_row(J, &pr->dBm, 0, b, u + i, h / hpg), acc + j * TN + i * Np, N,
-                                h % hpg != 0);
-                    }
+                put_group_rows(J, K, &pr->dBm, 0, b, u, Tb, h0, nh, hpg, acc, TN, Np);
             }
             atomic_store_explicit(&prog[set].b, t1 - u, memory_order_release);
         }

@@ -26,4 +26,5 @@ const m2_cpu_kernels m2_cpu_kernels_avx2 = {
     .store_row = store_row__avx2,
     .dot = dot__avx2,
     .axpy = axpy__avx2,
+    .head_sum = head_sum__avx2,
 };

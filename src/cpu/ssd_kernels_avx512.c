@@ -28,4 +28,5 @@ const m2_cpu_kernels m2_cpu_kernels_avx512 = {
     .store_row = store_row__avx512,
     .dot = dot__avx512,
     .axpy = axpy__avx512,
+    .head_sum = head_sum__avx512,
 };

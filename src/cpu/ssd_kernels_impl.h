@@ -679,6 +679,25 @@ static void M2K(axpy)(int64_t n, float a, const float *x, float *y) {
     for (; i < n; i++) y[i] = y[i] + a * x[i];
 }
 
+static void M2K(head_sum)(int64_t n, int64_t k, const float *src, int64_t ld, float *dst,
+                          int stream) {
+    const int nt = stream && ((uintptr_t)dst % M2V_STREAM_ALIGN) == 0;
+    int64_t i = 0;
+    for (; i + M2V_LEN <= n; i += M2V_LEN) {
+        m2v v = m2v_load(src + i);
+        for (int64_t q = 1; q < k; q++) v = m2v_add(v, m2v_load(src + q * ld + i));
+        if (nt)
+            m2v_stream(dst + i, v);
+        else
+            m2v_store(dst + i, v);
+    }
+    for (; i < n; i++) {
+        float v = src[i];
+        for (int64_t q = 1; q < k; q++) v = v + src[q * ld + i];
+        dst[i] = v;
+    }
+}
+
 static double M2K(dot)(int64_t n, const float *a, const float *b) {
     m2v s0 = m2v_zero(), s1 = m2v_zero(), s2 = m2v_zero(), s3 = m2v_zero();
     int64_t i = 0;

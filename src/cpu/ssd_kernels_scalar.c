@@ -26,4 +26,5 @@ const m2_cpu_kernels m2_cpu_kernels_scalar = {
     .store_row = store_row__scalar,
     .dot = dot__scalar,
     .axpy = axpy__scalar,
+    .head_sum = head_sum__scalar,
 };
