@@ -394,10 +394,83 @@ static void M2K(sweep_direct)(int64_t T, int64_t Np, int64_t Pp, int nr, const i
  *   E = float(exp(c)), w = float(d / exp(c)), both from the double c.
  * Outputs per head j: d, E, w, gf (gf may be NULL) at j*ldo + i; restarts at ridx/rf + j*ldo,
  * their count in nr[j]. bias may be NULL; A, bias: nh floats. */
+/* dt_block for a few heads: each head's tokens along the vector lanes instead of the heads
+ * (a set of 1-8 heads would fill 1-8 of 16 lanes). The same operations on every element in
+ * the same order as the head-vectorized loop below (the segment scale token after token in
+ * double), so the same bits. T <= M2_SW_TMAX. */
+static void M2K(dt_heads)(int64_t nh, int64_t T, int64_t ldo, const float *raw, int64_t ld,
+                          const float *bias, const float *A, int softplus, double lo, double hi,
+                          int seq_start, double *c, float *d, float *E, float *w, float *gf,
+                          int *nr, int32_t *ridx, float *rf) {
+    enum { TM = M2_SW_TMAX + M2VD_LEN };
+    const int64_t Tv = (T + M2VD_LEN - 1) / M2VD_LEN * M2VD_LEN;
+    for (int64_t j = 0; j < nh; j++) {
+        float rr[TM], vv[TM], gg[TM], dd[TM], ev[TM], wv[TM];
+        double la[TM], cc[TM];
+        const double bj = bias ? (double)bias[j] : 0.0, aj = (double)A[j];
+        for (int64_t i = 0; i < Tv; i++) rr[i] = i < T ? raw[i * ld + j] : 0.0f;
+        for (int64_t i = 0; i < Tv; i += M2VD_LEN) {
+            const m2vd r = m2vd_add(m2vd_load_ps(rr + i), m2vd_set1(bj));
+            m2vd v = r, g = m2vd_set1(1.0);
+            if (softplus) {
+                m2vd sg;
+                const m2vd sp = m2vd_softplus(r, &sg);
+                const m2vd_mask big = m2vd_gt(r, m2vd_set1(20.0));
+                v = m2vd_select(big, r, sp);
+                g = m2vd_select(big, g, sg);
+            }
+            m2vd_store_ps(vv + i, v);
+            m2vd_store_ps(gg + i, g);
+            m2vd_store_ps(dd + i, m2vd_min(m2vd_max(m2vd_load_ps(vv + i), m2vd_set1(lo)),
+                                           m2vd_set1(hi)));
+            m2vd_store(la + i, m2vd_mul(m2vd_load_ps(dd + i), m2vd_set1(aj))); /* exact */
+        }
+        /* the segment scale, token after token; restarts where dt_block finds them */
+        double cj = c[j];
+        int n = 0;
+        for (int64_t i = 0; i < T; i++) {
+            double cn = cj + la[i];
+            if ((i == 0 && seq_start) || cn < M2_SEG_LOG_MIN) {
+                double fa[M2VD_LEN];
+                m2vd_store(fa, m2vd_exp(m2vd_set1(i == 0 && seq_start ? la[i] : cn)));
+                ridx[j * ldo + n] = (int32_t)i;
+                rf[j * ldo + n] = (float)fa[0];
+                n++;
+                cn = 0.0;
+            }
+            cc[i] = cj = cn;
+        }
+        for (int64_t i = T; i < Tv; i++) cc[i] = 0.0;
+        nr[j] = n;
+        c[j] = cj;
+        for (int64_t i = 0; i < Tv; i += M2VD_LEN) {
+            const m2vd ee = m2vd_exp(m2vd_load(cc + i));
+            m2vd_store_ps(ev + i, ee);
+            m2vd_store_ps(wv + i, m2vd_div(m2vd_load_ps(dd + i), ee));
+        }
+        for (int64_t i = 0; i < T; i++) {
+            d[j * ldo + i] = dd[i];
+            E[j * ldo + i] = ev[i];
+            w[j * ldo + i] = wv[i];
+            if (gf) gf[j * ldo + i] = ((double)vv[i] >= lo && (double)vv[i] <= hi) ? gg[i] : 0.0f;
+        }
+    }
+}
+
 static void M2K(dt_block)(int64_t nh, int64_t T, int64_t ldo, const float *raw, int64_t ld,
                           const float *bias, const float *A, int softplus, double lo, double hi,
                           int seq_start, double *c, float *d, float *E, float *w, float *gf,
                           int *nr, int32_t *ridx, float *rf) {
+    /* whole vectors of heads below; a remainder of at most half a vector per head (their
+     * results are the same either way) */
+    const int64_t full = nh / M2V_LEN * M2V_LEN;
+    if (M2VD_LEN > 1 && T <= M2_SW_TMAX && nh - full > 0 && 2 * (nh - full) <= M2V_LEN) {
+        M2K(dt_heads)(nh - full, T, ldo, raw + full, ld, bias ? bias + full : NULL, A + full,
+                      softplus, lo, hi, seq_start, c + full, d + full * ldo, E + full * ldo,
+                      w + full * ldo, gf ? gf + full * ldo : NULL, nr + full, ridx + full * ldo,
+                      rf + full * ldo);
+        nh = full;
+    }
     for (int64_t j0 = 0; j0 < nh; j0 += M2V_LEN) {
         const int64_t nl = nh - j0 < M2V_LEN ? nh - j0 : M2V_LEN;
         /* lanes past nh compute on zeros and are dropped: every head sees the same
