@@ -1,9 +1,13 @@
 /*
  * threadpool.c — the library-owned persistent thread pool.
  *
- * nthreads - 1 workers sleep on a condition variable; m2_pool_run wakes them, the calling
- * thread joins in as worker 0, and tasks are handed out through an atomic counter (load
- * balance). Which worker runs which task therefore varies from call to call, so kernels
+ * nthreads - 1 workers wait for a job; m2_pool_run publishes it, the calling thread joins in
+ * as worker 0, and tasks are handed out through an atomic counter (load balance). A worker
+ * that finished a job polls for the next one for a short while (M2_POOL_SPIN polls, ~50 us)
+ * before it sleeps on a condition variable, and the caller polls for the workers' end the
+ * same way: back-to-back calls (a model's ops, a small problem's passes) then do not pay a
+ * sleep and a wake-up (a futex round trip, tens of microseconds in a VM) per parallel
+ * region, and an idle pool stops using the cores within that while. Which worker runs which task therefore varies from call to call, so kernels
  * must make each task write only its own outputs and do every cross-task reduction
  * afterwards in a fixed order: that is what keeps results bitwise identical for any thread
  * count. Only the task counter is atomic; no floating-point value ever is.
@@ -14,16 +18,27 @@
 
 #include "core/internal.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define M2_CPU_RELAX() _mm_pause()
+#else
+#define M2_CPU_RELAX() ((void)0)
+#endif
+
+/* polls of the job counter before a worker sleeps (and of the workers' end before the caller
+ * sleeps): a pause is ~40-140 cycles, so this is some 20-60 us */
+#define M2_POOL_SPIN 1000
+
 struct m2_pool {
     int nthreads;
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t wake;  /* workers wait for a new generation          */
     pthread_cond_t done;  /* the caller waits for all workers to finish */
-    uint64_t generation;
-    int active;           /* workers still inside the current job       */
-    int shutdown;
-    /* the current job */
+    _Atomic uint64_t generation; /* written under mu; polled without it  */
+    atomic_int active;    /* workers still inside the current job       */
+    atomic_int shutdown;
+    /* the current job (written before generation is released) */
     m2_task_fn fn;
     void *arg;
     int64_t ntasks;
@@ -48,17 +63,31 @@ static void *worker_main(void *p) {
     free(p);
     m2_pool *pool = wa.pool;
     uint64_t seen = 0;
-    pthread_mutex_lock(&pool->mu);
     for (;;) {
-        while (!pool->shutdown && pool->generation == seen) pthread_cond_wait(&pool->wake, &pool->mu);
-        if (pool->shutdown) break;
-        seen = pool->generation;
-        pthread_mutex_unlock(&pool->mu);
-        run_tasks(pool, wa.id);
+        /* poll for a while, then sleep until a new generation (or shutdown) */
+        for (int i = 0; i < M2_POOL_SPIN; i++) {
+            if (atomic_load_explicit(&pool->generation, memory_order_acquire) != seen ||
+                atomic_load_explicit(&pool->shutdown, memory_order_acquire))
+                break;
+            M2_CPU_RELAX();
+        }
         pthread_mutex_lock(&pool->mu);
-        if (--pool->active == 0) pthread_cond_signal(&pool->done);
+        while (!atomic_load_explicit(&pool->shutdown, memory_order_relaxed) &&
+               atomic_load_explicit(&pool->generation, memory_order_relaxed) == seen)
+            pthread_cond_wait(&pool->wake, &pool->mu);
+        const int stop = atomic_load_explicit(&pool->shutdown, memory_order_relaxed);
+        seen = atomic_load_explicit(&pool->generation, memory_order_acquire);
+        pthread_mutex_unlock(&pool->mu);
+        if (stop) break;
+        run_tasks(pool, wa.id);
+        if (atomic_fetch_sub_explicit(&pool->active, 1, memory_order_acq_rel) == 1) {
+            /* the last one out: wake the caller if it went to sleep (under mu, so that a
+             * caller between its check of active and its wait cannot miss it) */
+            pthread_mutex_lock(&pool->mu);
+            pthread_cond_signal(&pool->done);
+            pthread_mutex_unlock(&pool->mu);
+        }
     }
-    pthread_mutex_unlock(&pool->mu);
     return NULL;
 }
 
@@ -72,6 +101,9 @@ mamba2_status_t m2_pool_create(m2_pool **out, int nthreads) {
     pthread_cond_init(&pool->wake, NULL);
     pthread_cond_init(&pool->done, NULL);
     atomic_init(&pool->next, 0);
+    atomic_init(&pool->generation, 0);
+    atomic_init(&pool->active, 0);
+    atomic_init(&pool->shutdown, 0);
     if (nthreads > 1) {
         pool->threads = calloc((size_t)nthreads - 1, sizeof(pthread_t));
         if (!pool->threads) {
@@ -100,7 +132,7 @@ void m2_pool_destroy(m2_pool *pool) {
     if (!pool) return;
     if (pool->threads) {
         pthread_mutex_lock(&pool->mu);
-        pool->shutdown = 1;
+        atomic_store_explicit(&pool->shutdown, 1, memory_order_release);
         pthread_cond_broadcast(&pool->wake);
         pthread_mutex_unlock(&pool->mu);
         for (int i = 1; i < pool->nthreads; i++) pthread_join(pool->threads[i - 1], NULL);
@@ -120,19 +152,26 @@ void m2_pool_run(m2_pool *pool, int64_t ntasks, m2_task_fn fn, void *arg) {
         for (int64_t t = 0; t < ntasks; t++) fn(arg, t, 0);
         return;
     }
-    pthread_mutex_lock(&pool->mu);
+    /* every worker is idle here (the previous call waited for active == 0) */
     pool->fn = fn;
     pool->arg = arg;
     pool->ntasks = ntasks;
     atomic_store_explicit(&pool->next, 0, memory_order_relaxed);
-    pool->active = pool->nthreads - 1;
-    pool->generation++;
+    atomic_store_explicit(&pool->active, pool->nthreads - 1, memory_order_relaxed);
+    pthread_mutex_lock(&pool->mu);
+    /* release: a worker that sees the new generation sees the job above */
+    atomic_fetch_add_explicit(&pool->generation, 1, memory_order_release);
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mu);
 
     run_tasks(pool, 0);
 
+    for (int i = 0; i < M2_POOL_SPIN; i++) {
+        if (atomic_load_explicit(&pool->active, memory_order_acquire) == 0) return;
+        M2_CPU_RELAX();
+    }
     pthread_mutex_lock(&pool->mu);
-    while (pool->active > 0) pthread_cond_wait(&pool->done, &pool->mu);
+    while (atomic_load_explicit(&pool->active, memory_order_acquire) > 0)
+        pthread_cond_wait(&pool->done, &pool->mu);
     pthread_mutex_unlock(&pool->mu);
 }
