@@ -232,8 +232,20 @@ static void pack_row(float *dst, const float *r, int64_t t, int64_t T, int64_t n
 static void pack_act(const m2_ssd_problem *pr, const m2_cpu_kernels *K, float *dst,
                      const m2_view *v, int64_t b, int64_t u, int64_t g, int64_t T, int64_t n,
                      int64_t Np, float *tmp) {
-    for (int64_t t = 0; t < T; t++)
-        pack_row(dst, act_in(pr, K, v, b, u + t, g, n, tmp), t, T, n, Np);
+    int64_t t = 0;
+    if (act_f32(pr) && n == Np) /* four tokens at a time: each column group's 64 bytes in one go */
+        for (; t + 4 <= T; t += 4) {
+            const float *r0 = row3(v, b, u + t, g), *r1 = row3(v, b, u + t + 1, g);
+            const float *r2 = row3(v, b, u + t + 2, g), *r3 = row3(v, b, u + t + 3, g);
+            for (int64_t j = 0; j < n; j += 4) {
+                float *d = dst + j * T + 4 * t;
+                memcpy(d, r0 + j, 4 * sizeof(float));
+                memcpy(d + 4, r1 + j, 4 * sizeof(float));
+                memcpy(d + 8, r2 + j, 4 * sizeof(float));
+                memcpy(d + 12, r3 + j, 4 * sizeof(float));
+            }
+        }
+    for (; t < T; t++) pack_row(dst, act_in(pr, K, v, b, u + t, g, n, tmp), t, T, n, Np);
 }
 
 #define M2_STATE_ROWS_MAX 64 /* state rows transposed per pass (pointers on the stack) */
