@@ -394,6 +394,18 @@ static void M2K(sweep_direct)(int64_t T, int64_t Np, int64_t Pp, int nr, const i
  *   E = float(exp(c)), w = float(d / exp(c)), both from the double c.
  * Outputs per head j: d, E, w, gf (gf may be NULL) at j*ldo + i; restarts at ridx/rf + j*ldo,
  * their count in nr[j]. bias may be NULL; A, bias: nh floats. */
+/* v = softplus(r) in double (r itself above 20, where the two agree in double), g = dv/dr;
+ * without softplus v = r, g = 1 */
+M2_INLINE m2vd dt_act(m2vd r, int softplus, m2vd *g) {
+    *g = m2vd_set1(1.0);
+    if (!softplus) return r;
+    m2vd sg;
+    const m2vd sp = m2vd_softplus(r, &sg);
+    const m2vd_mask big = m2vd_gt(r, m2vd_set1(20.0));
+    *g = m2vd_select(big, *g, sg);
+    return m2vd_select(big, r, sp);
+}
+
 /* dt_block for a few heads: each head's tokens along the vector lanes instead of the heads
  * (a set of 1-8 heads would fill 1-8 of 16 lanes). The same operations on every element in
  * the same order as the head-vectorized loop below (the segment scale token after token in
@@ -410,15 +422,8 @@ static void M2K(dt_heads)(int64_t nh, int64_t T, int64_t ldo, const float *raw, 
         const double bj = bias ? (double)bias[j] : 0.0, aj = (double)A[j];
         for (int64_t i = 0; i < Tv; i++) rr[i] = i < T ? raw[i * ld + j] : 0.0f;
         for (int64_t i = 0; i < Tv; i += M2VD_LEN) {
-            const m2vd r = m2vd_add(m2vd_load_ps(rr + i), m2vd_set1(bj));
-            m2vd v = r, g = m2vd_set1(1.0);
-            if (softplus) {
-                m2vd sg;
-                const m2vd sp = m2vd_softplus(r, &sg);
-                const m2vd_mask big = m2vd_gt(r, m2vd_set1(20.0));
-                v = m2vd_select(big, r, sp);
-                g = m2vd_select(big, g, sg);
-            }
+            m2vd g;
+            const m2vd v = dt_act(m2vd_add(m2vd_load_ps(rr + i), m2vd_set1(bj)), softplus, &g);
             m2vd_store_ps(vv + i, v);
             m2vd_store_ps(gg + i, g);
             m2vd_store_ps(dd + i, m2vd_min(m2vd_max(m2vd_load_ps(vv + i), m2vd_set1(lo)),
@@ -490,15 +495,9 @@ static void M2K(dt_block)(int64_t nh, int64_t T, int64_t ldo, const float *raw, 
              * bias the decay gradients, whose sums over time (ddt_bias, dA) amplify any
              * systematic error */
             for (int64_t k = 0; k < M2V_LEN; k += M2VD_LEN) {
-                const m2vd r = m2vd_add(m2vd_load_ps(rr + k), m2vd_load_ps(bv + k));
-                m2vd v = r, g = m2vd_set1(1.0);
-                if (softplus) {
-                    m2vd sg;
-                    const m2vd sp = m2vd_softplus(r, &sg);
-                    const m2vd_mask big = m2vd_gt(r, m2vd_set1(20.0));
-                    v = m2vd_select(big, r, sp);
-                    g = m2vd_select(big, g, sg);
-                }
+                m2vd g;
+                const m2vd v = dt_act(m2vd_add(m2vd_load_ps(rr + k), m2vd_load_ps(bv + k)), softplus,
+                                      &g);
                 m2vd_store_ps(vv + k, v);
                 m2vd_store_ps(gg + k, g);
             }
