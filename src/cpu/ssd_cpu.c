@@ -248,36 +248,33 @@ static void pack_act(const m2_ssd_problem *pr, const m2_cpu_kernels *K, float *d
     for (; t < T; t++) pack_row(dst, act_in(pr, K, v, b, u + t, g, n, tmp), t, T, n, Np);
 }
 
-#define M2_STATE_ROWS_MAX 64 /* state rows transposed per pass (pointers on the stack) */
-
-/* dst[n][p] = f * src[p][n] for p < P, n < N (rows ld_s and ld_d floats apart): 4 x 4 blocks
- * through SSE registers where x86-64 has them (the state transposes of every forward call:
- * scalar, they were ~10 % of a short sequence's forward), element by element at the edges.
- * The same products either way. */
-static void transpose_scaled(const float *const *src_rows, int64_t P, int64_t N, float *dst,
+/* dst[c][r] = f * src[r][c] for r < R, c < C (src rows ld_s floats apart, dst rows ld_d): 4 x 4
+ * blocks through SSE registers where x86-64 has them (the state transposes of every forward
+ * call: scalar, they were ~10 % of a short sequence's forward), element by element at the
+ * edges. The same products either way. */
+static void transpose_scaled(const float *src, int64_t ld_s, int64_t R, int64_t C, float *dst,
                              int64_t ld_d, float f) {
-    int64_t p0 = 0;
+    int64_t r0 = 0;
 #if defined(__SSE2__)
     const __m128 vf = _mm_set1_ps(f);
-    for (; p0 + 4 <= P; p0 += 4) {
-        const float *r0 = src_rows[p0], *r1 = src_rows[p0 + 1], *r2 = src_rows[p0 + 2],
-                    *r3 = src_rows[p0 + 3];
-        int64_t n = 0;
-        for (; n + 4 <= N; n += 4) {
-            __m128 a = _mm_loadu_ps(r0 + n), b = _mm_loadu_ps(r1 + n), c = _mm_loadu_ps(r2 + n),
-                   d = _mm_loadu_ps(r3 + n);
-            _MM_TRANSPOSE4_PS(a, b, c, d);
-            _mm_storeu_ps(dst + n * ld_d + p0, _mm_mul_ps(vf, a));
-            _mm_storeu_ps(dst + (n + 1) * ld_d + p0, _mm_mul_ps(vf, b));
-            _mm_storeu_ps(dst + (n + 2) * ld_d + p0, _mm_mul_ps(vf, c));
-            _mm_storeu_ps(dst + (n + 3) * ld_d + p0, _mm_mul_ps(vf, d));
+    for (; r0 + 4 <= R; r0 += 4) {
+        const float *s0 = src + r0 * ld_s;
+        int64_t c = 0;
+        for (; c + 4 <= C; c += 4) {
+            __m128 a = _mm_loadu_ps(s0 + c), b = _mm_loadu_ps(s0 + ld_s + c),
+                   e = _mm_loadu_ps(s0 + 2 * ld_s + c), d = _mm_loadu_ps(s0 + 3 * ld_s + c);
+            _MM_TRANSPOSE4_PS(a, b, e, d);
+            _mm_storeu_ps(dst + c * ld_d + r0, _mm_mul_ps(vf, a));
+            _mm_storeu_ps(dst + (c + 1) * ld_d + r0, _mm_mul_ps(vf, b));
+            _mm_storeu_ps(dst + (c + 2) * ld_d + r0, _mm_mul_ps(vf, e));
+            _mm_storeu_ps(dst + (c + 3) * ld_d + r0, _mm_mul_ps(vf, d));
         }
-        for (; n < N; n++)
-            for (int64_t q = 0; q < 4; q++) dst[n * ld_d + p0 + q] = f * src_rows[p0 + q][n];
+        for (; c < C; c++)
+            for (int64_t q = 0; q < 4; q++) dst[c * ld_d + r0 + q] = f * s0[q * ld_s + c];
     }
 #endif
-    for (; p0 < P; p0++)
-        for (int64_t n = 0; n < N; n++) dst[n * ld_d + p0] = f * src_rows[p0][n];
+    for (; r0 < R; r0++)
+        for (int64_t c = 0; c < C; c++) dst[c * ld_d + r0] = f * src[r0 * ld_s + c];
 }
 
 /* State [S,H,P,N] row (s,h) -> the forward sweep's [Np][Pp] layout (zeros when absent or padded). */
@@ -285,41 +282,13 @@ static void state_in(const m2_view *st, int64_t s, int64_t h, int64_t P, int64_t
                      int64_t Np, float *S) {
     memset(S, 0, (size_t)(Pp * Np) * sizeof(float));
     if (!st->p) return;
-    const float *rows[M2_STATE_ROWS_MAX];
-    for (int64_t p0 = 0; p0 < P; p0 += M2_STATE_ROWS_MAX) {
-        const int64_t np = P - p0 < M2_STATE_ROWS_MAX ? P - p0 : M2_STATE_ROWS_MAX;
-        for (int64_t q = 0; q < np; q++) rows[q] = row3(st, s, h, p0 + q);
-        transpose_scaled(rows, np, N, S + p0, Pp, 1.0f); /* 1 * x is exactly x */
-    }
+    transpose_scaled(row3(st, s, h, 0), st->s[2], P, N, S, Pp, 1.0f); /* 1 * x is exactly x */
 }
 
 /* dst[s,h] = e * S (true state from the carried one), back in [P][N]. */
 static void state_out(const m2_view *st, int64_t s, int64_t h, int64_t P, int64_t N,
                       int64_t Pp, const float *S, float e) {
-    /* the transpose of [N][Pp] (rows n of S) into the P rows of the view */
-    for (int64_t p0 = 0; p0 < P; p0 += 4) {
-        const int64_t np = P - p0 < 4 ? P - p0 : 4;
-        float *r[4];
-        for (int64_t q = 0; q < np; q++) r[q] = row3(st, s, h, p0 + q);
-        int64_t n = 0;
-#if defined(__SSE2__)
-        if (np == 4) {
-            const __m128 ve = _mm_set1_ps(e);
-            for (; n + 4 <= N; n += 4) {
-                __m128 a = _mm_loadu_ps(S + n * Pp + p0), b = _mm_loadu_ps(S + (n + 1) * Pp + p0),
-                       c = _mm_loadu_ps(S + (n + 2) * Pp + p0),
-                       d = _mm_loadu_ps(S + (n + 3) * Pp + p0);
-                _MM_TRANSPOSE4_PS(a, b, c, d);
-                _mm_storeu_ps(r[0] + n, _mm_mul_ps(ve, a));
-                _mm_storeu_ps(r[1] + n, _mm_mul_ps(ve, b));
-                _mm_storeu_ps(r[2] + n, _mm_mul_ps(ve, c));
-                _mm_storeu_ps(r[3] + n, _mm_mul_ps(ve, d));
-            }
-        }
-#endif
-        for (; n < N; n++)
-            for (int64_t q = 0; q < np; q++) r[q][n] = e * S[n * Pp + p0 + q];
-    }
+    transpose_scaled(S, Pp, N, P, row3(st, s, h, 0), st->s[2], e);
 }
 
 /* The backward's transposed layout [Pp][Np] (n contiguous, zero padded): state row (s,h) of
@@ -1035,15 +1004,6 @@ static void prep_rows(const m2_ssd_problem *pr, const m2_cpu_kernels *K, int64_t
         }
 }
 
-/* dst = v (first contribution) or dst = dst + v (the next head's), element by element. */
-static void put_row(const m2_cpu_kernels *K, float *dst, const float *v, int64_t n,
-                    int accumulate) {
-    if (accumulate)
-        K->axpy(n, 1.0f, v, dst); /* an FMA with 1: exactly dst + v */
-    else
-        memcpy(dst, v, (size_t)n * sizeof(float));
-}
-
 /* Where row (b, t, g) of dBm (which 0) or dCm (1) is summed over the group's heads: the
  * tensor itself for F32; for half storage a float32 copy in the workspace ([B*L*G][N] each),
  * rounded into the tensor once at the end (grad_flush), so that the sum over heads is rounded
@@ -1076,9 +1036,9 @@ static void put_group_rows(const bwd_job *J, const m2_cpu_kernels *K, const m2_v
             float *dst = grad_row(J, v, which, b, u + i, g);
             if (first)
                 K->head_sum(pr->N, je - j, acc + j * TN + i * Np, TN, dst, whole && act_f32(pr));
-            else
+            else /* the group's earlier heads are in the row: add ours one by one */
                 for (int64_t q = j; q < je; q++)
-                    put_row(K, dst, acc + q * TN + i * Np, pr->N, (h0 + q) % hpg != 0);
+                    K->axpy(pr->N, 1.0f, acc + q * TN + i * Np, dst); /* exactly dst + v */
         }
         j = je;
     }
