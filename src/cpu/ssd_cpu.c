@@ -248,62 +248,82 @@ static void pack_act(const m2_ssd_problem *pr, const m2_cpu_kernels *K, float *d
     for (; t < T; t++) pack_row(dst, act_in(pr, K, v, b, u + t, g, n, tmp), t, T, n, Np);
 }
 
-/* dst[c][r] = f * src[r][c] for r < R, c < C (src rows ld_s floats apart, dst rows ld_d): 4 x 4
- * blocks through SSE registers where x86-64 has them (the state transposes of every forward
- * call: scalar, they were ~10 % of a short sequence's forward), element by element at the
- * edges. The same products either way. */
-static void transpose_scaled(const float *src, int64_t ld_s, int64_t R, int64_t C, float *dst,
-                             int64_t ld_d, float f) {
+/* Offset of element (a, b) of a sweep state with rows of Bp floats (a multiple of the
+ * register tile's width tb) stored tile-major (ssd_kernels_impl.h, M2_SW_TILE_AT): the 4 x tb
+ * tile holding it is one contiguous block, tiles in row-of-tiles order. */
+static inline int64_t tile_off(int64_t a, int64_t b, int64_t Bp, int64_t tb) {
+    return (a & ~(int64_t)3) * Bp + 4 * (b - b % tb) + (a & 3) * tb + b % tb;
+}
+
+/* dst(c, r) = f * src(r, c) for r < R, c < C; a side is rows ld floats apart, or with tb a
+ * tile-major sweep state with rows of ld floats (tile_off). 4 x 4 blocks through SSE
+ * registers where x86-64 has them and the tiles hold whole blocks (the state transposes of
+ * every forward call: scalar, they were ~10 % of a short sequence's forward), element by
+ * element at the edges. The same products either way. */
+static void transpose_scaled(const float *src, int64_t ld_s, int64_t tb_s, int64_t R, int64_t C,
+                             float *dst, int64_t ld_d, int64_t tb_d, float f) {
+#define SRC_AT(r, c) (tb_s ? tile_off(r, c, ld_s, tb_s) : (r) * ld_s + (c))
+#define DST_AT(c, r) (tb_d ? tile_off(c, r, ld_d, tb_d) : (c) * ld_d + (r))
     int64_t r0 = 0;
 #if defined(__SSE2__)
     const __m128 vf = _mm_set1_ps(f);
-    for (; r0 + 4 <= R; r0 += 4) {
-        const float *s0 = src + r0 * ld_s;
-        int64_t c = 0;
-        for (; c + 4 <= C; c += 4) {
-            __m128 a = _mm_loadu_ps(s0 + c), b = _mm_loadu_ps(s0 + ld_s + c),
-                   e = _mm_loadu_ps(s0 + 2 * ld_s + c), d = _mm_loadu_ps(s0 + 3 * ld_s + c);
-            _MM_TRANSPOSE4_PS(a, b, e, d);
-            _mm_storeu_ps(dst + c * ld_d + r0, _mm_mul_ps(vf, a));
-            _mm_storeu_ps(dst + (c + 1) * ld_d + r0, _mm_mul_ps(vf, b));
-            _mm_storeu_ps(dst + (c + 2) * ld_d + r0, _mm_mul_ps(vf, e));
-            _mm_storeu_ps(dst + (c + 3) * ld_d + r0, _mm_mul_ps(vf, d));
+    if (tb_s % 4 == 0 && tb_d % 4 == 0)
+        for (; r0 + 4 <= R; r0 += 4) {
+            int64_t c = 0;
+            for (; c + 4 <= C; c += 4) {
+                __m128 a = _mm_loadu_ps(src + SRC_AT(r0, c)), b = _mm_loadu_ps(src + SRC_AT(r0 + 1, c)),
+                       e = _mm_loadu_ps(src + SRC_AT(r0 + 2, c)), d = _mm_loadu_ps(src + SRC_AT(r0 + 3, c));
+                _MM_TRANSPOSE4_PS(a, b, e, d);
+                _mm_storeu_ps(dst + DST_AT(c, r0), _mm_mul_ps(vf, a));
+                _mm_storeu_ps(dst + DST_AT(c + 1, r0), _mm_mul_ps(vf, b));
+                _mm_storeu_ps(dst + DST_AT(c + 2, r0), _mm_mul_ps(vf, e));
+                _mm_storeu_ps(dst + DST_AT(c + 3, r0), _mm_mul_ps(vf, d));
+            }
+            for (; c < C; c++)
+                for (int64_t q = 0; q < 4; q++) dst[DST_AT(c, r0 + q)] = f * src[SRC_AT(r0 + q, c)];
         }
-        for (; c < C; c++)
-            for (int64_t q = 0; q < 4; q++) dst[c * ld_d + r0 + q] = f * s0[q * ld_s + c];
-    }
 #endif
     for (; r0 < R; r0++)
-        for (int64_t c = 0; c < C; c++) dst[c * ld_d + r0] = f * src[r0 * ld_s + c];
+        for (int64_t c = 0; c < C; c++) dst[DST_AT(c, r0)] = f * src[SRC_AT(r0, c)];
+#undef SRC_AT
+#undef DST_AT
 }
 
-/* State [S,H,P,N] row (s,h) -> the forward sweep's [Np][Pp] layout (zeros when absent or padded). */
+/* State [S,H,P,N] row (s,h) -> the forward sweep's [Np][Pp] layout, tile-major with tiles tb
+ * wide (zeros when absent or padded). */
 static void state_in(const m2_view *st, int64_t s, int64_t h, int64_t P, int64_t N, int64_t Pp,
-                     int64_t Np, float *S) {
+                     int64_t Np, int64_t tb, float *S) {
     memset(S, 0, (size_t)(Pp * Np) * sizeof(float));
     if (!st->p) return;
-    transpose_scaled(row3(st, s, h, 0), st->s[2], P, N, S, Pp, 1.0f); /* 1 * x is exactly x */
+    transpose_scaled(row3(st, s, h, 0), st->s[2], 0, P, N, S, Pp, tb, 1.0f); /* 1 * x is exactly x */
 }
 
 /* dst[s,h] = e * S (true state from the carried one), back in [P][N]. */
 static void state_out(const m2_view *st, int64_t s, int64_t h, int64_t P, int64_t N,
-                      int64_t Pp, const float *S, float e) {
-    transpose_scaled(S, Pp, N, P, row3(st, s, h, 0), st->s[2], e);
+                      int64_t Pp, int64_t tb, const float *S, float e) {
+    transpose_scaled(S, Pp, tb, N, P, row3(st, s, h, 0), st->s[2], 0, e);
 }
 
-/* The backward's transposed layout [Pp][Np] (n contiguous, zero padded): state row (s,h) of
- * a [S,H,P,N] view in, and e * S out. */
+/* The backward's transposed layout [Pp][Np] (n contiguous, zero padded, tile-major with
+ * tiles tb wide): state row (s,h) of a [S,H,P,N] view in, and e * S out. */
 static void state_in_t(const m2_view *st, int64_t s, int64_t h, int64_t P, int64_t N,
-                       int64_t Pp, int64_t Np, float *S) {
+                       int64_t Pp, int64_t Np, int64_t tb, float *S) {
     memset(S, 0, (size_t)(Pp * Np) * sizeof(float));
     if (!st->p) return;
-    for (int64_t p = 0; p < P; p++) memcpy(S + p * Np, row3(st, s, h, p), (size_t)N * sizeof(float));
+    for (int64_t p = 0; p < P; p++) {
+        const float *r = row3(st, s, h, p);
+        for (int64_t n = 0; n < N; n += tb)
+            memcpy(S + tile_off(p, n, Np, tb), r + n, (size_t)(N - n < tb ? N - n : tb) * sizeof(float));
+    }
 }
 static void state_out_t(const m2_view *st, int64_t s, int64_t h, int64_t P, int64_t N,
-                        int64_t Np, const float *S, float e) {
+                        int64_t Np, int64_t tb, const float *S, float e) {
     for (int64_t p = 0; p < P; p++) {
         float *r = row3(st, s, h, p);
-        for (int64_t n = 0; n < N; n++) r[n] = e * S[p * Np + n];
+        for (int64_t n0 = 0; n0 < N; n0 += tb) {
+            const float *q = S + tile_off(p, n0, Np, tb);
+            for (int64_t n = n0; n < N && n < n0 + tb; n++) r[n] = e * q[n - n0];
+        }
     }
 }
 
@@ -643,7 +663,7 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
     int64_t next = outputs && pr->npos ? m2_ssd_pos_lower_bound(pr, flat0 + ta) : pr->npos;
 
     for (int64_t j = 0; j < nh; j++) {
-        state_in(vin, in, h0 + j, P, N, Pp, Np, S + j * SN);
+        state_in(vin, in, h0 + j, P, N, Pp, Np, K->tile_p, S + j * SN);
         c[j] = dec[j] = 0.0;
         e_last[j] = 1.0f;
         if (pr->D.p && !pr->D_per_channel) head_D(pr, h0 + j, Db + j * Pp);
@@ -700,7 +720,7 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
         for (int64_t j = 0; j < nh; j++) e_last[j] = E[j * T + Tb - 1];
         if (tp == u + Tb - 1) { /* the states after token tp */
             for (int64_t j = 0; j < nh; j++)
-                state_out(&pr->pos_states, next, h0 + j, P, N, Pp, S + j * SN, e_last[j]);
+                state_out(&pr->pos_states, next, h0 + j, P, N, Pp, K->tile_p, S + j * SN, e_last[j]);
             next++;
         }
     }
@@ -708,7 +728,7 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
      * ends */
     if (outputs && act_f32(pr)) atomic_thread_fence(memory_order_seq_cst);
     if (vout->p)
-        for (int64_t j = 0; j < nh; j++) state_out(vout, out, h0 + j, P, N, Pp, S + j * SN, e_last[j]);
+        for (int64_t j = 0; j < nh; j++) state_out(vout, out, h0 + j, P, N, Pp, K->tile_p, S + j * SN, e_last[j]);
     if (ldec)
         for (int64_t j = 0; j < nh; j++) ldec[j] = dec[j];
 }
@@ -1074,7 +1094,7 @@ static void bwd_recompute(const bwd_job *J, int64_t b, const m2_view *vin, int64
     if (s0)
         memcpy(st, s0, (size_t)(nh * SN) * sizeof(float));
     else
-        for (int64_t j = 0; j < nh; j++) state_in_t(vin, in, h0 + j, P, N, Pp, Np, st + j * SN);
+        for (int64_t j = 0; j < nh; j++) state_in_t(vin, in, h0 + j, P, N, Pp, Np, K->tile_p, st + j * SN);
     for (int64_t k = k0; k <= k1; k++) {
         const int64_t u = t0 + k * T, Tb = t1 - u < T ? t1 - u : T;
         memcpy(rcs + (k - k0) * nh * SN, st, (size_t)(nh * SN) * sizeof(float));
@@ -1151,7 +1171,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
 
     /* ---- pass A ---- */
     for (int64_t j = 0; j < nh; j++) {
-        state_in_t(vin, in, h0 + j, P, N, Pp, Np, S + j * SN);
+        state_in_t(vin, in, h0 + j, P, N, Pp, Np, K->tile_p, S + j * SN);
         c[j] = 0.0;
         e_last[j] = 1.0f;
     }
@@ -1260,7 +1280,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
     /* ---- pass B ---- */
     for (int64_t j = 0; j < nh; j++) {
         float *G = S + j * SN;
-        state_in_t(vdf, dfi, h0 + j, P, N, Pp, Np, G);
+        state_in_t(vdf, dfi, h0 + j, P, N, Pp, Np, K->tile_p, G);
         for (int64_t e = 0; e < SN; e++) G[e] *= e_last[j]; /* into the last segment's scale */
         lam[j] = accA[j] = accB[j] = 0.0;
     }
@@ -1358,7 +1378,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
     /* dz and dx went out with non-temporal stores (f32): order them before the task ends */
     if (act_f32(pr)) atomic_thread_fence(memory_order_seq_cst);
     for (int64_t j = 0; j < nh; j++) {
-        if (vdi && vdi->p) state_out_t(vdi, dii, h0 + j, P, N, Np, S + j * SN, 1.0f);
+        if (vdi && vdi->p) state_out_t(vdi, dii, h0 + j, P, N, Np, K->tile_p, S + j * SN, 1.0f);
         ((double *)(J->base + pl->o_pA))[ci * H + h0 + j] = accA[j];
         ((double *)(J->base + pl->o_pbias))[ci * H + h0 + j] = accB[j];
     }
@@ -1405,7 +1425,7 @@ static void bwd_task_b1(void *arg, int64_t task, int thread) {
     const int last = r.k == r.K - 1;
     for (int64_t j = 0; j < nh; j++) {
         const m2_view none = {NULL, {0, 0, 0, 0}};
-        state_in_t(last ? &pr->dfinal : &none, r.s, h0 + j, P, N, Pp, Np, G + j * SN);
+        state_in_t(last ? &pr->dfinal : &none, r.s, h0 + j, P, N, Pp, Np, K->tile_p, G + j * SN);
         const float e = E[j * T + (r.tb - r.ta - 1) % T]; /* the last token's scale */
         for (int64_t i = 0; i < SN; i++) G[j * SN + i] *= e;
     }
@@ -1425,7 +1445,7 @@ static void bwd_task_b1(void *arg, int64_t task, int thread) {
                      NULL, NULL, NULL);
     }
     const m2_view gl = chunk_view(J->base + pl->o_gl, pr);
-    for (int64_t j = 0; j < nh; j++) state_out_t(&gl, r.c, h0 + j, P, N, Np, G + j * SN, 1.0f);
+    for (int64_t j = 0; j < nh; j++) state_out_t(&gl, r.c, h0 + j, P, N, Np, K->tile_p, G + j * SN, 1.0f);
 }
 
 /* B2: per (sequence, head), the gradients into the chunk end states, last chunk first:

@@ -59,6 +59,12 @@
  * partial sums keep one vector of lanes per (token, column), added p-tile after p-tile and
  * reduced once per n-tile: every sum has one order fixed by (Pp, Np), never by threads. */
 #define M2_SW_TMAX 64
+/* The state is stored tile-major: register tile (n0, p0) (4 rows of M2_SW_TB floats) is one
+ * contiguous 4 * M2_SW_TB block, the tiles in the order the sweep visits them (n-tile outer),
+ * so a sweep reads and writes its state as one sequential stream (ssd_cpu.c: tile_off;
+ * +4-5 % forward against row-major [Np][Pp], whose tiles are 4 rows Pp apart). */
+#define M2_SW_TB (2 * M2V_LEN)
+#define M2_SW_TILE_AT(n0, p0, Pp) ((n0) * (Pp) + 4 * (p0))
 
 /* tile *= f (a segment restart) */
 #define SW_SCALE_TILE(f)                                                                        \
@@ -141,10 +147,11 @@ M2_INLINE void sweep_tile(int64_t T, int64_t Np, int64_t Pp, int64_t vst, const 
                           float *w, float *part, float *acc, int nr, const int32_t *ridx,
                           const float *rf, m2_pf *pf, const int want_w, const int w_pre,
                           const int want_r, const int rev, const int first, const int last) {
+    const int64_t rs = M2_SW_TB; /* the tile's 4 rows are adjacent (tile-major state) */
     m2v s0a = m2v_load(s), s0b = m2v_load(s + M2V_LEN);
-    m2v s1a = m2v_load(s + Pp), s1b = m2v_load(s + Pp + M2V_LEN);
-    m2v s2a = m2v_load(s + 2 * Pp), s2b = m2v_load(s + 2 * Pp + M2V_LEN);
-    m2v s3a = m2v_load(s + 3 * Pp), s3b = m2v_load(s + 3 * Pp + M2V_LEN);
+    m2v s1a = m2v_load(s + rs), s1b = m2v_load(s + rs + M2V_LEN);
+    m2v s2a = m2v_load(s + 2 * rs), s2b = m2v_load(s + 2 * rs + M2V_LEN);
+    m2v s3a = m2v_load(s + 3 * rs), s3b = m2v_load(s + 3 * rs + M2V_LEN);
     const int64_t per8 = pf ? pf->per8 : 0;
     if (!rev) {
         for (int k = 0; k <= nr; k++) {
@@ -166,20 +173,20 @@ M2_INLINE void sweep_tile(int64_t T, int64_t Np, int64_t Pp, int64_t vst, const 
         }
     }
     m2v_store(s, s0a); m2v_store(s + M2V_LEN, s0b);
-    m2v_store(s + Pp, s1a); m2v_store(s + Pp + M2V_LEN, s1b);
-    m2v_store(s + 2 * Pp, s2a); m2v_store(s + 2 * Pp + M2V_LEN, s2b);
-    m2v_store(s + 3 * Pp, s3a); m2v_store(s + 3 * Pp + M2V_LEN, s3b);
-    if (sc && ((uintptr_t)sc % M2V_STREAM_ALIGN) == 0 && (Pp % (2 * M2V_LEN)) == 0) {
+    m2v_store(s + rs, s1a); m2v_store(s + rs + M2V_LEN, s1b);
+    m2v_store(s + 2 * rs, s2a); m2v_store(s + 2 * rs + M2V_LEN, s2b);
+    m2v_store(s + 3 * rs, s3a); m2v_store(s + 3 * rs + M2V_LEN, s3b);
+    if (sc && ((uintptr_t)sc % M2V_STREAM_ALIGN) == 0) {
         /* the snapshot is read one pass later: whole lines, past the caches */
         m2v_stream(sc, s0a); m2v_stream(sc + M2V_LEN, s0b);
-        m2v_stream(sc + Pp, s1a); m2v_stream(sc + Pp + M2V_LEN, s1b);
-        m2v_stream(sc + 2 * Pp, s2a); m2v_stream(sc + 2 * Pp + M2V_LEN, s2b);
-        m2v_stream(sc + 3 * Pp, s3a); m2v_stream(sc + 3 * Pp + M2V_LEN, s3b);
+        m2v_stream(sc + rs, s1a); m2v_stream(sc + rs + M2V_LEN, s1b);
+        m2v_stream(sc + 2 * rs, s2a); m2v_stream(sc + 2 * rs + M2V_LEN, s2b);
+        m2v_stream(sc + 3 * rs, s3a); m2v_stream(sc + 3 * rs + M2V_LEN, s3b);
     } else if (sc) {
         m2v_store(sc, s0a); m2v_store(sc + M2V_LEN, s0b);
-        m2v_store(sc + Pp, s1a); m2v_store(sc + Pp + M2V_LEN, s1b);
-        m2v_store(sc + 2 * Pp, s2a); m2v_store(sc + 2 * Pp + M2V_LEN, s2b);
-        m2v_store(sc + 3 * Pp, s3a); m2v_store(sc + 3 * Pp + M2V_LEN, s3b);
+        m2v_store(sc + rs, s1a); m2v_store(sc + rs + M2V_LEN, s1b);
+        m2v_store(sc + 2 * rs, s2a); m2v_store(sc + 2 * rs + M2V_LEN, s2b);
+        m2v_store(sc + 3 * rs, s3a); m2v_store(sc + 3 * rs + M2V_LEN, s3b);
     }
 }
 
@@ -194,7 +201,7 @@ M2_INLINE void sweep_impl(int64_t T, int64_t Np, int64_t Pp, int nr, const int32
     for (int64_t n0 = 0; n0 < Np; n0 += 4) {
         const float *Vn = V + n0 * vsn, *Wn = want_w ? W + n0 * vsn : NULL;
         for (int64_t p = 0; p < Pp; p += 2 * M2V_LEN) {
-            float *s = S + n0 * Pp + p, *sc = Sc ? Sc + n0 * Pp + p : NULL;
+            float *s = S + M2_SW_TILE_AT(n0, p, Pp), *sc = Sc ? Sc + M2_SW_TILE_AT(n0, p, Pp) : NULL;
             const float *rp = want_r ? r + p : NULL;
             float *wp = want_w ? w + p : NULL;
             float *an = want_r ? acc + n0 : NULL;
@@ -281,9 +288,9 @@ M2_INLINE void direct_tile(int64_t T, int64_t Pp, int64_t vst, const float *uf, 
     {   /* the forward update, the tile before each token kept in buf */
         const float *u = uf, *V = Vf;
         m2v s0a = m2v_load(s0), s0b = m2v_load(s0 + M2V_LEN);
-        m2v s1a = m2v_load(s0 + Pp), s1b = m2v_load(s0 + Pp + M2V_LEN);
-        m2v s2a = m2v_load(s0 + 2 * Pp), s2b = m2v_load(s0 + 2 * Pp + M2V_LEN);
-        m2v s3a = m2v_load(s0 + 3 * Pp), s3b = m2v_load(s0 + 3 * Pp + M2V_LEN);
+        m2v s1a = m2v_load(s0 + M2_SW_TB), s1b = m2v_load(s0 + M2_SW_TB + M2V_LEN);
+        m2v s2a = m2v_load(s0 + 2 * M2_SW_TB), s2b = m2v_load(s0 + 2 * M2_SW_TB + M2V_LEN);
+        m2v s3a = m2v_load(s0 + 3 * M2_SW_TB), s3b = m2v_load(s0 + 3 * M2_SW_TB + M2V_LEN);
         int k = 0;
         for (int64_t t = 0; t < T; t++) {
             while (k < nr && ridx[k] == t) { SW_SCALE_TILE(rf[k]); k++; }
@@ -300,9 +307,9 @@ M2_INLINE void direct_tile(int64_t T, int64_t Pp, int64_t vst, const float *uf, 
         const int64_t Np = 0;
         (void)acc; (void)Np;
         m2v s0a = m2v_load(s), s0b = m2v_load(s + M2V_LEN);
-        m2v s1a = m2v_load(s + Pp), s1b = m2v_load(s + Pp + M2V_LEN);
-        m2v s2a = m2v_load(s + 2 * Pp), s2b = m2v_load(s + 2 * Pp + M2V_LEN);
-        m2v s3a = m2v_load(s + 3 * Pp), s3b = m2v_load(s + 3 * Pp + M2V_LEN);
+        m2v s1a = m2v_load(s + M2_SW_TB), s1b = m2v_load(s + M2_SW_TB + M2V_LEN);
+        m2v s2a = m2v_load(s + 2 * M2_SW_TB), s2b = m2v_load(s + 2 * M2_SW_TB + M2V_LEN);
+        m2v s3a = m2v_load(s + 3 * M2_SW_TB), s3b = m2v_load(s + 3 * M2_SW_TB + M2V_LEN);
         int k = nr - 1;
         for (int64_t t = T - 1; t >= 0; t--) {
             SW_TOKEN(t);
@@ -320,9 +327,9 @@ M2_INLINE void direct_tile(int64_t T, int64_t Pp, int64_t vst, const float *uf, 
             while (k >= 0 && ridx[k] == t) { SW_SCALE_TILE(rf[k]); k--; }
         }
         m2v_store(s, s0a); m2v_store(s + M2V_LEN, s0b);
-        m2v_store(s + Pp, s1a); m2v_store(s + Pp + M2V_LEN, s1b);
-        m2v_store(s + 2 * Pp, s2a); m2v_store(s + 2 * Pp + M2V_LEN, s2b);
-        m2v_store(s + 3 * Pp, s3a); m2v_store(s + 3 * Pp + M2V_LEN, s3b);
+        m2v_store(s + M2_SW_TB, s1a); m2v_store(s + M2_SW_TB + M2V_LEN, s1b);
+        m2v_store(s + 2 * M2_SW_TB, s2a); m2v_store(s + 2 * M2_SW_TB + M2V_LEN, s2b);
+        m2v_store(s + 3 * M2_SW_TB, s3a); m2v_store(s + 3 * M2_SW_TB + M2V_LEN, s3b);
         (void)w_pre;
     }
 }
@@ -337,7 +344,7 @@ M2_INLINE void direct_impl(int64_t T, int64_t Np, int64_t Pp, int nr, const int3
     _Alignas(64) m2v buf[M2_SW_TMAX * 8];
     for (int64_t n0 = 0; n0 < Np; n0 += 4) {
         for (int64_t p = 0; p < Pp; p += 2 * M2V_LEN) {
-            const int64_t o = n0 * Pp + p;
+            const int64_t o = M2_SW_TILE_AT(n0, p, Pp);
             float *wp = want_w ? w + p : NULL;
             const float *rp = want_r ? rr + p : NULL;
             if (n0 == 0 && p == 0)
