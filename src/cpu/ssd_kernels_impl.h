@@ -786,8 +786,9 @@ static double M2K(dot)(int64_t n, const float *a, const float *b) {
         s2 = m2v_fma(m2v_load(a + i + 2 * M2V_LEN), m2v_load(b + i + 2 * M2V_LEN), s2);
         s3 = m2v_fma(m2v_load(a + i + 3 * M2V_LEN), m2v_load(b + i + 3 * M2V_LEN), s3);
     }
-    double r = (double)m2v_reduce(s0) + (double)m2v_reduce(s1) + (double)m2v_reduce(s2) +
-               (double)m2v_reduce(s3);
+    /* one lane sum (the backward takes short dots per token: N or P elements, where four
+     * lane sums cost more than the products) */
+    double r = (double)m2v_reduce(m2v_add(m2v_add(s0, s1), m2v_add(s2, s3)));
     for (; i < n; i++) r += (double)a[i] * (double)b[i];
     return r;
 }
