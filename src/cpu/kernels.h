@@ -133,14 +133,17 @@ typedef struct m2_cpu_kernels {
                      double *c, float *d, float *E, float *w, float *gf, int *nr,
                      int32_t *ridx, float *rf);
 
-    /* out[i] = s * x[i] */
-    void (*scale)(int64_t n, float s, const float *x, float *out);
-    /* out[i] = (e y[i] + D[i] x[i]) * silu(z[i]); D and z may be NULL (term dropped);
-     * outx (may be NULL) gets the value before the gate. With stream set, out and outx are
-     * written with non-temporal stores where aligned (the caller fences before its task
-     * ends). */
-    void (*fwd_out)(int64_t n, float e, const float *y, const float *x, const float *D,
-                    const float *z, float *out, float *outx, int stream);
+    /* For heads j < nh (operand rows ld* floats apart per head): out_j[i] = s_j x_j[i] */
+    void (*scale)(int64_t nh, int64_t n, const float *s, int64_t lds, const float *x,
+                  int64_t ldx, float *out, int64_t ldo);
+    /* For heads j < nh likewise: out_j[i] = (e_j y_j[i] + D_j[i] x_j[i]) * silu(z_j[i]); D and z
+     * may be NULL (term dropped); outx (may be NULL) gets the value before the gate. With
+     * stream set, out and outx are written with non-temporal stores where aligned (the
+     * caller fences before its task ends). */
+    void (*fwd_out)(int64_t nh, int64_t n, const float *e, int64_t lde, const float *y,
+                    int64_t ldy, const float *x, int64_t ldx, const float *D, int64_t ldD,
+                    const float *z, int64_t ldz, float *out, int64_t ldo, float *outx,
+                    int64_t ldox, int stream);
     /* Rows of the backward (n = P; ssd_kernels_impl.h has the formulas):
      *   bwd_prep:  u = w x, dy = dout silu(z), r = E dy, sg = σ(z)
      *   bwd_a_out: y = E (ym + cb u); dz = dout (y + D x) silu'(z) (y + D x read from vx

@@ -632,6 +632,23 @@ static void bwd_prefetch_plan(const m2_ssd_problem *pr, const m2_view *wr, const
     pf->per8 = (pf->left + slots - 1) / slots;
 }
 
+/* x̂ rows of a block: ub[j][i][:] = w[j*T + i] x(b, u + i, h0 + j) for tokens i < Tb and heads j
+ * < nh (float32: one call per token for the set, whose rows are adjacent in x). */
+static void scale_rows(const m2_ssd_problem *pr, const m2_cpu_kernels *K, int64_t b, int64_t u,
+                       int64_t Tb, int64_t h0, int64_t nh, int64_t T, int64_t Pp, const float *w,
+                       float *cv, float *ub) {
+    const int64_t P = pr->P;
+    for (int64_t i = 0; i < Tb; i++) {
+        if (act_f32(pr)) {
+            K->scale(nh, P, w + i, T, row3(&pr->x, b, u + i, h0), pr->x.s[2], ub + i * Pp, T * Pp);
+            continue;
+        }
+        for (int64_t j = 0; j < nh; j++)
+            K->scale(1, P, w + j * T + i, 0, act_in(pr, K, &pr->x, b, u + i, h0 + j, P, cv), 0,
+                     ub + j * T * Pp + i * Pp, 0);
+    }
+}
+
 /* One forward pass of heads [h0, h0 + nh) of sequence row b over tokens [ta, tb), from the
  * state row `in` of view vin (zeros when vin->p is NULL), the end state to row `out` of vout
  * (when vout->p). With outputs: out, and the requested position states. Else only the state
@@ -680,9 +697,7 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
             for (int64_t j = 0; j < nh; j++)
                 for (int64_t i = 0; i < Tb; i++) dec[j] += (double)d[j * T + i] * (double)Ah[j];
         /* token-major packing: each token's rows for all heads and groups at once */
-        for (int64_t i = 0; i < Tb; i++)
-            for (int64_t j = 0; j < nh; j++)
-                K->scale(P, w[j * T + i], act_in(pr, K, &pr->x, b, u + i, h0 + j, P, cv), ub + j * TP + i * Pp);
+        scale_rows(pr, K, b, u, Tb, h0, nh, T, Pp, w, cv, ub);
         for (int64_t k = 0; k < ng; k++) {
             pack_act(pr, K, Bp + k * TN, &pr->Bm, b, u, g0 + k, Tb, N, Np, cv);
             if (outputs)
@@ -702,7 +717,18 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
                      outputs ? y + j * TP : NULL, NULL, &pf);
         }
         /* the epilogue token by token: a token's rows of the set are adjacent in x, z, out */
-        for (int64_t i = 0; outputs && i < Tb; i++)
+        if (outputs && act_f32(pr)) {
+            const float *D0 = !pr->D.p             ? NULL
+                              : pr->D_per_channel ? (const float *)pr->D.p + h0 * pr->D.s[0]
+                                                  : Db;
+            const int64_t ldD = pr->D_per_channel ? pr->D.s[0] : Pp;
+            for (int64_t i = 0; i < Tb; i++)
+                K->fwd_out(nh, P, E + i, T, y + i * Pp, TP, row3(&pr->x, b, u + i, h0), pr->x.s[2],
+                           D0, ldD, pr->z.p ? row3(&pr->z, b, u + i, h0) : NULL, pr->z.s[2],
+                           row3(&pr->out, b, u + i, h0), pr->out.s[2],
+                           pr->out_x.p ? row3(&pr->out_x, b, u + i, h0) : NULL, pr->out_x.s[2], 1);
+        }
+        for (int64_t i = 0; outputs && !act_f32(pr) && i < Tb; i++)
             for (int64_t j = 0; j < nh; j++) {
                 const int64_t h = h0 + j;
                 const float *Dh = !pr->D.p             ? NULL
@@ -710,10 +736,10 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
                                                       : Db + j * Pp;
                 float *o = act_out(pr, &pr->out, b, u + i, h, cv + 2 * RW);
                 float *ox = pr->out_x.p ? act_out(pr, &pr->out_x, b, u + i, h, cv + 3 * RW) : NULL;
-                K->fwd_out(P, E[j * T + i], y + j * TP + i * Pp,
-                           act_in(pr, K, &pr->x, b, u + i, h, P, cv), Dh,
-                           pr->z.p ? act_in(pr, K, &pr->z, b, u + i, h, P, cv + RW) : NULL, o, ox,
-                           act_f32(pr)); /* stream into the tensor, not into a bf16/f16 staging row */
+                K->fwd_out(1, P, E + j * T + i, 0, y + j * TP + i * Pp, 0,
+                           act_in(pr, K, &pr->x, b, u + i, h, P, cv), 0, Dh, 0,
+                           pr->z.p ? act_in(pr, K, &pr->z, b, u + i, h, P, cv + RW) : NULL, 0, o, 0,
+                           ox, 0, 0); /* into staging rows, converted by act_flush */
                 act_flush(pr, K, &pr->out, b, u + i, h, P, o);
                 if (ox) act_flush(pr, K, &pr->out_x, b, u + i, h, P, ox);
             }
@@ -1107,9 +1133,7 @@ static void bwd_recompute(const bwd_job *J, int64_t b, const m2_view *vin, int64
         for (int64_t j = 0; j < nh; j++) ctmp[j] = cb[k * nh + j];
         K->dt_block(nh, Tb, T, act_dt(pr, K, b, u, h0, nh, Tb, cvd), ACT_DT_LD(nh), dtb, Ah, pr->dt_softplus,
                     pr->dt_lo, pr->dt_hi, k == 0, ctmp, d, E, wt, NULL, nr, ridx, rf);
-        for (int64_t i = 0; i < Tb; i++)
-            for (int64_t j = 0; j < nh; j++)
-                K->scale(P, wt[j * T + i], act_in(pr, K, &pr->x, b, u + i, h0 + j, P, cv), ub + j * TP + i * Pp);
+        scale_rows(pr, K, b, u, Tb, h0, nh, T, Pp, wt, cv, ub);
         for (int64_t q = 0; q < ng; q++)
             rows_act(pr, K, Bp + q * TN, &pr->Bm, b, u, g0 + q, Tb, N, Np, cv);
         for (int64_t j = 0; j < nh; j++)

@@ -553,41 +553,55 @@ static void M2K(dt_block)(int64_t nh, int64_t T, int64_t ldo, const float *raw, 
 
 /* ---- element-wise rows (length P) --------------------------------------------------- */
 
-static void M2K(scale)(int64_t n, float s, const float *x, float *out) {
-    const m2v vs = m2v_set1(s);
-    int64_t i = 0;
-    for (; i + M2V_LEN <= n; i += M2V_LEN) m2v_store(out + i, m2v_mul(vs, m2v_load(x + i)));
-    for (; i < n; i++) out[i] = s * x[i];
+/* Row operations over nh heads at once (row j of each operand ld* floats further; the heads of
+ * a set are adjacent in the activation tensors, so one call per token serves the set). */
+static void M2K(scale)(int64_t nh, int64_t n, const float *s, int64_t lds, const float *x,
+                       int64_t ldx, float *out, int64_t ldo) {
+    for (int64_t j = 0; j < nh; j++, s += lds, x += ldx, out += ldo) {
+        const m2v vs = m2v_set1(*s);
+        int64_t i = 0;
+        for (; i + M2V_LEN <= n; i += M2V_LEN) m2v_store(out + i, m2v_mul(vs, m2v_load(x + i)));
+        for (; i < n; i++) out[i] = *s * x[i];
+    }
 }
 
 /* silu(v) = v σ(v), σ from ssd_fast_simd.h (no division) */
 M2_INLINE m2v silu_v(m2v v) { return m2v_mul(v, m2v_sigmoid(v)); }
 M2_INLINE float silu_s(float v) { return v / (1.0f + expf(-v)); }
-static void M2K(fwd_out)(int64_t n, float e, const float *y, const float *x, const float *D,
-                         const float *z, float *out, float *outx, int stream) {
-    const m2v ve = m2v_set1(e);
-    const int nt = stream && outx && ((uintptr_t)outx % M2V_STREAM_ALIGN) == 0;
-    const int nto = stream && ((uintptr_t)out % M2V_STREAM_ALIGN) == 0;
-    int64_t i = 0;
-    for (; i + M2V_LEN <= n; i += M2V_LEN) {
-        m2v v = m2v_mul(ve, m2v_load(y + i));
-        if (D) v = m2v_fma(m2v_load(D + i), m2v_load(x + i), v);
-        if (nt)
-            m2v_stream(outx + i, v);
-        else if (outx)
-            m2v_store(outx + i, v);
-        if (z) v = m2v_mul(v, silu_v(m2v_load(z + i)));
-        if (nto)
-            m2v_stream(out + i, v);
-        else
-            m2v_store(out + i, v);
-    }
-    for (; i < n; i++) {
-        float v = e * y[i];
-        if (D) v += D[i] * x[i];
-        if (outx) outx[i] = v;
-        if (z) v *= silu_s(z[i]);
-        out[i] = v;
+
+static void M2K(fwd_out)(int64_t nh, int64_t n, const float *e, int64_t lde, const float *y,
+                         int64_t ldy, const float *x, int64_t ldx, const float *D, int64_t ldD,
+                         const float *z, int64_t ldz, float *out, int64_t ldo, float *outx,
+                         int64_t ldox, int stream) {
+    for (int64_t j = 0; j < nh; j++) {
+        const m2v ve = m2v_set1(*e);
+        const int nt = stream && outx && ((uintptr_t)outx % M2V_STREAM_ALIGN) == 0;
+        const int nto = stream && ((uintptr_t)out % M2V_STREAM_ALIGN) == 0;
+        int64_t i = 0;
+        for (; i + M2V_LEN <= n; i += M2V_LEN) {
+            m2v v = m2v_mul(ve, m2v_load(y + i));
+            if (D) v = m2v_fma(m2v_load(D + i), m2v_load(x + i), v);
+            if (nt)
+                m2v_stream(outx + i, v);
+            else if (outx)
+                m2v_store(outx + i, v);
+            if (z) v = m2v_mul(v, silu_v(m2v_load(z + i)));
+            if (nto)
+                m2v_stream(out + i, v);
+            else
+                m2v_store(out + i, v);
+        }
+        for (; i < n; i++) {
+            float v = *e * y[i];
+            if (D) v += D[i] * x[i];
+            if (outx) outx[i] = v;
+            if (z) v *= silu_s(z[i]);
+            out[i] = v;
+        }
+        e += lde, y += ldy, x += ldx, out += ldo;
+        if (D) D += ldD;
+        if (z) z += ldz;
+        if (outx) outx += ldox;
     }
 }
 
