@@ -161,9 +161,11 @@ typedef struct m2_cpu_kernels {
                       const float *u, const float *x, const float *D, const float *dy,
                       float *dx, float *xg, int stream);
     /* Activation rows in their storage dtype (F32, BF16, F16; a mamba2_dtype_t): n elements
-     * at src as floats into dst, and n floats rounded to nearest even into dst. */
+     * at src as floats into dst, and n floats rounded to nearest even into dst (with stream,
+     * the whole lines of an aligned dst by non-temporal stores: the caller fences before
+     * another thread reads them). */
     void (*load_row)(int64_t n, int dtype, const void *src, float *dst);
-    void (*store_row)(int64_t n, int dtype, const float *src, void *dst);
+    void (*store_row)(int64_t n, int dtype, const float *src, void *dst, int stream);
     /* Σ a[i] b[i], accumulated in a fixed order, returned in double */
     double (*dot)(int64_t n, const float *a, const float *b);
     /* y[i] = y[i] + a x[i] (a = 1: the add of the backward's dBm/dCm head sums) */

@@ -154,8 +154,48 @@ static inline float *act_out(const m2_ssd_problem *pr, const m2_view *v, int64_t
 static inline void act_flush(const m2_ssd_problem *pr, const m2_cpu_kernels *K,
                              const m2_view *v, int64_t i0, int64_t i1, int64_t i2, int64_t n,
                              const float *tmp) {
-    if (!act_f32(pr)) K->store_row(n, (int)pr->act_dtype, tmp, arow(pr, v, i0, i1, i2));
+    if (!act_f32(pr)) K->store_row(n, (int)pr->act_dtype, tmp, arow(pr, v, i0, i1, i2), 0);
 }
+/* act_flush with non-temporal stores for the row's whole aligned lines (the caller fences) */
+static inline void act_flush_nt(const m2_ssd_problem *pr, const m2_cpu_kernels *K,
+                                const m2_view *v, int64_t i0, int64_t i1, int64_t i2, int64_t n,
+                                const float *tmp) {
+    if (!act_f32(pr)) K->store_row(n, (int)pr->act_dtype, tmp, arow(pr, v, i0, i1, i2), 1);
+}
+/* A token's rows of heads [h0, h0 + nh) of a [B,L,H,P] activation at once (a set's rows are
+ * adjacent): act_in_heads gives them as floats, row j at + j * *ld (the tensor's own rows for
+ * F32; else converted into tmp, P apart); act_out_heads + act_flush_heads write them. */
+static const float *act_in_heads(const m2_ssd_problem *pr, const m2_cpu_kernels *K,
+                                 const m2_view *v, int64_t b, int64_t t, int64_t h0, int64_t nh,
+                                 int64_t P, float *tmp, int64_t *ld) {
+    if (act_f32(pr)) {
+        *ld = v->s[2];
+        return row3(v, b, t, h0);
+    }
+    *ld = P;
+    if (v->s[2] == P)
+        K->load_row(nh * P, (int)pr->act_dtype, arow(pr, v, b, t, h0), tmp);
+    else
+        for (int64_t j = 0; j < nh; j++)
+            K->load_row(P, (int)pr->act_dtype, arow(pr, v, b, t, h0 + j), tmp + j * P);
+    return tmp;
+}
+static float *act_out_heads(const m2_ssd_problem *pr, const m2_view *v, int64_t b, int64_t t,
+                            int64_t h0, int64_t P, float *tmp, int64_t *ld) {
+    *ld = act_f32(pr) ? v->s[2] : P;
+    return act_f32(pr) ? row3(v, b, t, h0) : tmp;
+}
+static void act_flush_heads(const m2_ssd_problem *pr, const m2_cpu_kernels *K, const m2_view *v,
+                            int64_t b, int64_t t, int64_t h0, int64_t nh, int64_t P,
+                            const float *tmp, int stream) {
+    if (act_f32(pr)) return;
+    if (v->s[2] == P)
+        K->store_row(nh * P, (int)pr->act_dtype, tmp, arow(pr, v, b, t, h0), stream);
+    else
+        for (int64_t j = 0; j < nh; j++)
+            K->store_row(P, (int)pr->act_dtype, tmp + j * P, arow(pr, v, b, t, h0 + j), stream);
+}
+
 /* dt of heads [h0, h0 + nh) for tokens [u, u + Tb) as dt_block reads it: rows ACT_DT_LD(nh)
  * apart (in place for F32, converted into tmp else) */
 #define ACT_DT_LD(nh) (act_f32(pr) ? pr->dt.s[1] : (nh))
@@ -495,6 +535,7 @@ typedef struct fwd_plan {
     size_t o_cs, o_cl, o_cdec, glob;                                       /* global     */
     size_t o_S, o_u, o_y, o_B, o_C, o_d, o_E, o_w, o_D, o_ri, o_rf, o_c; /* per thread */
     size_t o_cv; /* activation rows converted from half storage (ACT_ROWS + the dt block) */
+    size_t o_hr; /* half storage: the block's x rows of the set, a token's z, out, out_x rows */
     size_t per_thread, total;
 } fwd_plan;
 
@@ -559,6 +600,9 @@ static void fwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
     pl->o_rf = carve(&off, hs * T * f);
     pl->o_c = carve(&off, hs * (2 * sizeof(double) + sizeof(int) + f));
     pl->o_cv = carve(&off, (ACT_ROWS * (size_t)(Pp > Np ? Pp : Np) + T * hs) * f);
+    /* half storage: the block's x rows of the set (converted once for x̂ and the epilogue),
+     * a token's z, out, out_x rows */
+    pl->o_hr = carve(&off, pr->act_dtype != MAMBA2_DTYPE_F32 ? (T + 3) * hs * (size_t)pr->P * f : 0);
     pl->per_thread = m2_round64(off);
     pl->total = pl->glob + pl->per_thread * (size_t)pl->nthr + 64; /* + slack for alignment */
 }
@@ -608,8 +652,8 @@ static void fwd_prefetch_plan(const m2_ssd_problem *pr, int64_t b, int64_t u, in
  * pass B walking the blocks the other way; one plan for the set's heads h0 .. h0 + nh - 1,
  * walked sweep after sweep, as in the forward): `extra` first (a contiguous range: pass B's λ
  * restart snapshots of the next block), the row `wr` the pass writes after the sweeps (dz in
- * pass A, dx in pass B) for this block unless it is float32 (then streamed with non-temporal
- * stores, no read for ownership), then for the block [v, v + Tn) it visits next the x,
+ * pass A, dx in pass B) for this block unless its rows are whole cache lines (then streamed
+ * with non-temporal stores, no read for ownership), then for the block [v, v + Tn) it visits next the x,
  * dout, z rows (and rd's: out_x, read by pass A with dz) of the set and the B and C rows of
  * its groups g0 .. g0 + ng - 1. A token's rows of a set are one span, so each tensor is
  * requested in address order. */
@@ -620,7 +664,7 @@ static void bwd_prefetch_plan(const m2_ssd_problem *pr, const m2_view *wr, const
     const int64_t P = pr->P, N = pr->N;
     m2_pf_init(pf);
     m2_pf_add(pf, extra, extra_bytes, 1, extra_bytes, M2_PF_L2);
-    if (wr && !act_f32(pr)) pf_add_rows(pf, pr, wr, b, u, h0, Tb, nh, P, M2_PF_L2);
+    if (wr && (P * act_size(pr)) % 64 != 0) pf_add_rows(pf, pr, wr, b, u, h0, Tb, nh, P, M2_PF_L2);
     if (Tn > 0) {
         pf_add_rows(pf, pr, &pr->x, b, v, h0, Tn, nh, P, M2_PF_L2);
         pf_add_rows(pf, pr, &pr->dout, b, v, h0, Tn, nh, P, M2_PF_L2);
@@ -633,19 +677,15 @@ static void bwd_prefetch_plan(const m2_ssd_problem *pr, const m2_view *wr, const
 }
 
 /* x̂ rows of a block: ub[j][i][:] = w[j*T + i] x(b, u + i, h0 + j) for tokens i < Tb and heads j
- * < nh (float32: one call per token for the set, whose rows are adjacent in x). */
+ * < nh, one call per token for the set. Half storage: token i's rows converted into
+ * hr + i * hst (nh * P floats; hst = 0 reuses one staging row set). */
 static void scale_rows(const m2_ssd_problem *pr, const m2_cpu_kernels *K, int64_t b, int64_t u,
                        int64_t Tb, int64_t h0, int64_t nh, int64_t T, int64_t Pp, const float *w,
-                       float *cv, float *ub) {
-    const int64_t P = pr->P;
+                       float *hr, int64_t hst, float *ub) {
     for (int64_t i = 0; i < Tb; i++) {
-        if (act_f32(pr)) {
-            K->scale(nh, P, w + i, T, row3(&pr->x, b, u + i, h0), pr->x.s[2], ub + i * Pp, T * Pp);
-            continue;
-        }
-        for (int64_t j = 0; j < nh; j++)
-            K->scale(1, P, w + j * T + i, 0, act_in(pr, K, &pr->x, b, u + i, h0 + j, P, cv), 0,
-                     ub + j * T * Pp + i * Pp, 0);
+        int64_t ldx;
+        const float *xr = act_in_heads(pr, K, &pr->x, b, u + i, h0, nh, pr->P, hr + i * hst, &ldx);
+        K->scale(nh, pr->P, w + i, T, xr, ldx, ub + i * Pp, T * Pp);
     }
 }
 
@@ -667,6 +707,7 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
     int32_t *ridx = (int32_t *)(ws + pl->o_ri);
     const int64_t RW = Pp > Np ? Pp : Np; /* converted activation rows (half storage) */
     float *cv = (float *)(ws + pl->o_cv), *cvd = cv + ACT_ROWS * RW;
+    float *hr = (float *)(ws + pl->o_hr);
     float *rf = (float *)(ws + pl->o_rf);
     double *c = (double *)(ws + pl->o_c), *dec = c + nh;
     int *nr = (int *)(dec + nh);
@@ -697,7 +738,7 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
             for (int64_t j = 0; j < nh; j++)
                 for (int64_t i = 0; i < Tb; i++) dec[j] += (double)d[j * T + i] * (double)Ah[j];
         /* token-major packing: each token's rows for all heads and groups at once */
-        scale_rows(pr, K, b, u, Tb, h0, nh, T, Pp, w, cv, ub);
+        scale_rows(pr, K, b, u, Tb, h0, nh, T, Pp, w, hr, nh * P, ub);
         for (int64_t k = 0; k < ng; k++) {
             pack_act(pr, K, Bp + k * TN, &pr->Bm, b, u, g0 + k, Tb, N, Np, cv);
             if (outputs)
@@ -717,32 +758,28 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
                      outputs ? y + j * TP : NULL, NULL, &pf);
         }
         /* the epilogue token by token: a token's rows of the set are adjacent in x, z, out */
-        if (outputs && act_f32(pr)) {
+        if (outputs) {
             const float *D0 = !pr->D.p             ? NULL
                               : pr->D_per_channel ? (const float *)pr->D.p + h0 * pr->D.s[0]
                                                   : Db;
-            const int64_t ldD = pr->D_per_channel ? pr->D.s[0] : Pp;
-            for (int64_t i = 0; i < Tb; i++)
-                K->fwd_out(nh, P, E + i, T, y + i * Pp, TP, row3(&pr->x, b, u + i, h0), pr->x.s[2],
-                           D0, ldD, pr->z.p ? row3(&pr->z, b, u + i, h0) : NULL, pr->z.s[2],
-                           row3(&pr->out, b, u + i, h0), pr->out.s[2],
-                           pr->out_x.p ? row3(&pr->out_x, b, u + i, h0) : NULL, pr->out_x.s[2], 1);
-        }
-        for (int64_t i = 0; outputs && !act_f32(pr) && i < Tb; i++)
-            for (int64_t j = 0; j < nh; j++) {
-                const int64_t h = h0 + j;
-                const float *Dh = !pr->D.p             ? NULL
-                                  : pr->D_per_channel ? (const float *)pr->D.p + h * pr->D.s[0]
-                                                      : Db + j * Pp;
-                float *o = act_out(pr, &pr->out, b, u + i, h, cv + 2 * RW);
-                float *ox = pr->out_x.p ? act_out(pr, &pr->out_x, b, u + i, h, cv + 3 * RW) : NULL;
-                K->fwd_out(1, P, E + j * T + i, 0, y + j * TP + i * Pp, 0,
-                           act_in(pr, K, &pr->x, b, u + i, h, P, cv), 0, Dh, 0,
-                           pr->z.p ? act_in(pr, K, &pr->z, b, u + i, h, P, cv + RW) : NULL, 0, o, 0,
-                           ox, 0, 0); /* into staging rows, converted by act_flush */
-                act_flush(pr, K, &pr->out, b, u + i, h, P, o);
-                if (ox) act_flush(pr, K, &pr->out_x, b, u + i, h, P, ox);
+            const int64_t ldD = pr->D_per_channel ? pr->D.s[0] : Pp, hP = nh * P;
+            float *hz = hr + T * hP; /* past the block's x rows (scale_rows) */
+            for (int64_t i = 0; i < Tb; i++) {
+                const int64_t t = u + i;
+                int64_t ldx = P, ldz = 0, ldo, ldox = 0;
+                /* x: half storage converted it for x̂ already */
+                const float *xr = act_f32(pr) ? act_in_heads(pr, K, &pr->x, b, t, h0, nh, P, NULL, &ldx)
+                                              : hr + i * hP;
+                const float *zr = pr->z.p ? act_in_heads(pr, K, &pr->z, b, t, h0, nh, P, hz, &ldz) : NULL;
+                float *orr = act_out_heads(pr, &pr->out, b, t, h0, P, hz + hP, &ldo);
+                float *oxr = pr->out_x.p ? act_out_heads(pr, &pr->out_x, b, t, h0, P, hz + 2 * hP, &ldox) : NULL;
+                /* f32: streamed into the tensor; half: into the staging rows */
+                K->fwd_out(nh, P, E + i, T, y + i * Pp, TP, xr, ldx, D0, ldD, zr, ldz, orr, ldo, oxr,
+                           ldox, act_f32(pr));
+                act_flush_heads(pr, K, &pr->out, b, t, h0, nh, P, orr, 1); /* streamed */
+                if (oxr) act_flush_heads(pr, K, &pr->out_x, b, t, h0, nh, P, oxr, 1);
             }
+        }
         for (int64_t j = 0; j < nh; j++) e_last[j] = E[j * T + Tb - 1];
         if (tp == u + Tb - 1) { /* the states after token tp */
             for (int64_t j = 0; j < nh; j++)
@@ -750,9 +787,9 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
             next++;
         }
     }
-    /* out and out_x went out with non-temporal stores (fwd_out): order them before the task
-     * ends */
-    if (outputs && act_f32(pr)) atomic_thread_fence(memory_order_seq_cst);
+    /* out and out_x went out with non-temporal stores (fwd_out, store_row): order them before
+     * the task ends */
+    if (outputs) atomic_thread_fence(memory_order_seq_cst);
     if (vout->p)
         for (int64_t j = 0; j < nh; j++) state_out(vout, out, h0 + j, P, N, Pp, K->tile_p, S + j * SN, e_last[j]);
     if (ldec)
@@ -917,6 +954,7 @@ typedef struct bwd_plan {
     /* per-thread region */
     size_t o_S, o_u, o_r, o_w, o_dy, o_sg, o_acc, o_B, o_C, o_d, o_E, o_wt, o_gf, o_ri, o_rf;
     size_t o_small, o_cb, o_s1, o_snap, o_dD, o_Dh, o_cbv, o_strong, o_rcs, o_stmp, o_lamb, o_cv;
+    size_t o_hr; /* half storage: a token's x rows of the set, converted (bwd_recompute) */
     size_t per_thread, total;
 } bwd_plan;
 
@@ -1023,6 +1061,7 @@ static void bwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
     pl->o_stmp = carve(&off, sdk * hs * Np * Pp * f);
     pl->o_lamb = carve(&off, hs * T * f);
     pl->o_cv = carve(&off, (ACT_ROWS * (size_t)(Pp > Np ? Pp : Np) + T * hs) * f);
+    pl->o_hr = carve(&off, pr->act_dtype != MAMBA2_DTYPE_F32 ? hs * (size_t)pr->P * f : 0);
     pl->per_thread = m2_round64(off);
     if (pl->fp.per_thread > pl->per_thread) pl->per_thread = pl->fp.per_thread;
     pl->fp.glob = pl->glob; /* the forward passes use the same per-thread regions */
@@ -1133,7 +1172,7 @@ static void bwd_recompute(const bwd_job *J, int64_t b, const m2_view *vin, int64
         for (int64_t j = 0; j < nh; j++) ctmp[j] = cb[k * nh + j];
         K->dt_block(nh, Tb, T, act_dt(pr, K, b, u, h0, nh, Tb, cvd), ACT_DT_LD(nh), dtb, Ah, pr->dt_softplus,
                     pr->dt_lo, pr->dt_hi, k == 0, ctmp, d, E, wt, NULL, nr, ridx, rf);
-        scale_rows(pr, K, b, u, Tb, h0, nh, T, Pp, wt, cv, ub);
+        scale_rows(pr, K, b, u, Tb, h0, nh, T, Pp, wt, (float *)(ws + pl->o_hr), 0, ub);
         for (int64_t q = 0; q < ng; q++)
             rows_act(pr, K, Bp + q * TN, &pr->Bm, b, u, g0 + q, Tb, N, Np, cv);
         for (int64_t j = 0; j < nh; j++)
@@ -1269,7 +1308,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                     pr->z.p ? act_in(pr, K, &pr->z, b, t, h, P, cv + 2 * RW) : NULL, sgb + jt,
                     dyb + jt, dzr, pr->dD.p ? dDacc + j * Pp : NULL,
                     act_f32(pr)); /* stream into the tensor, not into a bf16/f16 staging row */
-                if (dzr) act_flush(pr, K, &pr->dz, b, t, h, P, dzr);
+                if (dzr) act_flush_nt(pr, K, &pr->dz, b, t, h, P, dzr);
                 if (pl->want_decay && pl->want_y) {
                     s1[j * pl->Lmax + (t - t0)] = (double)sdy;
                 } else if (pl->want_acc) {
@@ -1382,7 +1421,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                         K->bwd_b_out(P, wt[jt], cbv[(h / hpg - g0) * T + i], wb + jp, rb + jp, ub + jp,
                                      act_in(pr, K, &pr->x, b, t, h, P, cv), Dr, dyb + jp, dxr, xg,
                                      act_f32(pr));
-                        if (dxr) act_flush(pr, K, &pr->dx, b, t, h, P, dxr);
+                        if (dxr) act_flush_nt(pr, K, &pr->dx, b, t, h, P, dxr);
                         if (pl->want_decay) {
                             /* λ_t = λ_{t+1} + a_t dy·(S_{t-1} C) − a_{t+1} d x·(G_{t+1} B),
                              * ∂L/∂d_t = x·(G_t B) + A λ_t */
@@ -1405,7 +1444,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
         }
     atomic_store_explicit(&prog[set].b, t1 - t0, memory_order_release);
     /* dz and dx went out with non-temporal stores (f32): order them before the task ends */
-    if (act_f32(pr)) atomic_thread_fence(memory_order_seq_cst);
+    atomic_thread_fence(memory_order_seq_cst);
     for (int64_t j = 0; j < nh; j++) {
         if (vdi && vdi->p) state_out_t(vdi, dii, h0 + j, P, N, Np, K->tile_p, S + j * SN, 1.0f);
         ((double *)(J->base + pl->o_pA))[ci * H + h0 + j] = accA[j];
@@ -1536,7 +1575,7 @@ static void bwd_task_flush(void *arg, int64_t task, int thread) {
             for (int64_t g = 0; g < pr->G; g++) {
                 const int64_t b = r / pr->L, t = r % pr->L;
                 J->k->store_row(pr->N, (int)pr->act_dtype, grad_row(J, v, which, b, t, g),
-                                arow(pr, v, b, t, g));
+                                arow(pr, v, b, t, g), 0);
             }
     }
 }

@@ -111,7 +111,11 @@ M2_INLINE m2v m2v_sigmoid(m2v z) {
  * chosen only where cpuid reports it). */
 #define m2v_load_bf16(p)                                                                       \
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
-M2_INLINE void m2v_store_bf16(uint16_t *p, m2v v) {
+/* m2h: one vector's worth of 16-bit values (m2v_to_bf16 / m2v_to_f16); m2h_stream2 writes two
+ * of them, 2 * M2V_LEN values, with one non-temporal store (p aligned to M2V_STREAM_ALIGN) */
+typedef __m128i m2h;
+#define m2h_stream2(p, a, b) _mm256_stream_si256((__m256i *)(p), _mm256_set_m128i((b), (a)))
+M2_INLINE m2h m2v_to_bf16(m2v v) {
     const __m256i u = _mm256_castps_si256(v);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
     __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), 16);
@@ -120,8 +124,10 @@ M2_INLINE void m2v_store_bf16(uint16_t *p, m2v v) {
     const __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
     r = _mm256_blendv_epi8(r, q, nan);
     r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-    _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(r));
+    return _mm256_castsi256_si128(r);
 }
+#define m2v_store_bf16(p, v) _mm_storeu_si128((__m128i *)(p), m2v_to_bf16(v))
+#define m2v_to_f16(v) _mm256_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 #define m2v_load_f16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 /* m2v_stream (cpu/simd.h) needs p aligned to this many bytes */
 #define M2V_STREAM_ALIGN 32
@@ -214,7 +220,10 @@ M2_INLINE m2v m2v_sigmoid(m2v z) {
  * F16C forms (AVX-512 F). */
 #define m2v_load_bf16(p)                                                                       \
     _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
-M2_INLINE void m2v_store_bf16(uint16_t *p, m2v v) {
+typedef __m256i m2h; /* see the AVX2 set */
+#define m2h_stream2(p, a, b)                                                                   \
+    _mm512_stream_si512((void *)(p), _mm512_inserti64x4(_mm512_castsi256_si512(a), (b), 1))
+M2_INLINE m2h m2v_to_bf16(m2v v) {
     const __m512i u = _mm512_castps_si512(v);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
     __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb), 16);
@@ -222,8 +231,10 @@ M2_INLINE void m2v_store_bf16(uint16_t *p, m2v v) {
     const __mmask16 nan = _mm512_cmpgt_epi32_mask(a, _mm512_set1_epi32(0x7F800000));
     const __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
     r = _mm512_mask_blend_epi32(nan, r, q);
-    _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(r)); /* every lane < 2^16 */
+    return _mm512_cvtepi32_epi16(r); /* every lane < 2^16 */
 }
+#define m2v_store_bf16(p, v) _mm256_storeu_si256((__m256i *)(p), m2v_to_bf16(v))
+#define m2v_to_f16(v) _mm512_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 #define m2v_load_f16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
 /* m2v_stream (cpu/simd.h) needs p aligned to this many bytes */
 #define M2V_STREAM_ALIGN 64
@@ -259,6 +270,10 @@ M2_INLINE m2v m2v_sigmoid(m2v z) { return 1.0f / (1.0f + expf(-z)); }
 #define m2v_store_bf16(p, v) (*(p) = m2_f32_to_bf16(v))
 #define m2v_load_f16(p) m2_f16_to_f32(*(const uint16_t *)(p))
 #define m2v_store_f16(p, v) (*(p) = m2_f32_to_f16(v))
+typedef uint16_t m2h;
+#define m2v_to_bf16(v) m2_f32_to_bf16(v)
+#define m2v_to_f16(v) m2_f32_to_f16(v)
+#define m2h_stream2(p, a, b) ((p)[0] = (a), (p)[1] = (b))
 
 #else
 #error "define M2_SIMD_AVX2, M2_SIMD_AVX512 or M2_SIMD_SCALAR before including cpu/ssd_fast_simd.h"

@@ -748,16 +748,26 @@ static void M2K(load_row)(int64_t n, int dtype, const void *src, float *dst) {
         for (; i < n; i++) dst[i] = s[i];
     }
 }
-static void M2K(store_row)(int64_t n, int dtype, const float *src, void *dst) {
+static void M2K(store_row)(int64_t n, int dtype, const float *src, void *dst, int stream) {
     int64_t i = 0;
-    if (dtype == MAMBA2_DTYPE_BF16) {
+    if (dtype == MAMBA2_DTYPE_BF16 || dtype == MAMBA2_DTYPE_F16) {
+        const int bf = dtype == MAMBA2_DTYPE_BF16;
         uint16_t *d = (uint16_t *)dst;
-        for (; i + M2V_LEN <= n; i += M2V_LEN) m2v_store_bf16(d + i, m2v_load(src + i));
-        for (; i < n; i++) d[i] = m2_f32_to_bf16(src[i]);
-    } else if (dtype == MAMBA2_DTYPE_F16) {
-        uint16_t *d = (uint16_t *)dst;
-        for (; i + M2V_LEN <= n; i += M2V_LEN) m2v_store_f16(d + i, m2v_load(src + i));
-        for (; i < n; i++) d[i] = m2_f32_to_f16(src[i]);
+        if (stream && ((uintptr_t)d % M2V_STREAM_ALIGN) == 0) /* whole lines, no read first */
+            for (; i + 2 * M2V_LEN <= n; i += 2 * M2V_LEN) {
+                const m2v a = m2v_load(src + i), b = m2v_load(src + i + M2V_LEN);
+                if (bf)
+                    m2h_stream2(d + i, m2v_to_bf16(a), m2v_to_bf16(b));
+                else
+                    m2h_stream2(d + i, m2v_to_f16(a), m2v_to_f16(b));
+            }
+        if (bf) {
+            for (; i + M2V_LEN <= n; i += M2V_LEN) m2v_store_bf16(d + i, m2v_load(src + i));
+            for (; i < n; i++) d[i] = m2_f32_to_bf16(src[i]);
+        } else {
+            for (; i + M2V_LEN <= n; i += M2V_LEN) m2v_store_f16(d + i, m2v_load(src + i));
+            for (; i < n; i++) d[i] = m2_f32_to_f16(src[i]);
+        }
     } else {
         float *d = (float *)dst;
         for (; i < n; i++) d[i] = src[i];
