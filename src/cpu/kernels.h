@@ -11,7 +11,9 @@
  * the rows of consecutive tokens. The sweeps keep a state in their own layout S[a][b] (b
  * contiguous, both padded with zeros to the register tile): the forward's states are
  * [Np][Pp], B and C packed per block as [Np/4][T][4]; the backward's are transposed,
- * [Pp][Np], with x̂ and E dy read as rows (M2_SWEEP_VROWS). All kernels are deterministic:
+ * [Pp][Np], with x̂ and E dy read as rows (M2_SWEEP_VROWS). Either way a state is stored
+ * tile-major: each 4 x tile_p register tile contiguous, tiles row of tiles after row of tiles
+ * (ssd_kernels_impl.h M2_SW_TILE_AT, ssd_cpu.c tile_off). All kernels are deterministic:
  * the same inputs give the same bits whatever thread runs them.
  */
 #ifndef MAMBA2C_CPU_KERNELS_H
@@ -102,7 +104,7 @@ typedef struct m2_cpu_kernels {
      *   before the update, with M2_SWEEP_W_PRE); acc[t*Np + n] = S_t[n,:]·r_t (r != NULL;
      *   S_{t-1} with M2_SWEEP_R_PRE);
      *   t ascending, or descending with M2_SWEEP_REV.
-     * S: [Np][Pp]. u, r, w: [T][Pp]; V, W: [Np/4][T][4], or [T][Np] with M2_SWEEP_VROWS
+     * S: [Np][Pp], tile-major (above). u, r, w: [T][Pp]; V, W: [Np/4][T][4], or [T][Np] with M2_SWEEP_VROWS
      * (the 4 columns of a register tile are adjacent either way). Restarts: S *= rf[k] before token
      * ridx[k] (ascending indices; with M2_SWEEP_REV, after it). pf (may be NULL): lines to prefetch,
      * pf->per8 every 8 tokens of every register tile. Sc (may be NULL): a second copy of

@@ -14,7 +14,8 @@
  *    so that dC and dB are w rows) use update + w (+ r), forward and reversed. A register
  *    tile of 2 vectors by 4 columns (16 x 4 floats with AVX2, 32 x 4 with AVX-512) stays in
  *    registers for the whole token loop; the state lives in the sweep's own layout [Np][Pp],
- *    padded with zeros to the tile, so there are no edge cases in the kernel. Reductions run
+ *    padded with zeros to the tile (so there are no edge cases in the kernel) and stored
+ *    tile-major (one sequential stream per sweep). Reductions run
  *    in orders fixed by (Pp, Np): results never depend on threads.
  *  - sweep_direct: the reverse sweep plus the decay gradient contracted from its definition,
  *    for blocks where the backward's telescoping form would lose precision (strong decay).
@@ -43,8 +44,8 @@
 
 /* ---- the sweep: one rescaled state over a block of tokens ----------------------------- */
 
-/* The state lives in the kernel's own layout S[Np][Pp] (P contiguous, both padded with
- * zeros to the register tile). Per token t of the block (t = 0..T-1, or T-1..0 with rev):
+/* The state lives in the kernel's own layout S[Np][Pp] (P contiguous, stored tile-major as
+ * below, both padded with zeros to the register tile). Per token t of the block (t = 0..T-1, or T-1..0 with rev):
  *     S[n][p] += u_t[p] V_t[n]                      (the rescaled update: one FMA)
  *     w_t[p]  += sum_n S[n][p] W_t[n]               (when W: one FMA; w zeroed by the caller;
  *                                                    with w_pre, from S before the update)
