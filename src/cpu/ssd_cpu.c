@@ -289,10 +289,12 @@ static void pack_act(const m2_ssd_problem *pr, const m2_cpu_kernels *K, float *d
 }
 
 /* Offset of element (a, b) of a sweep state with rows of Bp floats (a multiple of the
- * register tile's width tb) stored tile-major (ssd_kernels_impl.h, M2_SW_TILE_AT): the 4 x tb
- * tile holding it is one contiguous block, tiles in row-of-tiles order. */
+ * register tile's width tb, a power of two: 2 x the vector length) stored tile-major
+ * (ssd_kernels_impl.h, M2_SW_TILE_AT): the 4 x tb tile holding it is one contiguous block,
+ * tiles in row-of-tiles order. */
 static inline int64_t tile_off(int64_t a, int64_t b, int64_t Bp, int64_t tb) {
-    return (a & ~(int64_t)3) * Bp + 4 * (b - b % tb) + (a & 3) * tb + b % tb;
+    const int64_t lo = b & (tb - 1);
+    return (a & ~(int64_t)3) * Bp + 4 * (b - lo) + (a & 3) * tb + lo;
 }
 
 /* dst(c, r) = f * src(r, c) for r < R, c < C; a side is rows ld floats apart, or with tb a
