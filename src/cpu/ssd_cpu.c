@@ -909,8 +909,8 @@ mamba2_status_t m2_cpu_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *
  *     λ_t = λ_{t+1} + dy_t·y_t − d_t x_t·(G_t B_t)
  * (y_t = S_t C_t without the D term), so ∂L/∂d_t = x_t·(G_t B_t) + A λ_t and ∂L/∂A = Σ d_t λ_t.
  * The terms dy·y and x·(G B) cancel (they share the token's own contribution), so the
- * suffix sum is restarted from its definition, λ_{e+1} = Σ Ĝ_{e+1} ∘ Ŝ_e, every second block
- * end: pass A's sweep writes its end state a second time into a snapshot (no extra pass;
+ * suffix sum is restarted from its definition, λ_{e+1} = Σ Ĝ_{e+1} ∘ Ŝ_e, every 64 tokens
+ * (every fourth block): pass A's sweep writes its end state a second time into a snapshot (no extra pass;
  * non-temporal stores), pass B prefetches it one block ahead and contracts it with Ĝ.
  * Measured on [4,2048,16,64,128,128,4] with every option (demo): dA 1.4e-6 with a restart
  * every 32 tokens, 2.2e-6 every 64, 6.9e-6 every 128, 1.4e-5 every 256, 1.8e-5 every 2048
