@@ -7,7 +7,8 @@
  * before it sleeps on a condition variable, and the caller polls for the workers' end the
  * same way: back-to-back calls (a model's ops, a small problem's passes) then do not pay a
  * sleep and a wake-up (a futex round trip, tens of microseconds in a VM) per parallel
- * region, and an idle pool stops using the cores within that while. Which worker runs which task therefore varies from call to call, so kernels
+ * region, and an idle pool stops using the cores within that while. Which worker runs which
+ * task therefore varies from call to call, so kernels
  * must make each task write only its own outputs and do every cross-task reduction
  * afterwards in a fixed order: that is what keeps results bitwise identical for any thread
  * count. Only the task counter is atomic; no floating-point value ever is.
@@ -64,21 +65,23 @@ static void *worker_main(void *p) {
     m2_pool *pool = wa.pool;
     uint64_t seen = 0;
     for (;;) {
-        /* poll for a while, then sleep until a new generation (or shutdown) */
-        for (int i = 0; i < M2_POOL_SPIN; i++) {
-            if (atomic_load_explicit(&pool->generation, memory_order_acquire) != seen ||
-                atomic_load_explicit(&pool->shutdown, memory_order_acquire))
-                break;
-            M2_CPU_RELAX();
+        /* poll for a while; only if nothing came, sleep until a new generation (or shutdown) */
+        int woke = 0;
+        for (int i = 0; i < M2_POOL_SPIN && !woke; i++) {
+            woke = atomic_load_explicit(&pool->generation, memory_order_acquire) != seen ||
+                   atomic_load_explicit(&pool->shutdown, memory_order_acquire);
+            if (!woke) M2_CPU_RELAX();
         }
-        pthread_mutex_lock(&pool->mu);
-        while (!atomic_load_explicit(&pool->shutdown, memory_order_relaxed) &&
-               atomic_load_explicit(&pool->generation, memory_order_relaxed) == seen)
-            pthread_cond_wait(&pool->wake, &pool->mu);
-        const int stop = atomic_load_explicit(&pool->shutdown, memory_order_relaxed);
+        if (!woke) {
+            pthread_mutex_lock(&pool->mu);
+            while (!atomic_load_explicit(&pool->shutdown, memory_order_relaxed) &&
+                   atomic_load_explicit(&pool->generation, memory_order_relaxed) == seen)
+                pthread_cond_wait(&pool->wake, &pool->mu);
+            pthread_mutex_unlock(&pool->mu);
+        }
+        if (atomic_load_explicit(&pool->shutdown, memory_order_acquire)) break;
+        /* acquire: the job published before this generation is visible */
         seen = atomic_load_explicit(&pool->generation, memory_order_acquire);
-        pthread_mutex_unlock(&pool->mu);
-        if (stop) break;
         run_tasks(pool, wa.id);
         if (atomic_fetch_sub_explicit(&pool->active, 1, memory_order_acq_rel) == 1) {
             /* the last one out: wake the caller if it went to sleep (under mu, so that a

@@ -13,7 +13,7 @@
  * [Np][Pp], B and C packed per block as [Np/4][T][4]; the backward's are transposed,
  * [Pp][Np], with x̂ and E dy read as rows (M2_SWEEP_VROWS). Either way a state is stored
  * tile-major: each 4 x tile_p register tile contiguous, tiles row of tiles after row of tiles
- * (ssd_kernels_impl.h M2_SW_TILE_AT, ssd_cpu.c tile_off). All kernels are deterministic:
+ * (m2_tile_off below). All kernels are deterministic:
  * the same inputs give the same bits whatever thread runs them.
  */
 #ifndef MAMBA2C_CPU_KERNELS_H
@@ -83,6 +83,15 @@ static inline void m2_pf_issue(m2_pf *pf, int64_t count) {
             }
         }
     }
+}
+
+/* Offset of element (a, b) of a sweep state with rows of Bp floats, stored tile-major: the
+ * register tile holding it (4 rows a of tb floats b; tb = tile_p, a power of two, and Bp a
+ * multiple of it) is one contiguous block, tiles row of tiles after row of tiles, in the order
+ * the sweeps visit them. */
+static inline int64_t m2_tile_off(int64_t a, int64_t b, int64_t Bp, int64_t tb) {
+    const int64_t lo = b & (tb - 1);
+    return (a & ~(int64_t)3) * Bp + 4 * (b - lo) + (a & 3) * tb + lo;
 }
 
 /* sweep flags */

@@ -151,15 +151,11 @@ static inline float *act_out(const m2_ssd_problem *pr, const m2_view *v, int64_t
                              int64_t i1, int64_t i2, float *tmp) {
     return act_f32(pr) ? row3(v, i0, i1, i2) : tmp;
 }
+/* (rows written are fresh outputs: their whole aligned lines go out with non-temporal stores,
+ * as float32 rows do; the caller fences before its task ends) */
 static inline void act_flush(const m2_ssd_problem *pr, const m2_cpu_kernels *K,
                              const m2_view *v, int64_t i0, int64_t i1, int64_t i2, int64_t n,
                              const float *tmp) {
-    if (!act_f32(pr)) K->store_row(n, (int)pr->act_dtype, tmp, arow(pr, v, i0, i1, i2), 0);
-}
-/* act_flush with non-temporal stores for the row's whole aligned lines (the caller fences) */
-static inline void act_flush_nt(const m2_ssd_problem *pr, const m2_cpu_kernels *K,
-                                const m2_view *v, int64_t i0, int64_t i1, int64_t i2, int64_t n,
-                                const float *tmp) {
     if (!act_f32(pr)) K->store_row(n, (int)pr->act_dtype, tmp, arow(pr, v, i0, i1, i2), 1);
 }
 /* A token's rows of heads [h0, h0 + nh) of a [B,L,H,P] activation at once (a set's rows are
@@ -187,13 +183,13 @@ static float *act_out_heads(const m2_ssd_problem *pr, const m2_view *v, int64_t 
 }
 static void act_flush_heads(const m2_ssd_problem *pr, const m2_cpu_kernels *K, const m2_view *v,
                             int64_t b, int64_t t, int64_t h0, int64_t nh, int64_t P,
-                            const float *tmp, int stream) {
+                            const float *tmp) {
     if (act_f32(pr)) return;
     if (v->s[2] == P)
-        K->store_row(nh * P, (int)pr->act_dtype, tmp, arow(pr, v, b, t, h0), stream);
+        K->store_row(nh * P, (int)pr->act_dtype, tmp, arow(pr, v, b, t, h0), 1);
     else
         for (int64_t j = 0; j < nh; j++)
-            K->store_row(P, (int)pr->act_dtype, tmp + j * P, arow(pr, v, b, t, h0 + j), stream);
+            act_flush(pr, K, v, b, t, h0 + j, P, tmp + j * P);
 }
 
 /* dt of heads [h0, h0 + nh) for tokens [u, u + Tb) as dt_block reads it: rows ACT_DT_LD(nh)
@@ -288,15 +284,6 @@ static void pack_act(const m2_ssd_problem *pr, const m2_cpu_kernels *K, float *d
     for (; t < T; t++) pack_row(dst, act_in(pr, K, v, b, u + t, g, n, tmp), t, T, n, Np);
 }
 
-/* Offset of element (a, b) of a sweep state with rows of Bp floats (a multiple of the
- * register tile's width tb, a power of two: 2 x the vector length) stored tile-major
- * (ssd_kernels_impl.h, M2_SW_TILE_AT): the 4 x tb tile holding it is one contiguous block,
- * tiles in row-of-tiles order. */
-static inline int64_t tile_off(int64_t a, int64_t b, int64_t Bp, int64_t tb) {
-    const int64_t lo = b & (tb - 1);
-    return (a & ~(int64_t)3) * Bp + 4 * (b - lo) + (a & 3) * tb + lo;
-}
-
 /* dst(c, r) = f * src(r, c) for r < R, c < C; a side is rows ld floats apart, or with tb a
  * tile-major sweep state with rows of ld floats (tile_off). 4 x 4 blocks through SSE
  * registers where x86-64 has them and the tiles hold whole blocks (the state transposes of
@@ -304,8 +291,8 @@ static inline int64_t tile_off(int64_t a, int64_t b, int64_t Bp, int64_t tb) {
  * element at the edges. The same products either way. */
 static void transpose_scaled(const float *src, int64_t ld_s, int64_t tb_s, int64_t R, int64_t C,
                              float *dst, int64_t ld_d, int64_t tb_d, float f) {
-#define SRC_AT(r, c) (tb_s ? tile_off(r, c, ld_s, tb_s) : (r) * ld_s + (c))
-#define DST_AT(c, r) (tb_d ? tile_off(c, r, ld_d, tb_d) : (c) * ld_d + (r))
+#define SRC_AT(r, c) (tb_s ? m2_tile_off(r, c, ld_s, tb_s) : (r) * ld_s + (c))
+#define DST_AT(c, r) (tb_d ? m2_tile_off(c, r, ld_d, tb_d) : (c) * ld_d + (r))
     int64_t r0 = 0;
 #if defined(__SSE2__)
     const __m128 vf = _mm_set1_ps(f);
@@ -355,7 +342,7 @@ static void state_in_t(const m2_view *st, int64_t s, int64_t h, int64_t P, int64
     for (int64_t p = 0; p < P; p++) {
         const float *r = row3(st, s, h, p);
         for (int64_t n = 0; n < N; n += tb)
-            memcpy(S + tile_off(p, n, Np, tb), r + n, (size_t)(N - n < tb ? N - n : tb) * sizeof(float));
+            memcpy(S + m2_tile_off(p, n, Np, tb), r + n, (size_t)(N - n < tb ? N - n : tb) * sizeof(float));
     }
 }
 static void state_out_t(const m2_view *st, int64_t s, int64_t h, int64_t P, int64_t N,
@@ -363,7 +350,7 @@ static void state_out_t(const m2_view *st, int64_t s, int64_t h, int64_t P, int6
     for (int64_t p = 0; p < P; p++) {
         float *r = row3(st, s, h, p);
         for (int64_t n0 = 0; n0 < N; n0 += tb) {
-            const float *q = S + tile_off(p, n0, Np, tb);
+            const float *q = S + m2_tile_off(p, n0, Np, tb);
             for (int64_t n = n0; n < N && n < n0 + tb; n++) r[n] = e * q[n - n0];
         }
     }
@@ -778,8 +765,8 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
                 /* f32: streamed into the tensor; half: into the staging rows */
                 K->fwd_out(nh, P, E + i, T, y + i * Pp, TP, xr, ldx, D0, ldD, zr, ldz, orr, ldo, oxr,
                            ldox, act_f32(pr));
-                act_flush_heads(pr, K, &pr->out, b, t, h0, nh, P, orr, 1); /* streamed */
-                if (oxr) act_flush_heads(pr, K, &pr->out_x, b, t, h0, nh, P, oxr, 1);
+                act_flush_heads(pr, K, &pr->out, b, t, h0, nh, P, orr);
+                if (oxr) act_flush_heads(pr, K, &pr->out_x, b, t, h0, nh, P, oxr);
             }
         }
         for (int64_t j = 0; j < nh; j++) e_last[j] = E[j * T + Tb - 1];
@@ -1310,7 +1297,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                     pr->z.p ? act_in(pr, K, &pr->z, b, t, h, P, cv + 2 * RW) : NULL, sgb + jt,
                     dyb + jt, dzr, pr->dD.p ? dDacc + j * Pp : NULL,
                     act_f32(pr)); /* stream into the tensor, not into a bf16/f16 staging row */
-                if (dzr) act_flush_nt(pr, K, &pr->dz, b, t, h, P, dzr);
+                if (dzr) act_flush(pr, K, &pr->dz, b, t, h, P, dzr);
                 if (pl->want_decay && pl->want_y) {
                     s1[j * pl->Lmax + (t - t0)] = (double)sdy;
                 } else if (pl->want_acc) {
@@ -1423,7 +1410,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                         K->bwd_b_out(P, wt[jt], cbv[(h / hpg - g0) * T + i], wb + jp, rb + jp, ub + jp,
                                      act_in(pr, K, &pr->x, b, t, h, P, cv), Dr, dyb + jp, dxr, xg,
                                      act_f32(pr));
-                        if (dxr) act_flush_nt(pr, K, &pr->dx, b, t, h, P, dxr);
+                        if (dxr) act_flush(pr, K, &pr->dx, b, t, h, P, dxr);
                         if (pl->want_decay) {
                             /* λ_t = λ_{t+1} + a_t dy·(S_{t-1} C) − a_{t+1} d x·(G_{t+1} B),
                              * ∂L/∂d_t = x·(G_t B) + A λ_t */
@@ -1445,7 +1432,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
             atomic_store_explicit(&prog[set].b, t1 - u, memory_order_release);
         }
     atomic_store_explicit(&prog[set].b, t1 - t0, memory_order_release);
-    /* dz and dx went out with non-temporal stores (f32): order them before the task ends */
+    /* dz and dx went out with non-temporal stores: order them before the task ends */
     atomic_thread_fence(memory_order_seq_cst);
     for (int64_t j = 0; j < nh; j++) {
         if (vdi && vdi->p) state_out_t(vdi, dii, h0 + j, P, N, Np, K->tile_p, S + j * SN, 1.0f);

@@ -60,12 +60,23 @@
  * partial sums keep one vector of lanes per (token, column), added p-tile after p-tile and
  * reduced once per n-tile: every sum has one order fixed by (Pp, Np), never by threads. */
 #define M2_SW_TMAX 64
-/* The state is stored tile-major: register tile (n0, p0) (4 rows of M2_SW_TB floats) is one
- * contiguous 4 * M2_SW_TB block, the tiles in the order the sweep visits them (n-tile outer),
- * so a sweep reads and writes its state as one sequential stream (ssd_cpu.c: tile_off;
- * +4-5 % forward against row-major [Np][Pp], whose tiles are 4 rows Pp apart). */
-#define M2_SW_TB (2 * M2V_LEN)
-#define M2_SW_TILE_AT(n0, p0, Pp) ((n0) * (Pp) + 4 * (p0))
+/* The state is stored tile-major (kernels.h, m2_tile_off): register tile (n0, p0) is one
+ * contiguous block of 8 vectors s0a s0b s1a .. s3b, the tiles in the order the sweep visits
+ * them (n-tile outer), so a sweep reads and writes its state as one sequential stream (+4-5 %
+ * forward against row-major [Np][Pp], whose tiles are 4 rows Pp apart). */
+#define M2_SW_TILE_AT(n0, p0, Pp) m2_tile_off((n0), (p0), (Pp), 2 * M2V_LEN)
+/* the tile in registers from p, and `put` (m2v_store or m2v_stream) of it to p */
+#define SW_TILE_LOAD(p)                                                                         \
+    m2v s0a = m2v_load(p), s0b = m2v_load((p) + M2V_LEN), s1a = m2v_load((p) + 2 * M2V_LEN),    \
+        s1b = m2v_load((p) + 3 * M2V_LEN), s2a = m2v_load((p) + 4 * M2V_LEN),                   \
+        s2b = m2v_load((p) + 5 * M2V_LEN), s3a = m2v_load((p) + 6 * M2V_LEN),                   \
+        s3b = m2v_load((p) + 7 * M2V_LEN)
+#define SW_TILE_PUT(put, p)                                                                     \
+    do {                                                                                        \
+        put((p), s0a); put((p) + M2V_LEN, s0b); put((p) + 2 * M2V_LEN, s1a);                   \
+        put((p) + 3 * M2V_LEN, s1b); put((p) + 4 * M2V_LEN, s2a); put((p) + 5 * M2V_LEN, s2b);  \
+        put((p) + 6 * M2V_LEN, s3a); put((p) + 7 * M2V_LEN, s3b);                               \
+    } while (0)
 
 /* tile *= f (a segment restart) */
 #define SW_SCALE_TILE(f)                                                                        \
@@ -148,11 +159,7 @@ M2_INLINE void sweep_tile(int64_t T, int64_t Np, int64_t Pp, int64_t vst, const 
                           float *w, float *part, float *acc, int nr, const int32_t *ridx,
                           const float *rf, m2_pf *pf, const int want_w, const int w_pre,
                           const int want_r, const int rev, const int first, const int last) {
-    const int64_t rs = M2_SW_TB; /* the tile's 4 rows are adjacent (tile-major state) */
-    m2v s0a = m2v_load(s), s0b = m2v_load(s + M2V_LEN);
-    m2v s1a = m2v_load(s + rs), s1b = m2v_load(s + rs + M2V_LEN);
-    m2v s2a = m2v_load(s + 2 * rs), s2b = m2v_load(s + 2 * rs + M2V_LEN);
-    m2v s3a = m2v_load(s + 3 * rs), s3b = m2v_load(s + 3 * rs + M2V_LEN);
+    SW_TILE_LOAD(s);
     const int64_t per8 = pf ? pf->per8 : 0;
     if (!rev) {
         for (int k = 0; k <= nr; k++) {
@@ -173,22 +180,11 @@ M2_INLINE void sweep_tile(int64_t T, int64_t Np, int64_t Pp, int64_t vst, const 
             if (k > 0) SW_SCALE_TILE(rf[k - 1]);
         }
     }
-    m2v_store(s, s0a); m2v_store(s + M2V_LEN, s0b);
-    m2v_store(s + rs, s1a); m2v_store(s + rs + M2V_LEN, s1b);
-    m2v_store(s + 2 * rs, s2a); m2v_store(s + 2 * rs + M2V_LEN, s2b);
-    m2v_store(s + 3 * rs, s3a); m2v_store(s + 3 * rs + M2V_LEN, s3b);
-    if (sc && ((uintptr_t)sc % M2V_STREAM_ALIGN) == 0) {
-        /* the snapshot is read one pass later: whole lines, past the caches */
-        m2v_stream(sc, s0a); m2v_stream(sc + M2V_LEN, s0b);
-        m2v_stream(sc + rs, s1a); m2v_stream(sc + rs + M2V_LEN, s1b);
-        m2v_stream(sc + 2 * rs, s2a); m2v_stream(sc + 2 * rs + M2V_LEN, s2b);
-        m2v_stream(sc + 3 * rs, s3a); m2v_stream(sc + 3 * rs + M2V_LEN, s3b);
-    } else if (sc) {
-        m2v_store(sc, s0a); m2v_store(sc + M2V_LEN, s0b);
-        m2v_store(sc + rs, s1a); m2v_store(sc + rs + M2V_LEN, s1b);
-        m2v_store(sc + 2 * rs, s2a); m2v_store(sc + 2 * rs + M2V_LEN, s2b);
-        m2v_store(sc + 3 * rs, s3a); m2v_store(sc + 3 * rs + M2V_LEN, s3b);
-    }
+    SW_TILE_PUT(m2v_store, s);
+    if (sc && ((uintptr_t)sc % M2V_STREAM_ALIGN) == 0)
+        SW_TILE_PUT(m2v_stream, sc); /* the snapshot is read one pass later: past the caches */
+    else if (sc)
+        SW_TILE_PUT(m2v_store, sc);
 }
 
 M2_INLINE void sweep_impl(int64_t T, int64_t Np, int64_t Pp, int nr, const int32_t *ridx,
@@ -288,10 +284,7 @@ M2_INLINE void direct_tile(int64_t T, int64_t Pp, int64_t vst, const float *uf, 
                            const int first_d) {
     {   /* the forward update, the tile before each token kept in buf */
         const float *u = uf, *V = Vf;
-        m2v s0a = m2v_load(s0), s0b = m2v_load(s0 + M2V_LEN);
-        m2v s1a = m2v_load(s0 + M2_SW_TB), s1b = m2v_load(s0 + M2_SW_TB + M2V_LEN);
-        m2v s2a = m2v_load(s0 + 2 * M2_SW_TB), s2b = m2v_load(s0 + 2 * M2_SW_TB + M2V_LEN);
-        m2v s3a = m2v_load(s0 + 3 * M2_SW_TB), s3b = m2v_load(s0 + 3 * M2_SW_TB + M2V_LEN);
+        SW_TILE_LOAD(s0);
         int k = 0;
         for (int64_t t = 0; t < T; t++) {
             while (k < nr && ridx[k] == t) { SW_SCALE_TILE(rf[k]); k++; }
@@ -307,10 +300,7 @@ M2_INLINE void direct_tile(int64_t T, int64_t Pp, int64_t vst, const float *uf, 
         const int w_pre = 0, last = 0; /* the r sums go through part, reduced by direct_impl */
         const int64_t Np = 0;
         (void)acc; (void)Np;
-        m2v s0a = m2v_load(s), s0b = m2v_load(s + M2V_LEN);
-        m2v s1a = m2v_load(s + M2_SW_TB), s1b = m2v_load(s + M2_SW_TB + M2V_LEN);
-        m2v s2a = m2v_load(s + 2 * M2_SW_TB), s2b = m2v_load(s + 2 * M2_SW_TB + M2V_LEN);
-        m2v s3a = m2v_load(s + 3 * M2_SW_TB), s3b = m2v_load(s + 3 * M2_SW_TB + M2V_LEN);
+        SW_TILE_LOAD(s);
         int k = nr - 1;
         for (int64_t t = T - 1; t >= 0; t--) {
             SW_TOKEN(t);
@@ -327,10 +317,7 @@ M2_INLINE void direct_tile(int64_t T, int64_t Pp, int64_t vst, const float *uf, 
             m2v_store(dpart + t * M2V_LEN, dv);
             while (k >= 0 && ridx[k] == t) { SW_SCALE_TILE(rf[k]); k--; }
         }
-        m2v_store(s, s0a); m2v_store(s + M2V_LEN, s0b);
-        m2v_store(s + M2_SW_TB, s1a); m2v_store(s + M2_SW_TB + M2V_LEN, s1b);
-        m2v_store(s + 2 * M2_SW_TB, s2a); m2v_store(s + 2 * M2_SW_TB + M2V_LEN, s2b);
-        m2v_store(s + 3 * M2_SW_TB, s3a); m2v_store(s + 3 * M2_SW_TB + M2V_LEN, s3b);
+        SW_TILE_PUT(m2v_store, s);
         (void)w_pre;
     }
 }
