@@ -6,8 +6,8 @@
  *
  *   cmake --build build --target mamba2c_static
  *   cc -O2 -Isrc dev/sweep_micro.c build/libmamba2c.a -lm -lpthread -o /tmp/sweep_micro
- *   /tmp/sweep_micro [heads] [P]        (heads: distinct states cycled, default 1; P default 64,
- *                                        N = 128)
+ *   /tmp/sweep_micro [heads] [P] [N]    (heads: distinct states cycled, default 1; P default 64,
+ *                                        N default 128; env T: tokens per block, default 32)
  *   AVX512=1 /tmp/sweep_micro            (the AVX-512 set; needs a CPU with it)
  *
  * Compare with the single-thread FMA peak that `mamba2c-bench --threads 1` prints.
@@ -22,7 +22,8 @@
 int main(int argc, char **argv) {
     const m2_cpu_kernels *K = getenv("AVX512") ? &m2_cpu_kernels_avx512 : &m2_cpu_kernels_avx2;
     const int nheads = argc > 1 ? atoi(argv[1]) : 1;
-    const int64_t T = 32, N = 128, P = argc > 2 ? atoi(argv[2]) : 64;
+    const int64_t T = getenv("T") ? atoi(getenv("T")) : 32, P = argc > 2 ? atoi(argv[2]) : 64;
+    const int64_t N = argc > 3 ? atoi(argv[3]) : 128;
     const int reps = 3000;
     /* the forward's state is [N][P] (p along the vectors), the backward's [P][N] (ssd_cpu.c):
      * per variant (a, b) = the sweep's (Np, Pp) arguments; V and W are packed in the forward,
