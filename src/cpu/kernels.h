@@ -156,18 +156,16 @@ typedef struct m2_cpu_kernels {
                     const float *z, int64_t ldz, float *out, int64_t ldo, float *outx,
                     int64_t ldox, int stream);
     /* Rows of the backward (n = P; ssd_kernels_impl.h has the formulas):
-     *   bwd_prep:  u = w x, dy = dout silu(z), r = E dy, sg = σ(z)
-     *   bwd_a_out: y = E (ym + cb u); dz = dout (y + D x) silu'(z) (y + D x read from vx
-     *              when given: the forward's out_x); dD += dy x; returns Σ r ym (0 when ym
-     *              is NULL)
+     *   bwd_prep:  u = w x, dy = dout silu(z), r = E dy, gz = dout silu'(z), dD += dy x
+     *   bwd_a_out: y = E (ym + cb u); dz = (y + D x) gz (y + D x read from vx when given:
+     *              the forward's out_x); returns Σ r ym (0 when ym is NULL)
      *   bwd_b_out: gb = gp + cb r; dx = w gb + D dy; xg[0] = Σ x gb, xg[1] = Σ u gp
      * Optional pointers may be NULL (that output skipped; yhat NULL: returns 0). */
     void (*bwd_prep)(int64_t n, float w, float E, const float *x, const float *dout,
-                     const float *z, float *u, float *dy, float *r, float *sg);
+                     const float *z, float *u, float *dy, float *r, float *gz, float *dD);
     float (*bwd_a_out)(int64_t n, float E, float cb, const float *ym, const float *vx,
                        const float *u, const float *r, const float *x, const float *D,
-                       const float *dout, const float *z, const float *sg, const float *dy,
-                       float *dz, float *dD, int stream);
+                       const float *gz, float *dz, int stream);
     void (*bwd_b_out)(int64_t n, float w, float cb, const float *gp, const float *r,
                       const float *u, const float *x, const float *D, const float *dy,
                       float *dx, float *xg, int stream);

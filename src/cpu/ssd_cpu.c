@@ -1023,7 +1023,7 @@ static void bwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
     pl->o_r = carve(&off, hs * T * Pp * f);    /* E dy                                       */
     pl->o_w = carve(&off, hs * T * Pp * f);    /* ŷ (pass A) or Ĝ B (pass B): sweep acc rows */
     pl->o_dy = carve(&off, hs * T * Pp * f);   /* dy = dout silu(z)                          */
-    pl->o_sg = carve(&off, hs * T * Pp * f);   /* σ(z), pass A                               */
+    pl->o_sg = carve(&off, hs * T * Pp * f);   /* dout silu'(z), pass A                     */
     pl->o_acc = carve(&off, hs * T * Np * f);  /* per head dCm (pass A) or dBm (pass B) rows:
                                                   the sweep's w rows, [hs][T][Np]             */
     pl->o_B = carve(&off, ng * T * Np * f);    /* B, C rows per group, [ng][T][Np]          */
@@ -1066,12 +1066,13 @@ typedef struct bwd_job {
 } bwd_job;
 
 /* The backward's per-token rows of a block, heads [h0, h0 + nh) over tokens [u, u + Tb):
- * x̂ = w x into ub, dy = dout silu(z) into dyb, E dy into rb, σ(z) into sgb (when given);
- * rows [j][T][Pp]. cv: three staging rows of RW floats (half storage). */
+ * x̂ = w x into ub, dy = dout silu(z) into dyb, E dy into rb, dout silu'(z) into gzb (when
+ * given; dz = (y + D x) gz); rows [j][T][Pp]. dD += dy x into dDb + j * Pp (when given).
+ * cv: three staging rows of RW floats (half storage). */
 static void prep_rows(const m2_ssd_problem *pr, const m2_cpu_kernels *K, int64_t b, int64_t u,
                       int64_t Tb, int64_t h0, int64_t nh, int64_t T, int64_t Pp, const float *wt,
                       const float *E, float *cv, int64_t RW, float *ub, float *dyb, float *rb,
-                      float *sgb) {
+                      float *gzb, float *dDb) {
     const int64_t P = pr->P, TP = T * Pp;
     for (int64_t i = 0; i < Tb; i++)
         for (int64_t j = 0; j < nh; j++) {
@@ -1079,7 +1080,7 @@ static void prep_rows(const m2_ssd_problem *pr, const m2_cpu_kernels *K, int64_t
             K->bwd_prep(P, wt[j * T + i], E[j * T + i], act_in(pr, K, &pr->x, b, u + i, h, P, cv),
                         act_in(pr, K, &pr->dout, b, u + i, h, P, cv + RW),
                         pr->z.p ? act_in(pr, K, &pr->z, b, u + i, h, P, cv + 2 * RW) : NULL,
-                        ub + o, dyb + o, rb + o, sgb ? sgb + o : NULL);
+                        ub + o, dyb + o, rb + o, gzb ? gzb + o : NULL, dDb ? dDb + j * Pp : NULL);
         }
 }
 
@@ -1188,7 +1189,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
     float *S = (float *)(ws + pl->o_S), *ub = (float *)(ws + pl->o_u);
     float *rb = (float *)(ws + pl->o_r), *wb = (float *)(ws + pl->o_w);
     float *dyb = (float *)(ws + pl->o_dy), *acc = (float *)(ws + pl->o_acc);
-    float *sgb = (float *)(ws + pl->o_sg);
+    float *gzb = (float *)(ws + pl->o_sg); /* dout silu'(z) rows (pass A) */
     float *Bp = (float *)(ws + pl->o_B), *Cp = (float *)(ws + pl->o_C);
     float *d = (float *)(ws + pl->o_d), *E = (float *)(ws + pl->o_E);
     float *wt = (float *)(ws + pl->o_wt), *gf = (float *)(ws + pl->o_gf);
@@ -1248,7 +1249,8 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                 strong[k * nh + j] = st;
             }
         if (!pl->need_a_rows) continue;
-        prep_rows(pr, K, b, u, Tb, h0, nh, T, Pp, wt, E, cv, RW, ub, dyb, rb, sgb);
+        prep_rows(pr, K, b, u, Tb, h0, nh, T, Pp, wt, E, cv, RW, ub, dyb, rb,
+                  pr->dz.p && pr->z.p ? gzb : NULL, pr->dD.p ? dDacc : NULL);
         if (pl->need_a_sweep) {
             for (int64_t q = 0; q < ng; q++) {
                 rows_act(pr, K, Bp + q * TN, &pr->Bm, b, u, g0 + q, Tb, N, Np, cv);
@@ -1288,14 +1290,14 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                 const float *Dr = DROW(j);
                 const int64_t jt = j * TP + i * Pp;
                 float *dzr = pr->dz.p && pr->z.p ? act_out(pr, &pr->dz, b, t, h, cv + 3 * RW) : NULL;
+                const float *vx =
+                    dzr && pr->out_x.p ? act_in(pr, K, &pr->out_x, b, t, h, P, cv + 4 * RW) : NULL;
+                /* x only for y + D x formed here (no out_x) */
+                const float *xr = dzr && !vx && Dr ? act_in(pr, K, &pr->x, b, t, h, P, cv) : NULL;
                 const float sdy = K->bwd_a_out(
                     P, E[j * T + i], pl->want_y ? cbv[(h / hpg - g0) * T + i] : 0.0f,
-                    pl->want_y ? wb + jt : NULL,
-                    dzr && pr->out_x.p ? act_in(pr, K, &pr->out_x, b, t, h, P, cv + 4 * RW) : NULL,
-                    ub + jt, rb + jt, act_in(pr, K, &pr->x, b, t, h, P, cv), Dr,
-                    act_in(pr, K, &pr->dout, b, t, h, P, cv + RW),
-                    pr->z.p ? act_in(pr, K, &pr->z, b, t, h, P, cv + 2 * RW) : NULL, sgb + jt,
-                    dyb + jt, dzr, pr->dD.p ? dDacc + j * Pp : NULL,
+                    pl->want_y ? wb + jt : NULL, vx, ub + jt, rb + jt, xr, xr ? Dr : NULL,
+                    gzb + jt, dzr,
                     act_f32(pr)); /* stream into the tensor, not into a bf16/f16 staging row */
                 if (dzr) act_flush(pr, K, &pr->dz, b, t, h, P, dzr);
                 if (pl->want_decay && pl->want_y) {
@@ -1360,7 +1362,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
             for (int64_t j = 0; j < nh; j++) ctmp[j] = cb[k * nh + j];
             K->dt_block(nh, Tb, T, act_dt(pr, K, b, u, h0, nh, Tb, cvd), ACT_DT_LD(nh), dtb, Ah, pr->dt_softplus,
                         pr->dt_lo, pr->dt_hi, k == 0, ctmp, d, E, wt, gf, nr, ridx, rf);
-            prep_rows(pr, K, b, u, Tb, h0, nh, T, Pp, wt, E, cv, RW, ub, dyb, rb, NULL);
+            prep_rows(pr, K, b, u, Tb, h0, nh, T, Pp, wt, E, cv, RW, ub, dyb, rb, NULL, NULL);
             for (int64_t q = 0; q < ng; q++) {
                 rows_act(pr, K, Cp + q * TN, &pr->Cm, b, u, g0 + q, Tb, N, Np, cv);
                 if (pl->want_gb || pl->want_decay) {
@@ -1503,7 +1505,7 @@ static void bwd_task_b1(void *arg, int64_t task, int thread) {
         for (int64_t j = 0; j < nh; j++) ctmp[j] = cb[k * nh + j];
         K->dt_block(nh, Tb, T, act_dt(pr, K, b, u, h0, nh, Tb, cvd), ACT_DT_LD(nh), dtb, Ah, pr->dt_softplus,
                     pr->dt_lo, pr->dt_hi, k == 0, ctmp, d, E, wt, NULL, nr, ridx, rf);
-        prep_rows(pr, K, b, u, Tb, h0, nh, T, Pp, wt, E, cv, RW, ub, dyb, rb, NULL);
+        prep_rows(pr, K, b, u, Tb, h0, nh, T, Pp, wt, E, cv, RW, ub, dyb, rb, NULL, NULL);
         for (int64_t q = 0; q < ng; q++)
             rows_act(pr, K, Cp + q * TN, &pr->Cm, b, u, g0 + q, Tb, N, Np, cv);
         for (int64_t j = 0; j < nh; j++)

@@ -596,52 +596,52 @@ static void M2K(fwd_out)(int64_t nh, int64_t n, const float *e, int64_t lde, con
 /* ---- per-token rows of the rescaled backward (length n = P) --------------------------- */
 
 /* u = w x (the sweep input d_t x_t / E_t); dy = dout silu(z) (dout without z);
- * r = E dy (the rescaled dL/dy); sg = σ(z) when sg (for silu' later, without a second
- * sigmoid). */
+ * r = E dy (the rescaled dL/dy); gz = dout silu'(z) = dout σ (1 + z (1 - σ)) (when gz: dz is
+ * then (y + D x) gz, bwd_a_out); dD += dy x (when dD). */
 static void M2K(bwd_prep)(int64_t n, float w, float E, const float *x, const float *dout,
-                          const float *z, float *u, float *dy, float *r, float *sg) {
-    const m2v vw = m2v_set1(w), vE = m2v_set1(E);
+                          const float *z, float *u, float *dy, float *r, float *gz, float *dD) {
+    const m2v vw = m2v_set1(w), vE = m2v_set1(E), one = m2v_set1(1.0f);
     int64_t i = 0;
     for (; i + M2V_LEN <= n; i += M2V_LEN) {
-        m2v g = m2v_load(dout + i);
+        const m2v dv = m2v_load(dout + i), xv = m2v_load(x + i);
+        m2v g = dv;
         if (z) {
             const m2v zv = m2v_load(z + i), sv = m2v_sigmoid(zv);
             g = m2v_mul(g, m2v_mul(zv, sv));
-            if (sg) m2v_store(sg + i, sv);
+            if (gz) m2v_store(gz + i, m2v_mul(dv, m2v_mul(sv, m2v_fma(zv, m2v_sub(one, sv), one))));
         }
-        m2v_store(u + i, m2v_mul(vw, m2v_load(x + i)));
+        m2v_store(u + i, m2v_mul(vw, xv));
         m2v_store(dy + i, g);
         m2v_store(r + i, m2v_mul(vE, g));
+        if (dD) m2v_store(dD + i, m2v_fma(g, xv, m2v_load(dD + i)));
     }
     for (; i < n; i++) {
         float g = dout[i];
         if (z) {
             const float sv = 1.0f / (1.0f + expf(-z[i]));
             g *= z[i] * sv;
-            if (sg) sg[i] = sv;
+            if (gz) gz[i] = dout[i] * (sv * (1.0f + z[i] * (1.0f - sv)));
         }
         u[i] = w * x[i];
         dy[i] = g;
         r[i] = E * g;
+        if (dD) dD[i] += g * x[i];
     }
 }
 
 /* After the forward sweep of the backward, for one token (ym = Ŝ_{t-1} C_t, the output
  * before the token's update; u = x̂_t; r = E_t dy_t): y = E (ym + cb u) with cb = B_t·C_t
- * (the SSM output S_t C_t, D term excluded), dz = dout (y + D x) silu'(z) (when dz; σ(z)
- * in sg, from bwd_prep; y + D x is read from vx, the forward's out_x row, when given),
- * dD += dy x (when dD); returns Σ r ym = a_t dy_t·(S_{t-1} C_t) (when ym; else 0). */
+ * (the SSM output S_t C_t, D term excluded), dz = (y + D x) gz (when dz; gz = dout silu'(z)
+ * from bwd_prep; y + D x is read from vx, the forward's out_x row, when given, and x is then
+ * not read); returns Σ r ym = a_t dy_t·(S_{t-1} C_t) (when ym; else 0). */
 static float M2K(bwd_a_out)(int64_t n, float E, float cb, const float *ym, const float *vx,
                             const float *u, const float *r, const float *x, const float *D,
-                            const float *dout, const float *z, const float *sg, const float *dy,
-                            float *dz, float *dD, int stream) {
-    const m2v one = m2v_set1(1.0f);
+                            const float *gz, float *dz, int stream) {
     const int nt = stream && dz && ((uintptr_t)dz % M2V_STREAM_ALIGN) == 0;
     const m2v vE = m2v_set1(E), vcb = m2v_set1(cb);
     m2v acc = m2v_zero();
     int64_t i = 0;
     for (; i + M2V_LEN <= n; i += M2V_LEN) {
-        const m2v xv = m2v_load(x + i);
         if (ym) acc = m2v_fma(m2v_load(r + i), m2v_load(ym + i), acc);
         if (dz && (ym || vx)) {
             m2v v;
@@ -649,18 +649,14 @@ static float M2K(bwd_a_out)(int64_t n, float E, float cb, const float *ym, const
                 v = m2v_load(vx + i);
             } else {
                 v = m2v_mul(vE, m2v_fma(vcb, m2v_load(u + i), m2v_load(ym + i)));
-                if (D) v = m2v_fma(m2v_load(D + i), xv, v);
+                if (D) v = m2v_fma(m2v_load(D + i), m2v_load(x + i), v);
             }
-            /* silu'(z) = σ (1 + z (1 - σ)) with σ from bwd_prep */
-            const m2v zv = m2v_load(z + i), sv = m2v_load(sg + i);
-            const m2v ds = m2v_mul(sv, m2v_fma(zv, m2v_sub(one, sv), one));
-            const m2v g = m2v_mul(m2v_mul(m2v_load(dout + i), v), ds);
+            const m2v g = m2v_mul(v, m2v_load(gz + i));
             if (nt)
                 m2v_stream(dz + i, g);
             else
                 m2v_store(dz + i, g);
         }
-        if (dD) m2v_store(dD + i, m2v_fma(m2v_load(dy + i), xv, m2v_load(dD + i)));
     }
     float s = m2v_reduce(acc);
     for (; i < n; i++) {
@@ -673,12 +669,12 @@ static float M2K(bwd_a_out)(int64_t n, float E, float cb, const float *ym, const
                 v = E * (ym[i] + cb * u[i]);
                 if (D) v += D[i] * x[i];
             }
-            dz[i] = dout[i] * v * (sg[i] * (1.0f + z[i] * (1.0f - sg[i])));
+            dz[i] = v * gz[i];
         }
-        if (dD) dD[i] += dy[i] * x[i];
     }
     return s;
 }
+
 
 /* After the reverse sweep, for one token (gp = Ĝ_{t+1} B_t, before the token's update;
  * r = E_t dy_t; u = x̂_t): gb = gp + cb r = Ĝ_t B_t, dx = w gb + D dy (when dx),
