@@ -84,19 +84,20 @@ M2_INLINE m2v m2v_rcp(m2v x) {
  * clamp, σ ~ 1.6e-38 stands in for smaller values. The clamp's operand order passes a NaN z
  * through. */
 M2_INLINE m2v m2v_sigmoid(m2v z) {
-    __m256 x = _mm256_sub_ps(_mm256_setzero_ps(), z);
-    x = _mm256_min_ps(_mm256_set1_ps(87.0f), _mm256_max_ps(_mm256_set1_ps(-87.0f), x));
+    /* x = -z is folded in: z is clamped, and s = -r (each step below is the plain one
+     * negated, exactly: round to nearest is symmetric), one operation less on the chain */
+    const __m256 zc = _mm256_max_ps(_mm256_set1_ps(-87.0f), _mm256_min_ps(_mm256_set1_ps(87.0f), z));
     const __m256 magic = _mm256_set1_ps(12582912.0f + 127.0f); /* 1.5 * 2^23 + bias */
-    const __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), magic);
+    const __m256 t = _mm256_fnmadd_ps(zc, _mm256_set1_ps(1.44269504088896341f), magic);
     const __m256 n = _mm256_sub_ps(t, magic);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 s = _mm256_fmadd_ps(n, _mm256_set1_ps(0.693359375f), zc);
+    s = _mm256_fmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), s);
     __m256 q = _mm256_set1_ps(8.3178728819e-03f);
-    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(4.1897952557e-02f));
-    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.6667181253e-01f));
-    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(4.9999150634e-01f));
-    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(9.9999988079e-01f));
-    q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.0f));
+    q = _mm256_fnmadd_ps(q, s, _mm256_set1_ps(4.1897952557e-02f));
+    q = _mm256_fnmadd_ps(q, s, _mm256_set1_ps(1.6667181253e-01f));
+    q = _mm256_fnmadd_ps(q, s, _mm256_set1_ps(4.9999150634e-01f));
+    q = _mm256_fnmadd_ps(q, s, _mm256_set1_ps(9.9999988079e-01f));
+    q = _mm256_fnmadd_ps(q, s, _mm256_set1_ps(1.0f));
     const __m256 e = _mm256_mul_ps(q, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23)));
     return m2v_rcp(_mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
@@ -194,19 +195,23 @@ M2_INLINE m2v m2v_rcp(m2v x) {
 
 /* σ(z) = 1/(1 + e^-z): the AVX2 m2v_sigmoid (see there), 16 lanes */
 M2_INLINE m2v m2v_sigmoid(m2v z) {
-    __m512 x = _mm512_sub_ps(_mm512_setzero_ps(), z);
-    x = _mm512_min_ps(_mm512_set1_ps(87.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), x));
+    /* z clamped by one vrangeps (the smaller magnitude of z and 87 with z's sign; a NaN
+     * stays a NaN), and the negation x = -z folded into the operations (s = -r below: each
+     * step is the AVX2 one negated, exactly, as round to nearest is symmetric): the same
+     * bits as the AVX2 order of operations, on a dependency chain two operations shorter
+     * (the gate's cost is its chain: fwd_out -10 %) */
+    const __m512 zc = _mm512_range_ps(z, _mm512_set1_ps(87.0f), 0x02);
     const __m512 magic = _mm512_set1_ps(12582912.0f + 127.0f); /* 1.5 * 2^23 + bias */
-    const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
+    const __m512 t = _mm512_fnmadd_ps(zc, _mm512_set1_ps(1.44269504088896341f), magic);
     const __m512 n = _mm512_sub_ps(t, magic);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 s = _mm512_fmadd_ps(n, _mm512_set1_ps(0.693359375f), zc);
+    s = _mm512_fmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), s);
     __m512 q = _mm512_set1_ps(8.3178728819e-03f);
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(4.1897952557e-02f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.6667181253e-01f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(4.9999150634e-01f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(9.9999988079e-01f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.0f));
+    q = _mm512_fnmadd_ps(q, s, _mm512_set1_ps(4.1897952557e-02f));
+    q = _mm512_fnmadd_ps(q, s, _mm512_set1_ps(1.6667181253e-01f));
+    q = _mm512_fnmadd_ps(q, s, _mm512_set1_ps(4.9999150634e-01f));
+    q = _mm512_fnmadd_ps(q, s, _mm512_set1_ps(9.9999988079e-01f));
+    q = _mm512_fnmadd_ps(q, s, _mm512_set1_ps(1.0f));
     const __m512 e = _mm512_mul_ps(q, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(t), 23)));
     return m2v_rcp(_mm512_add_ps(_mm512_set1_ps(1.0f), e));
 }
