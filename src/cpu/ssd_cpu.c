@@ -1377,18 +1377,17 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
             /* the λ snapshot of the interval visited next (read at its first block), a
              * share of it per block of this interval, so that no block carries the whole
              * (nh states) on top of its own rows */
-            const char *snext = NULL;
+            const float *snext = NULL;
             int64_t sbytes = 0;
-            if (pl->want_decay && k0 > 0) {
+            if (pl->want_decay && k0 > 0) { /* in 64-byte lines of 16 floats */
                 const int64_t kend = k0 + M < nb ? k0 + M : nb, cnt = kend - k0;
-                const int64_t vis = kend - 1 - k, lines = nh * SN * (int64_t)sizeof(float) / 64;
+                const int64_t vis = kend - 1 - k, lines = nh * SN / 16;
                 const int64_t l0 = lines * vis / cnt, l1 = lines * (vis + 1) / cnt;
-                snext = (const char *)(snap + (k0 / M - 1) * nh * SN) + l0 * 64;
+                snext = snap + (k0 / M - 1) * nh * SN + l0 * 16;
                 sbytes = (l1 - l0) * 64;
             }
             m2_pf pf;
-            bwd_prefetch_plan(pr, &pr->dx, NULL, b, u, Tb, v, Tn, h0, nh, g0, ng,
-                              (const float *)snext, sbytes,
+            bwd_prefetch_plan(pr, &pr->dx, NULL, b, u, Tb, v, Tn, h0, nh, g0, ng, snext, sbytes,
                               nh * per_sweep * ((Tb + 7) / 8), &pf);
             /* transposed: the update Ĝᵀ += C ⊗ (E dy); the w rows Ĝᵀ x̂ (dBm, after the
              * update), the acc rows Ĝ_{t+1} B (before it) */

@@ -486,71 +486,79 @@ static void M2K(dt_block)(int64_t nh, int64_t T, int64_t ldo, const float *raw, 
             if (l < nl) nr[j0 + l] = 0;
         }
         for (int64_t i0 = 0; i0 < T; i0 += M2_SW_TMAX) {
-        const int64_t i1 = T - i0 < M2_SW_TMAX ? T : i0 + M2_SW_TMAX;
-        /* three loops over the block's tokens (64 at a time): the activation (independent per token, so
-         * the long double-precision chains of consecutive tokens overlap), the cumulated
-         * log decay with its segment restarts (the one sequential part), the scales
-         * (independent again); the same operations per element as one loop would do. Rows
-         * [i][lane] of the block in vv, gg, dd (float) and la, cn (double). */
-        for (int64_t i = i0; i < i1; i++) {
-            float *vi = vv + (i - i0) * M2V_LEN, *gi = gg + (i - i0) * M2V_LEN, *di = dd + (i - i0) * M2V_LEN;
-            for (int64_t l = 0; l < M2V_LEN; l++) rr[l] = l < nl ? raw[i * ld + j0 + l] : 0.0f;
-            /* softplus in double (m2vd_softplus): its rounding in float would otherwise
-             * bias the decay gradients, whose sums over time (ddt_bias, dA) amplify any
-             * systematic error */
-            for (int64_t k = 0; k < M2V_LEN; k += M2VD_LEN) {
-                m2vd g;
-                const m2vd v = dt_act(m2vd_add(m2vd_load_ps(rr + k), m2vd_load_ps(bv + k)), softplus,
-                                      &g);
-                m2vd_store_ps(vi + k, v);
-                m2vd_store_ps(gi + k, g);
+            /* three loops over the tokens (up to M2_SW_TMAX at a time): the activation
+             * (independent per token, so the long double-precision chains of consecutive
+             * tokens overlap), the cumulated log decay with its segment restarts (the one
+             * sequential part), the scales (independent again); the same operations per
+             * element as one loop would do. Rows [i - i0][lane] in vv, gg, dd (float) and
+             * la, cn (double). */
+            const int64_t i1 = T - i0 < M2_SW_TMAX ? T : i0 + M2_SW_TMAX;
+            for (int64_t i = i0; i < i1; i++) {
+                const int64_t o = (i - i0) * M2V_LEN;
+                float *vi = vv + o, *gi = gg + o, *di = dd + o;
+                for (int64_t l = 0; l < M2V_LEN; l++) rr[l] = l < nl ? raw[i * ld + j0 + l] : 0.0f;
+                /* softplus in double (m2vd_softplus): its rounding in float would otherwise
+                 * bias the decay gradients, whose sums over time (ddt_bias, dA) amplify any
+                 * systematic error */
+                for (int64_t k = 0; k < M2V_LEN; k += M2VD_LEN) {
+                    m2vd g;
+                    const m2vd v =
+                        dt_act(m2vd_add(m2vd_load_ps(rr + k), m2vd_load_ps(bv + k)), softplus, &g);
+                    m2vd_store_ps(vi + k, v);
+                    m2vd_store_ps(gi + k, g);
+                }
+                for (int64_t k = 0; k < M2V_LEN; k += M2VD_LEN) {
+                    const m2vd vd = m2vd_load_ps(vi + k);
+                    m2vd_store_ps(di + k, m2vd_min(m2vd_max(vd, m2vd_set1(lo)), m2vd_set1(hi)));
+                    /* exact */
+                    m2vd_store(la + o + k, m2vd_mul(m2vd_load_ps(di + k), m2vd_load(av + k)));
+                }
             }
-            for (int64_t k = 0; k < M2V_LEN; k += M2VD_LEN) {
-                const m2vd vd = m2vd_load_ps(vi + k);
-                m2vd_store_ps(di + k, m2vd_min(m2vd_max(vd, m2vd_set1(lo)), m2vd_set1(hi)));
-                /* exact */
-                m2vd_store(la + (i - i0) * M2V_LEN + k, m2vd_mul(m2vd_load_ps(di + k), m2vd_load(av + k)));
-            }
-        }
-        for (int64_t i = i0; i < i1; i++) {
-            double *li = la + (i - i0) * M2V_LEN, *ci = cn + (i - i0) * M2V_LEN;
-            for (int64_t k = 0; k < M2V_LEN; k += M2VD_LEN)
-                m2vd_store(ci + k, m2vd_add(m2vd_load(cv + k), m2vd_load(li + k)));
-            /* segment restarts (rare except on the first token) */
-            int any = 0;
-            for (int64_t l = 0; l < nl; l++)
-                any |= (i == 0 && seq_start) || ci[l] < M2_SEG_LOG_MIN;
-            if (any) {
-                for (int64_t l = 0; l < M2V_LEN; l++) fa[l] = i == 0 && seq_start ? li[l] : ci[l];
+            for (int64_t i = i0; i < i1; i++) {
+                const int64_t o = (i - i0) * M2V_LEN;
+                const double *li = la + o;
+                double *ci = cn + o;
                 for (int64_t k = 0; k < M2V_LEN; k += M2VD_LEN)
-                    m2vd_store(fa + k, m2vd_exp(m2vd_load(fa + k)));
+                    m2vd_store(ci + k, m2vd_add(m2vd_load(cv + k), m2vd_load(li + k)));
+                /* segment restarts (rare except on the first token) */
+                int any = 0;
                 for (int64_t l = 0; l < nl; l++)
-                    if ((i == 0 && seq_start) || ci[l] < M2_SEG_LOG_MIN) {
-                        const int64_t j = j0 + l;
-                        ridx[j * ldo + nr[j]] = (int32_t)i;
-                        rf[j * ldo + nr[j]] = (float)fa[l];
-                        nr[j]++;
-                        ci[l] = 0.0;
-                    }
+                    any |= (i == 0 && seq_start) || ci[l] < M2_SEG_LOG_MIN;
+                if (any) {
+                    for (int64_t l = 0; l < M2V_LEN; l++)
+                        fa[l] = i == 0 && seq_start ? li[l] : ci[l];
+                    for (int64_t k = 0; k < M2V_LEN; k += M2VD_LEN)
+                        m2vd_store(fa + k, m2vd_exp(m2vd_load(fa + k)));
+                    for (int64_t l = 0; l < nl; l++)
+                        if ((i == 0 && seq_start) || ci[l] < M2_SEG_LOG_MIN) {
+                            const int64_t j = j0 + l;
+                            ridx[j * ldo + nr[j]] = (int32_t)i;
+                            rf[j * ldo + nr[j]] = (float)fa[l];
+                            nr[j]++;
+                            ci[l] = 0.0;
+                        }
+                }
+                for (int64_t k = 0; k < M2V_LEN; k += M2VD_LEN)
+                    m2vd_store(cv + k, m2vd_load(ci + k));
             }
-            for (int64_t k = 0; k < M2V_LEN; k += M2VD_LEN) m2vd_store(cv + k, m2vd_load(ci + k));
-        }
-        for (int64_t i = i0; i < i1; i++) {
-            const float *vi = vv + (i - i0) * M2V_LEN, *gi = gg + (i - i0) * M2V_LEN, *di = dd + (i - i0) * M2V_LEN;
-            for (int64_t k = 0; k < M2V_LEN; k += M2VD_LEN) {
-                const m2vd ee = m2vd_exp(m2vd_load(cn + (i - i0) * M2V_LEN + k));
-                m2vd_store_ps(ev + k, ee);
-                m2vd_store_ps(wv + k, m2vd_div(m2vd_load_ps(di + k), ee));
+            for (int64_t i = i0; i < i1; i++) {
+                const int64_t o = (i - i0) * M2V_LEN;
+                const float *vi = vv + o, *gi = gg + o, *di = dd + o;
+                for (int64_t k = 0; k < M2V_LEN; k += M2VD_LEN) {
+                    const m2vd ee = m2vd_exp(m2vd_load(cn + o + k));
+                    m2vd_store_ps(ev + k, ee);
+                    m2vd_store_ps(wv + k, m2vd_div(m2vd_load_ps(di + k), ee));
+                }
+                for (int64_t l = 0; l < nl; l++) {
+                    const int64_t j = j0 + l;
+                    d[j * ldo + i] = di[l];
+                    E[j * ldo + i] = ev[l];
+                    w[j * ldo + i] = wv[l];
+                    if (gf)
+                        gf[j * ldo + i] =
+                            ((double)vi[l] >= lo && (double)vi[l] <= hi) ? gi[l] : 0.0f;
+                }
             }
-            for (int64_t l = 0; l < nl; l++) {
-                const int64_t j = j0 + l;
-                d[j * ldo + i] = di[l];
-                E[j * ldo + i] = ev[l];
-                w[j * ldo + i] = wv[l];
-                if (gf) gf[j * ldo + i] = ((double)vi[l] >= lo && (double)vi[l] <= hi) ? gi[l] : 0.0f;
-            }
-        }
-
         }
         for (int64_t l = 0; l < nl; l++) c[j0 + l] = cv[l];
     }
