@@ -223,21 +223,40 @@ M2_INLINE m2v m2v_sigmoid(m2v z) {
 /* 16 bfloat16 / float16 at p as floats, and back, rounded to nearest even: the bits of the
  * AVX2 versions and of core/half.h (a NaN stays a quiet NaN). float16 through the 512-bit
  * F16C forms (AVX-512 F). */
+/* The odd 16-bit words of a vector (index 2i+1 for result word i): the high halves of its 32-bit
+ * lanes, in lane order; for a pair of vectors (vpermt2w), those of the first then the second. */
+#define M2_BF16_ODD                                                                            \
+    _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,  \
+                     25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1)
+/* word i of the 16 at p into the high half of lane i, the low half zero: one vpermw */
 #define m2v_load_bf16(p)                                                                       \
-    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
+    _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(                                        \
+        0xAAAAAAAAu,                                                                           \
+        _mm512_set_epi16(15, 0, 14, 0, 13, 0, 12, 0, 11, 0, 10, 0, 9, 0, 8, 0, 7, 0, 6, 0, 5, 0, 4, \
+                         0, 3, 0, 2, 0, 1, 0, 0, 0),                                           \
+        _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(p)))))
 typedef __m256i m2h; /* see the AVX2 set */
 #define m2h_stream2(p, a, b)                                                                   \
     _mm512_stream_si512((void *)(p), _mm512_inserti64x4(_mm512_castsi256_si512(a), (b), 1))
-M2_INLINE m2h m2v_to_bf16(m2v v) {
+/* v rounded to bfloat16, in the high half of each lane (the low half is garbage): the bits of
+ * the AVX2 m2v_to_bf16 — u + 0x7FFF + (bit 16 of u), a NaN as (u >> 16) | 0x40 — in five
+ * operations, two of them on masks */
+M2_INLINE __m512i m2v_bf16_hi(m2v v) {
     const __m512i u = _mm512_castps_si512(v);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb), 16);
-    const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
-    const __mmask16 nan = _mm512_cmpgt_epi32_mask(a, _mm512_set1_epi32(0x7F800000));
-    const __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    r = _mm512_mask_blend_epi32(nan, r, q);
-    return _mm512_cvtepi32_epi16(r); /* every lane < 2^16 */
+    const __mmask16 odd = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x10000));
+    __m512i r = _mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF));
+    r = _mm512_mask_add_epi32(r, odd, r, _mm512_set1_epi32(1));
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    return _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
 }
+M2_INLINE m2h m2v_to_bf16(m2v v) {
+    return _mm512_castsi512_si256(_mm512_permutexvar_epi16(M2_BF16_ODD, m2v_bf16_hi(v)));
+}
+/* 2 M2V_LEN values, a then b, as bfloat16 with one non-temporal store (p aligned to
+ * M2V_STREAM_ALIGN): the high halves of both gathered by one vpermt2w */
+#define m2v_stream_bf16x2(p, a, b)                                                             \
+    _mm512_stream_si512((void *)(p),                                                           \
+                        _mm512_permutex2var_epi16(m2v_bf16_hi(a), M2_BF16_ODD, m2v_bf16_hi(b)))
 #define m2v_store_bf16(p, v) _mm256_storeu_si256((__m256i *)(p), m2v_to_bf16(v))
 #define m2v_to_f16(v) _mm512_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 #define m2v_load_f16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
@@ -282,6 +301,11 @@ typedef uint16_t m2h;
 
 #else
 #error "define M2_SIMD_AVX2, M2_SIMD_AVX512 or M2_SIMD_SCALAR before including cpu/ssd_fast_simd.h"
+#endif
+
+/* 2 M2V_LEN values as bfloat16 with one non-temporal store: the AVX-512 set has its own */
+#ifndef m2v_stream_bf16x2
+#define m2v_stream_bf16x2(p, a, b) m2h_stream2((p), m2v_to_bf16(a), m2v_to_bf16(b))
 #endif
 
 /* softplus(r) = log(1 + e^r) and its derivative σ(r), in double, for every set (the scalar

@@ -766,7 +766,7 @@ static void M2K(store_row)(int64_t n, int dtype, const float *src, void *dst, in
             for (; i + 2 * M2V_LEN <= n; i += 2 * M2V_LEN) {
                 const m2v a = m2v_load(src + i), b = m2v_load(src + i + M2V_LEN);
                 if (bf)
-                    m2h_stream2(d + i, m2v_to_bf16(a), m2v_to_bf16(b));
+                    m2v_stream_bf16x2(d + i, a, b);
                 else
                     m2h_stream2(d + i, m2v_to_f16(a), m2v_to_f16(b));
             }
