@@ -937,6 +937,7 @@ typedef struct bwd_plan {
     int64_t nch;
     int nthr, chunked;
     int want_decay, want_dc, want_acc, want_y, want_db, want_gb, need_a_rows, need_a_sweep, need_b;
+    int gcopy; /* half storage with groups across head sets: dBm/dCm sums in float32 rows */
     fwd_plan fp; /* the forward's chunk passes, run inside the backward's workspace */
     /* global region (offsets from the aligned base; the forward's chunk buffers first) */
     size_t o_pA, o_pbias, o_pD, o_prog, o_ge, o_gl, o_gbc, glob;
@@ -1011,8 +1012,11 @@ static void bwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
     const size_t nst = pl->chunked ? nsh * (size_t)(pr->P * pr->N) * f : 0;
     pl->o_ge = carve(&off, nst); /* gradient into each chunk's end state */
     pl->o_gl = carve(&off, nst); /* a chunk's local gradient into its start state */
-    /* half storage: dBm, dCm summed over heads in float32 (grad_row) */
-    const size_t ngb = pr->act_dtype != MAMBA2_DTYPE_F32 && (pr->dBm.p || pr->dCm.p)
+    /* half storage: a group's dBm, dCm rows are summed over its heads in float32 and rounded
+     * once, by the task that holds the group's last head (put_group_rows); where a group
+     * spans head sets, the partial sums wait in float32 rows of the workspace (grad_row) */
+    pl->gcopy = pr->act_dtype != MAMBA2_DTYPE_F32 && pl->hs % hpg != 0;
+    const size_t ngb = pl->gcopy && (pr->dBm.p || pr->dCm.p)
                            ? 2 * (size_t)(pr->B * pr->L * pr->G * pr->N) : 0;
     pl->o_gbc = carve(&off, ngb * f);
     pl->glob = m2_round64(off);
@@ -1084,10 +1088,10 @@ static void prep_rows(const m2_ssd_problem *pr, const m2_cpu_kernels *K, int64_t
         }
 }
 
-/* Where row (b, t, g) of dBm (which 0) or dCm (1) is summed over the group's heads: the
- * tensor itself for F32; for half storage a float32 copy in the workspace ([B*L*G][N] each),
- * rounded into the tensor once at the end (grad_flush), so that the sum over heads is rounded
- * once. */
+/* Where row (b, t, g) of dBm (which 0) or dCm (1) is summed over the group's heads when the
+ * group spans tasks: the tensor itself for F32; for half storage a float32 row in the
+ * workspace ([B*L*G][N] each), rounded into the tensor once by the task that adds the
+ * group's last head (put_group_rows), so that the sum over heads is rounded once. */
 static float *grad_row(const bwd_job *J, const m2_view *v, int which, int64_t b, int64_t t,
                        int64_t g) {
     const m2_ssd_problem *pr = J->pr;
@@ -1098,27 +1102,37 @@ static float *grad_row(const bwd_job *J, const m2_view *v, int which, int64_t b,
 
 /* Rows [u, u + Tb) of dBm (which 0) or dCm (1), from the task's per-head rows acc (head j at
  * acc + j*TN, token i at + i*Np): per group, the sum over its heads in head order. The heads
- * of a group that starts in this task are summed in cache and written once — streamed into a
- * float32 tensor (its lines are not read first) when the whole group is here; a group that
- * started in the previous task is added to head by head (after the caller's wait_progress).
- * Either way the sums and their order are those of adding head after head, so the split
- * between tasks, and with it the thread count, changes no bit. */
+ * of a group that starts in this task are summed in cache and written once — streamed into
+ * the tensor (its lines are not read first; bf16/f16: rounded once, through tmp, N floats)
+ * when the whole group is here; a group that started in the previous task is added to head
+ * by head (after the caller's wait_progress), and with half storage rounded into the tensor
+ * by the task that holds its last head. Either way the sums and their order are those of
+ * adding head after head, so the split between tasks, and with it the thread count, changes
+ * no bit. */
 static void put_group_rows(const bwd_job *J, const m2_cpu_kernels *K, const m2_view *v,
                            int which, int64_t b, int64_t u, int64_t Tb, int64_t h0, int64_t nh,
-                           int64_t hpg, const float *acc, int64_t TN, int64_t Np) {
+                           int64_t hpg, const float *acc, int64_t TN, int64_t Np, float *tmp) {
     const m2_ssd_problem *pr = J->pr;
     for (int64_t j = 0; j < nh;) {
         const int64_t g = (h0 + j) / hpg, je = (g + 1) * hpg - h0 < nh ? (g + 1) * hpg - h0 : nh;
         /* the task holds the group's first head: its heads are a prefix of the group, summed
          * in cache; streamed only when no other task adds to the rows afterwards */
-        const int first = (h0 + j) % hpg == 0, whole = first && je - j == hpg;
+        const int first = (h0 + j) % hpg == 0, last = (h0 + je) % hpg == 0;
+        const int whole = first && last, half = !act_f32(pr);
         for (int64_t i = 0; i < Tb; i++) {
+            if (half && whole) { /* summed here in float32, rounded once, streamed */
+                K->head_sum(pr->N, hpg, acc + j * TN + i * Np, TN, tmp, 0);
+                K->store_row(pr->N, (int)pr->act_dtype, tmp, arow(pr, v, b, u + i, g), 1);
+                continue;
+            }
             float *dst = grad_row(J, v, which, b, u + i, g);
             if (first)
-                K->head_sum(pr->N, je - j, acc + j * TN + i * Np, TN, dst, whole && act_f32(pr));
+                K->head_sum(pr->N, je - j, acc + j * TN + i * Np, TN, dst, whole);
             else /* the group's earlier heads are in the row: add ours one by one */
                 for (int64_t q = j; q < je; q++)
                     K->axpy(pr->N, 1.0f, acc + q * TN + i * Np, dst); /* exactly dst + v */
+            if (half && last) /* the group's sum is complete: rounded once */
+                K->store_row(pr->N, (int)pr->act_dtype, dst, arow(pr, v, b, u + i, g), 1);
         }
         j = je;
     }
@@ -1318,7 +1332,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
             }
         if (pl->want_dc) {
             if (pred) wait_progress(&pred->a, u + Tb - t0);
-            put_group_rows(J, K, &pr->dCm, 1, b, u, Tb, h0, nh, hpg, acc, TN, Np);
+            put_group_rows(J, K, &pr->dCm, 1, b, u, Tb, h0, nh, hpg, acc, TN, Np, cv);
         }
         atomic_store_explicit(&prog[set].a, u + Tb - t0, memory_order_release);
         if (pr->dD.p) {
@@ -1438,7 +1452,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                     }
             if (pl->want_db) {
                 if (pred) wait_progress(&pred->b, t1 - u);
-                put_group_rows(J, K, &pr->dBm, 0, b, u, Tb, h0, nh, hpg, acc, TN, Np);
+                put_group_rows(J, K, &pr->dBm, 0, b, u, Tb, h0, nh, hpg, acc, TN, Np, cv);
             }
             atomic_store_explicit(&prog[set].b, t1 - u, memory_order_release);
         }
@@ -1561,25 +1575,6 @@ static void bwd_task_b3(void *arg, int64_t task, int thread) {
 
 /* Half storage: the float32 sums of dBm and dCm (grad_row) rounded into the tensors, 256
  * token rows a task. */
-#define GRAD_FLUSH_ROWS 256
-static void bwd_task_flush(void *arg, int64_t task, int thread) {
-    (void)thread;
-    const bwd_job *J = (const bwd_job *)arg;
-    const m2_ssd_problem *pr = J->pr;
-    const int64_t r0 = task * GRAD_FLUSH_ROWS, nrow = pr->B * pr->L;
-    const int64_t r1 = r0 + GRAD_FLUSH_ROWS < nrow ? r0 + GRAD_FLUSH_ROWS : nrow;
-    for (int which = 0; which < 2; which++) {
-        const m2_view *v = which ? &pr->dCm : &pr->dBm;
-        if (!v->p) continue;
-        for (int64_t r = r0; r < r1; r++)
-            for (int64_t g = 0; g < pr->G; g++) {
-                const int64_t b = r / pr->L, t = r % pr->L;
-                J->k->store_row(pr->N, (int)pr->act_dtype, grad_row(J, v, which, b, t, g),
-                                arow(pr, v, b, t, g), 0);
-            }
-    }
-}
-
 mamba2_status_t m2_cpu_ssd_backward_workspace(const mamba2_context_t *ctx,
                                                   const m2_ssd_problem *pr, size_t *bytes) {
     mamba2_status_t st = check_dtype(pr);
@@ -1617,8 +1612,6 @@ mamba2_status_t m2_cpu_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem 
         m2_cpu_run_tasks(ctx, pr->nseq * H, bwd_task_b2, &J);
     }
     m2_cpu_run_tasks(ctx, nch * J.pl.nsets, bwd_task_b3, &J);
-    if (!act_f32(pr) && (pr->dBm.p || pr->dCm.p))
-        m2_cpu_run_tasks(ctx, (pr->B * pr->L + GRAD_FLUSH_ROWS - 1) / GRAD_FLUSH_ROWS, bwd_task_flush, &J);
 
     /* per-head parameters: sum the (chunk, head) slots in chunk order (sequence by sequence) */
     const double *pA = (const double *)(J.base + J.pl.o_pA);
