@@ -1315,13 +1315,13 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                     act_f32(pr)); /* stream into the tensor, not into a bf16/f16 staging row */
                 if (dzr) act_flush(pr, K, &pr->dz, b, t, h, P, dzr);
                 if (pl->want_decay && pl->want_y) {
-                    s1[j * pl->Lmax + (t - t0)] = (double)sdy;
+                    s1[(t - t0) * nh + j] = (double)sdy;
                 } else if (pl->want_acc) {
                     /* without y, the sweep's w row (in acc) is Ŝ_{t-1}ᵀ r (M2_SWEEP_W_PRE):
                      * a_t dy·(S_{t-1} C) = C·acc, and the dCm row Ŝ_tᵀ r = acc + (r·u) B */
                     float *ar = acc + j * TN + i * Np;
                     if (pl->want_decay)
-                        s1[j * pl->Lmax + (t - t0)] =
+                        s1[(t - t0) * nh + j] =
                             K->dot(N, act_in(pr, K, &pr->Cm, b, t, h / hpg, N, cv), ar);
                     if (pl->want_dc) {
                         const float ru = (float)K->dot(P, rb + jt, ub + jt);
@@ -1442,7 +1442,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
                             if (strong[k * nh + j]) /* contracted directly */
                                 lam[j] = (double)lamb[j * T + i];
                             else
-                                lam[j] += s1[j * pl->Lmax + (t - t0)] - (double)xg[1];
+                                lam[j] += s1[(t - t0) * nh + j] - (double)xg[1];
                             const double dd = (double)xg[0] / (double)E[jt] + (double)Ah[j] * lam[j];
                             const double draw = dd * (double)gf[jt];
                             if (pr->ddt.p) act_store1(pr, &pr->ddt, b, t, h, (float)draw);

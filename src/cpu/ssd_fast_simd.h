@@ -98,8 +98,8 @@ M2_INLINE m2v m2v_sigmoid(m2v z) {
     q = _mm256_fnmadd_ps(q, s, _mm256_set1_ps(4.9999150634e-01f));
     q = _mm256_fnmadd_ps(q, s, _mm256_set1_ps(9.9999988079e-01f));
     q = _mm256_fnmadd_ps(q, s, _mm256_set1_ps(1.0f));
-    const __m256 e = _mm256_mul_ps(q, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23)));
-    return m2v_rcp(_mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    return m2v_rcp(_mm256_fmadd_ps(q, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23)),
+                                   _mm256_set1_ps(1.0f)));
 }
 
 /* a > b lane-wise as an all-ones mask; m2v_select(mask, a, b) = mask ? a : b */
@@ -212,8 +212,8 @@ M2_INLINE m2v m2v_sigmoid(m2v z) {
     q = _mm512_fnmadd_ps(q, s, _mm512_set1_ps(4.9999150634e-01f));
     q = _mm512_fnmadd_ps(q, s, _mm512_set1_ps(9.9999988079e-01f));
     q = _mm512_fnmadd_ps(q, s, _mm512_set1_ps(1.0f));
-    const __m512 e = _mm512_mul_ps(q, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(t), 23)));
-    return m2v_rcp(_mm512_add_ps(_mm512_set1_ps(1.0f), e));
+    return m2v_rcp(_mm512_fmadd_ps(q, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(t), 23)),
+                                   _mm512_set1_ps(1.0f)));
 }
 
 /* a > b lane-wise as a lane mask; m2v_select(mask, a, b) = mask ? a : b */

@@ -578,8 +578,7 @@ static void M2K(scale)(int64_t nh, int64_t n, const float *s, int64_t lds, const
     }
 }
 
-/* silu(v) = v σ(v), σ from ssd_fast_simd.h (no division) */
-M2_INLINE m2v silu_v(m2v v) { return m2v_mul(v, m2v_sigmoid(v)); }
+/* silu(v) = v σ(v) (the vector loops: σ from ssd_fast_simd.h, no division) */
 M2_INLINE float silu_s(float v) { return v / (1.0f + expf(-v)); }
 
 static void M2K(fwd_out)(int64_t nh, int64_t n, const float *e, int64_t lde, const float *y,
@@ -598,7 +597,10 @@ static void M2K(fwd_out)(int64_t nh, int64_t n, const float *e, int64_t lde, con
                 m2v_stream(outx + i, v);
             else if (outx)
                 m2v_store(outx + i, v);
-            if (z) v = m2v_mul(v, silu_v(m2v_load(z + i)));
+            if (z) { /* v silu(z) as (v z) σ(z): v z is off σ's dependency chain */
+                const m2v zv = m2v_load(z + i);
+                v = m2v_mul(m2v_mul(v, zv), m2v_sigmoid(zv));
+            }
             if (nto)
                 m2v_stream(out + i, v);
             else
@@ -630,10 +632,10 @@ static void M2K(bwd_prep)(int64_t n, float w, float E, const float *x, const flo
     for (; i + M2V_LEN <= n; i += M2V_LEN) {
         const m2v dv = m2v_load(dout + i), xv = m2v_load(x + i);
         m2v g = dv;
-        if (z) {
-            const m2v zv = m2v_load(z + i), sv = m2v_sigmoid(zv);
-            g = m2v_mul(g, m2v_mul(zv, sv));
-            if (gz) m2v_store(gz + i, m2v_mul(dv, m2v_mul(sv, m2v_fma(zv, m2v_sub(one, sv), one))));
+        if (z) { /* a = dout σ, dy = a z, gz = dout σ (1 + z (1 - σ)) = a + dy (1 - σ) */
+            const m2v zv = m2v_load(z + i), sv = m2v_sigmoid(zv), a = m2v_mul(dv, sv);
+            g = m2v_mul(a, zv);
+            if (gz) m2v_store(gz + i, m2v_fma(g, m2v_sub(one, sv), a));
         }
         m2v_store(u + i, m2v_mul(vw, xv));
         m2v_store(dy + i, g);
@@ -643,9 +645,9 @@ static void M2K(bwd_prep)(int64_t n, float w, float E, const float *x, const flo
     for (; i < n; i++) {
         float g = dout[i];
         if (z) {
-            const float sv = 1.0f / (1.0f + expf(-z[i]));
-            g *= z[i] * sv;
-            if (gz) gz[i] = dout[i] * (sv * (1.0f + z[i] * (1.0f - sv)));
+            const float sv = 1.0f / (1.0f + expf(-z[i])), a = g * sv;
+            g = a * z[i];
+            if (gz) gz[i] = a + g * (1.0f - sv);
         }
         u[i] = w * x[i];
         dy[i] = g;
