@@ -11,7 +11,7 @@
  *    no NaN/Inf where the oracle is finite;
  *  - guard bytes before and after every tensor, the gaps of strided output views, inputs
  *    unchanged byte for byte, outputs pre-filled with NaN (0xFF..: a NaN in every float dtype);
- *  - the half outputs are bitwise identical with 1 and 2 threads (and the f32 ones too).
+ *  - the half outputs are bitwise identical with 1, 2 and 3 threads (and the f32 ones too).
  * Shapes: L not a multiple of Q, P and N not multiples of 8, G < H and G == H, L = 1, varlen
  * cu_seqlens (int32 and int64, a zero-length sequence), strided views (every activation a
  * column slice of a wider row, as Mamba-2's in_proj split gives them), every option alone,
@@ -83,6 +83,11 @@ static th_ssd_case cases[] = {
     {"wide_P65_N9_G2_all", SH(2, 37, 4, 65, 9, 16, 2), .D_mode = 2, ALL_OPTS}, /* AVX-512 tails */
     {"long_L700_Q64", SH(1, 700, 2, 16, 32, 64, 1), .D_mode = 1, .z = 1, .softplus = 1,
      .dt_bias = 1, STATES},
+    /* the CPU backend's chunk-parallel split of a long sequence (few heads) */
+    {"chunked_L6200_H3_G1_all", SH(1, 6200, 3, 8, 8, 64, 1), .D_mode = 1, ALL_OPTS},
+    /* groups of 3 heads over head sets of other sizes (1, 2, 3 threads): dBm/dCm summed in
+     * cache, or across tasks and rounded by the task with the group's last head */
+    {"groups_across_sets_H9_G3", SH(2, 60, 9, 16, 64, 32, 3), .D_mode = 2, ALL_OPTS},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -329,6 +334,7 @@ static double worst[4][2][TH_NT]; /* -1: nothing measured */
 /* ---- one case on one backend and dtype --------------------------------------------------- */
 
 static void run_case(th_ssd_case *c, int bi, mamba2_context_t *ctx1, mamba2_context_t *ctx2,
+                     mamba2_context_t *ctx3,
                      mamba2_context_t *ref_ctx, int di, mamba2_dtype_t act, const char *blabel) {
     th_ssd_data d;
     th_ssd_data_make(&d, c);
@@ -377,6 +383,12 @@ static void run_case(th_ssd_case *c, int bi, mamba2_context_t *ctx1, mamba2_cont
             th_fail("1 thread: %s", msg);
         else if (!outputs_equal(&a, &b, msg, sizeof msg))
             th_fail("2 threads vs 1 thread: %s", msg);
+        /* and 3 threads (other head sets, chunk tasks) */
+        if (inst_call(ctx3, &b, 0, 1, msg, sizeof msg) != MAMBA2_STATUS_OK ||
+            inst_call(ctx3, &b, 1, 0, msg, sizeof msg) != MAMBA2_STATUS_OK)
+            th_fail("3 threads: %s", msg);
+        else if (!outputs_equal(&a, &b, msg, sizeof msg))
+            th_fail("3 threads vs 2 threads: %s", msg);
     }
     inst_free(&a);
     inst_free(&b);
@@ -534,12 +546,13 @@ int main(int argc, char **argv) {
         if (strcmp(which, "all") && strcmp(which, bname[bi])) continue;
         if (bi == 2 && !wide) continue; /* the AVX2 set is the default there */
         mamba2_context_t *c1 = th_ctx(bk[bi], 1, bisa[bi]), *c2 = th_ctx(bk[bi], 2, bisa[bi]);
+        mamba2_context_t *c3 = th_ctx(bk[bi], 3, bisa[bi]);
         printf("backend %s (kernel set %s): %d cases x bf16, f16 vs reference f64 on the rounded "
                "inputs\n", blabel[bi], mamba2_context_get_isa(c2), NCASES);
         for (int di = 0; di < 2; di++)
             for (int ci = 0; ci < NCASES; ci++) {
                 if (filter && !strstr(cases[ci].name, filter)) continue;
-                run_case(&cases[ci], bi, c1, c2, ref_ctx, di, dts[di], blabel[bi]);
+                run_case(&cases[ci], bi, c1, c2, c3, ref_ctx, di, dts[di], blabel[bi]);
             }
         if (!filter || strstr("f16_overflow", filter)) run_overflow(c2, ref_ctx, blabel[bi]);
         if (!filter || strstr("dtype_rules", filter)) run_dtype_rules(c2, blabel[bi]);
@@ -554,6 +567,7 @@ int main(int argc, char **argv) {
         }
         mamba2_context_destroy(c1);
         mamba2_context_destroy(c2);
+        mamba2_context_destroy(c3);
     }
     mamba2_context_destroy(ref_ctx);
     return th_finish();
