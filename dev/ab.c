@@ -16,7 +16,8 @@
  *
  * Every option is on (D [H,P], z, dt_bias, softplus, initial and final state; the backward
  * reads out_x, which each build's own training forward wrote, and writes all nine gradients
- * and dinitial_state), inputs as mamba2c-bench draws them. Environment: THREADS (default 2),
+ * and dinitial_state), inputs as mamba2c-bench draws them. Environment: THREADS (default 2;
+ * THREADS_A / THREADS_B per build: the same library with 1 and 2 threads is a scaling test),
  * ISA (passed to mamba2_context_force_isa, e.g. avx2), PASS=fwd|bwd (default both),
  * DTYPE_A / DTYPE_B = f32|bf16|f16 (the activations' storage of each build, default f32: the
  * same library twice with DTYPE_B=bf16 times bf16 against float32; outputs are then compared
@@ -180,6 +181,8 @@ int main(int argc, char **argv) {
     }
     const int reps = argc > 4 ? atoi(argv[4]) : 11;
     const int threads = getenv("THREADS") ? atoi(getenv("THREADS")) : 2;
+    const int thr[2] = {getenv("THREADS_A") ? atoi(getenv("THREADS_A")) : threads,
+                        getenv("THREADS_B") ? atoi(getenv("THREADS_B")) : threads};
     const char *pass = getenv("PASS") ? getenv("PASS") : "both";
     const int do_f = strcmp(pass, "bwd") != 0, do_b = strcmp(pass, "fwd") != 0;
     const int64_t B = s[0], L = s[1], H = s[2], P = s[3], N = s[4], G = s[6];
@@ -189,8 +192,8 @@ int main(int argc, char **argv) {
                               shx, shst, shx, shdt, shh, shbc, shbc, shd, shx, shh, shst};
     const int rk[NT] = {4, 3, 1, 4, 4, 4, 2, 1, 4, 4, 4, 4, 4, 4, 4, 3, 1, 4, 4, 2, 4, 1, 4};
     api lib[2];
-    load(&lib[0], argv[1], threads);
-    load(&lib[1], argv[2], threads);
+    load(&lib[0], argv[1], thr[0]);
+    load(&lib[1], argv[2], thr[1]);
 
     /* inputs drawn once (float32, then stored in each build's dtype), outputs per build;
      * distributions as mamba2c-bench's */
@@ -285,8 +288,8 @@ int main(int argc, char **argv) {
                                     [DA] = "dA", [DBM] = "dBm", [DCM] = "dCm", [DDD] = "dD",
                                     [DZ] = "dz", [DDTB] = "ddt_bias", [DINIT] = "dinit"};
     static const char *dn[4] = {"f32", "f64", "bf16", "f16"};
-    printf("A %s (%s)\nB %s (%s)\nshape [%s], %d threads, %d alternating pairs\n", argv[1],
-           dn[adt[0]], argv[2], dn[adt[1]], argv[3], threads, reps);
+    printf("A %s (%s, %d threads)\nB %s (%s, %d threads)\nshape [%s], %d alternating pairs\n",
+           argv[1], dn[adt[0]], thr[0], argv[2], dn[adt[1]], thr[1], argv[3], reps);
     for (int p = 0; p < 2; p++) {
         if ((p == 0 && !do_f) || (p == 1 && !do_b)) continue;
         const double ma = median(tm[p][0], reps), mb = median(tm[p][1], reps);
