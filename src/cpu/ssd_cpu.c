@@ -1573,8 +1573,6 @@ static void bwd_task_b3(void *arg, int64_t task, int thread) {
               first ? &pr->dinit : NULL, r.s);
 }
 
-/* Half storage: the float32 sums of dBm and dCm (grad_row) rounded into the tensors, 256
- * token rows a task. */
 mamba2_status_t m2_cpu_ssd_backward_workspace(const mamba2_context_t *ctx,
                                                   const m2_ssd_problem *pr, size_t *bytes) {
     mamba2_status_t st = check_dtype(pr);

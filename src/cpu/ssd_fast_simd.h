@@ -80,7 +80,8 @@ M2_INLINE m2v m2v_rcp(m2v x) {
  * n = round(x log2e) read off a magic-number sum whose low mantissa bits also hold the
  * biased exponent of 2^n (no round or convert instruction), r = x - n ln2 (ln2 in two
  * parts), e^r = 1 + r q(r) with q of degree 4 fitted for relative error (1.7e-7 evaluated in
- * float on |r| <= ln2/2), then the reciprocal estimate and one Newton step (2^-22). At the
+ * float on |r| <= ln2/2), 1 + e^x as one FMA with 2^n (one rounding fewer, and one operation
+ * less on the chain), then the reciprocal estimate and one Newton step (2^-22). At the
  * clamp, σ ~ 1.6e-38 stands in for smaller values. The clamp's operand order passes a NaN z
  * through. */
 M2_INLINE m2v m2v_sigmoid(m2v z) {
@@ -222,9 +223,10 @@ M2_INLINE m2v m2v_sigmoid(m2v z) {
 
 /* 16 bfloat16 / float16 at p as floats, and back, rounded to nearest even: the bits of the
  * AVX2 versions and of core/half.h (a NaN stays a quiet NaN). float16 through the 512-bit
- * F16C forms (AVX-512 F). */
-/* The odd 16-bit words of a vector (index 2i+1 for result word i): the high halves of its 32-bit
- * lanes, in lane order; for a pair of vectors (vpermt2w), those of the first then the second. */
+ * F16C forms (AVX-512 F); bfloat16 by word permutes (AVX-512 BW).
+ * M2_BF16_ODD: the odd 16-bit words of a vector (index 2i+1 for result word i), the high
+ * halves of its 32-bit lanes in lane order; for a pair of vectors (vpermt2w), those of the
+ * first then the second. */
 #define M2_BF16_ODD                                                                            \
     _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,  \
                      25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1)
