@@ -577,7 +577,7 @@ static void fwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
     pl->glob = m2_round64(off);
     off = 0;
     pl->o_S = carve(&off, hs * Np * Pp * f); /* carried states Ŝ, [hs][Np][Pp]       */
-    pl->o_u = carve(&off, hs * T * Pp * f);  /* (d_t/E_t) x_t, [hs][T][Pp]           */
+    pl->o_u = carve(&off, T * Pp * f);       /* (d_t/E_t) x_t of the head swept, [T][Pp] */
     pl->o_y = carve(&off, hs * T * Pp * f);  /* Ŝ_t·C_t, [hs][T][Pp]                  */
     pl->o_B = carve(&off, ng * T * Np * f);  /* B rows per group, [ng][Np/4][T][4]   */
     pl->o_C = carve(&off, ng * T * Np * f);  /* C rows per group                     */
@@ -666,8 +666,8 @@ static void bwd_prefetch_plan(const m2_ssd_problem *pr, const m2_view *wr, const
 }
 
 /* x̂ rows of a block: ub[j][i][:] = w[j*T + i] x(b, u + i, h0 + j) for tokens i < Tb and heads j
- * < nh, one call per token for the set. Half storage: token i's rows converted into
- * hr + i * hst (nh * P floats; hst = 0 reuses one staging row set). */
+ * < nh, one call per token for the set (the backward's recompute). Half storage: token i's rows
+ * converted into hr + i * hst (nh * P floats; hst = 0 reuses one staging row set). */
 static void scale_rows(const m2_ssd_problem *pr, const m2_cpu_kernels *K, int64_t b, int64_t u,
                        int64_t Tb, int64_t h0, int64_t nh, int64_t T, int64_t Pp, const float *w,
                        float *hr, int64_t hst, float *ub) {
@@ -676,6 +676,18 @@ static void scale_rows(const m2_ssd_problem *pr, const m2_cpu_kernels *K, int64_
         const float *xr = act_in_heads(pr, K, &pr->x, b, u + i, h0, nh, pr->P, hr + i * hst, &ldx);
         K->scale(nh, pr->P, w + i, T, xr, ldx, ub + i * Pp, T * Pp);
     }
+}
+
+/* The forward's x̂ rows of head j (of the set from h0) over a block: ub[i][:] = w[i] x(b, u + i, h0 + j)
+ * for tokens i < Tb, rows Pp apart. x from the tensor (float32) or from hr, the block's rows
+ * of the set converted (half storage: token i's nh * P floats at hr + i * nh * P). */
+static void scale_head(const m2_ssd_problem *pr, const m2_cpu_kernels *K, int64_t b, int64_t u,
+                       int64_t Tb, int64_t h0, int64_t nh, int64_t j, const float *w,
+                       const float *hr, int64_t Pp, float *ub) {
+    if (act_f32(pr))
+        K->scale(Tb, pr->P, w, 1, row3(&pr->x, b, u, h0 + j), pr->x.s[1], ub, Pp);
+    else
+        K->scale(Tb, pr->P, w, 1, hr + j * pr->P, nh * pr->P, ub, Pp);
 }
 
 /* One forward pass of heads [h0, h0 + nh) of sequence row b over tokens [ta, tb), from the
@@ -715,7 +727,7 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
         e_last[j] = 1.0f;
         if (pr->D.p && !pr->D_per_channel) head_D(pr, h0 + j, Db + j * Pp);
     }
-    memset(ub, 0, (size_t)(nh * TP) * sizeof(float)); /* the padding columns stay zero */
+    memset(ub, 0, (size_t)TP * sizeof(float)); /* the padding columns stay zero */
     const int64_t slots_per_sweep = (Np / K->tile_n) * (Pp / K->tile_p);
     for (int64_t u = ta, Tb; u < tb; u += Tb) {
         Tb = tb - u < T ? tb - u : T;
@@ -726,8 +738,14 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
         if (ldec)
             for (int64_t j = 0; j < nh; j++)
                 for (int64_t i = 0; i < Tb; i++) dec[j] += (double)d[j * T + i] * (double)Ah[j];
-        /* token-major packing: each token's rows for all heads and groups at once */
-        scale_rows(pr, K, b, u, Tb, h0, nh, T, Pp, w, hr, nh * P, ub);
+        /* half storage: the block's x rows of the set converted once (for x̂ and the
+         * epilogue), token after token (a token's rows of the set are adjacent) */
+        if (!act_f32(pr))
+            for (int64_t i = 0; i < Tb; i++) {
+                int64_t ldx;
+                act_in_heads(pr, K, &pr->x, b, u + i, h0, nh, P, hr + i * nh * P, &ldx);
+            }
+        /* token-major packing: each token's rows for all groups at once */
         for (int64_t k = 0; k < ng; k++) {
             pack_act(pr, K, Bp + k * TN, &pr->Bm, b, u, g0 + k, Tb, N, Np, cv);
             if (outputs)
@@ -742,7 +760,10 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
             const int64_t k = (h0 + j) / hpg - g0;
             /* the w rows accumulate: zeroed right before the sweep, into L1 */
             if (outputs) memset(y + j * TP, 0, (size_t)(Tb * Pp) * sizeof(float));
-            K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T, 0, ub + j * TP, Bp + k * TN,
+            /* the head's x̂ rows right before its sweep, into one buffer: in L1 for the sweep
+             * (all heads' rows first left them in L2: forward 1-3 % slower) */
+            scale_head(pr, K, b, u, Tb, h0, nh, j, w + j * T, hr, Pp, ub);
+            K->sweep(Tb, Np, Pp, nr[j], ridx + j * T, rf + j * T, 0, ub, Bp + k * TN,
                      outputs ? Cp + k * TN : NULL, NULL, S + j * SN, NULL,
                      outputs ? y + j * TP : NULL, NULL, &pf);
         }
@@ -752,7 +773,7 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
                               : pr->D_per_channel ? (const float *)pr->D.p + h0 * pr->D.s[0]
                                                   : Db;
             const int64_t ldD = pr->D_per_channel ? pr->D.s[0] : Pp, hP = nh * P;
-            float *hz = hr + T * hP; /* past the block's x rows (scale_rows) */
+            float *hz = hr + T * hP; /* past the block's converted x rows */
             for (int64_t i = 0; i < Tb; i++) {
                 const int64_t t = u + i;
                 int64_t ldx = P, ldz = 0, ldo, ldox = 0;
