@@ -54,6 +54,7 @@ typedef __m256 m2v;
 #define m2v_mul(a, b) _mm256_mul_ps((a), (b))
 #define m2v_div(a, b) _mm256_div_ps((a), (b))
 #define m2v_fma(a, b, c) _mm256_fmadd_ps((a), (b), (c)) /* a*b + c, one rounding */
+#define m2v_fnma(a, b, c) _mm256_fnmadd_ps((a), (b), (c)) /* c - a*b, one rounding */
 
 /* Sum of the 8 lanes. */
 M2_INLINE float m2v_reduce(m2v v) {
@@ -224,6 +225,7 @@ typedef __m512 m2v;
 #define m2v_mul(a, b) _mm512_mul_ps((a), (b))
 #define m2v_div(a, b) _mm512_div_ps((a), (b))
 #define m2v_fma(a, b, c) _mm512_fmadd_ps((a), (b), (c)) /* a*b + c, one rounding */
+#define m2v_fnma(a, b, c) _mm512_fnmadd_ps((a), (b), (c)) /* c - a*b, one rounding */
 
 /* Sum of the 16 lanes, in a fixed order: the two 256-bit halves added, then as the AVX2
  * m2v_reduce. (Added for the SSD kernels.) */
@@ -351,6 +353,7 @@ typedef float m2v;
 #define m2v_mul(a, b) ((a) * (b))
 #define m2v_div(a, b) ((a) / (b))
 #define m2v_fma(a, b, c) ((a) * (b) + (c)) /* ISO C mode: not contracted, two roundings */
+#define m2v_fnma(a, b, c) ((c) - (a) * (b))
 
 M2_INLINE float m2v_reduce(m2v v) { return v; }
 M2_INLINE void m2v_reduce4(m2v a, m2v b, m2v c, m2v d, float *out) {

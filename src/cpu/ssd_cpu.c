@@ -678,8 +678,8 @@ static void scale_rows(const m2_ssd_problem *pr, const m2_cpu_kernels *K, int64_
     }
 }
 
-/* The forward's x̂ rows of head j (of the set from h0) over a block: ub[i][:] = w[i] x(b, u + i, h0 + j)
- * for tokens i < Tb, rows Pp apart. x from the tensor (float32) or from hr, the block's rows
+/* The forward's x̂ rows of head j (of the set from h0) over a block:
+ * ub[i][:] = w[i] x(b, u + i, h0 + j) for tokens i < Tb, rows Pp apart. x from the tensor (float32) or from hr, the block's rows
  * of the set converted (half storage: token i's nh * P floats at hr + i * nh * P). */
 static void scale_head(const m2_ssd_problem *pr, const m2_cpu_kernels *K, int64_t b, int64_t u,
                        int64_t Tb, int64_t h0, int64_t nh, int64_t j, const float *w,
@@ -958,7 +958,6 @@ typedef struct bwd_plan {
     int64_t nch;
     int nthr, chunked;
     int want_decay, want_dc, want_acc, want_y, want_db, want_gb, need_a_rows, need_a_sweep, need_b;
-    int gcopy; /* half storage with groups across head sets: dBm/dCm sums in float32 rows */
     fwd_plan fp; /* the forward's chunk passes, run inside the backward's workspace */
     /* global region (offsets from the aligned base; the forward's chunk buffers first) */
     size_t o_pA, o_pbias, o_pD, o_prog, o_ge, o_gl, o_gbc, glob;
@@ -1036,8 +1035,8 @@ static void bwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
     /* half storage: a group's dBm, dCm rows are summed over its heads in float32 and rounded
      * once, by the task that holds the group's last head (put_group_rows); where a group
      * spans head sets, the partial sums wait in float32 rows of the workspace (grad_row) */
-    pl->gcopy = pr->act_dtype != MAMBA2_DTYPE_F32 && pl->hs % hpg != 0;
-    const size_t ngb = pl->gcopy && (pr->dBm.p || pr->dCm.p)
+    const int gcopy = pr->act_dtype != MAMBA2_DTYPE_F32 && pl->hs % hpg != 0;
+    const size_t ngb = gcopy && (pr->dBm.p || pr->dCm.p)
                            ? 2 * (size_t)(pr->B * pr->L * pr->G * pr->N) : 0;
     pl->o_gbc = carve(&off, ngb * f);
     pl->glob = m2_round64(off);

@@ -75,33 +75,12 @@ M2_INLINE m2v m2v_rcp(m2v x) {
     return _mm256_mul_ps(r, _mm256_fnmadd_ps(x, r, _mm256_set1_ps(2.0f)));
 }
 
-/* σ(z) = 1/(1 + e^-z), lean: the silu gate costs more than the rest of the forward's
- * per-element work (all of it on the two FMA ports). e^x for x = -z clamped to [-87, 87]:
- * n = round(x log2e) read off a magic-number sum whose low mantissa bits also hold the
- * biased exponent of 2^n (no round or convert instruction), r = x - n ln2 (ln2 in two
- * parts), e^r = 1 + r q(r) with q of degree 4 fitted for relative error (1.7e-7 evaluated in
- * float on |r| <= ln2/2), 1 + e^x as one FMA with 2^n (one rounding fewer, and one operation
- * less on the chain), then the reciprocal estimate and one Newton step (2^-22). At the
- * clamp, σ ~ 1.6e-38 stands in for smaller values. The clamp's operand order passes a NaN z
- * through. */
-M2_INLINE m2v m2v_sigmoid(m2v z) {
-    /* x = -z is folded in: z is clamped, and s = -r (each step below is the plain one
-     * negated, exactly: round to nearest is symmetric), one operation less on the chain */
-    const __m256 zc = _mm256_max_ps(_mm256_set1_ps(-87.0f), _mm256_min_ps(_mm256_set1_ps(87.0f), z));
-    const __m256 magic = _mm256_set1_ps(12582912.0f + 127.0f); /* 1.5 * 2^23 + bias */
-    const __m256 t = _mm256_fnmadd_ps(zc, _mm256_set1_ps(1.44269504088896341f), magic);
-    const __m256 n = _mm256_sub_ps(t, magic);
-    __m256 s = _mm256_fmadd_ps(n, _mm256_set1_ps(0.693359375f), zc);
-    s = _mm256_fmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), s);
-    __m256 q = _mm256_set1_ps(8.3178728819e-03f);
-    q = _mm256_fnmadd_ps(q, s, _mm256_set1_ps(4.1897952557e-02f));
-    q = _mm256_fnmadd_ps(q, s, _mm256_set1_ps(1.6667181253e-01f));
-    q = _mm256_fnmadd_ps(q, s, _mm256_set1_ps(4.9999150634e-01f));
-    q = _mm256_fnmadd_ps(q, s, _mm256_set1_ps(9.9999988079e-01f));
-    q = _mm256_fnmadd_ps(q, s, _mm256_set1_ps(1.0f));
-    return m2v_rcp(_mm256_fmadd_ps(q, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23)),
-                                   _mm256_set1_ps(1.0f)));
-}
+/* For m2v_sigmoid (after the sets): z clamped to [-87, 87] (the operand order passes a NaN
+ * through), and 2^n from the magic-number sum t (its low mantissa bits hold the biased
+ * exponent of 2^n) */
+#define m2v_sigmoid_clamp(z)                                                                   \
+    _mm256_max_ps(_mm256_set1_ps(-87.0f), _mm256_min_ps(_mm256_set1_ps(87.0f), (z)))
+#define m2v_pow2_of_magic(t) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23))
 
 /* a > b lane-wise as an all-ones mask; m2v_select(mask, a, b) = mask ? a : b */
 #define m2v_gt(a, b) _mm256_cmp_ps((a), (b), _CMP_GT_OQ)
@@ -194,28 +173,11 @@ M2_INLINE m2v m2v_rcp(m2v x) {
     return _mm512_mul_ps(r, _mm512_fnmadd_ps(x, r, _mm512_set1_ps(2.0f)));
 }
 
-/* σ(z) = 1/(1 + e^-z): the AVX2 m2v_sigmoid (see there), 16 lanes */
-M2_INLINE m2v m2v_sigmoid(m2v z) {
-    /* z clamped by one vrangeps (the smaller magnitude of z and 87 with z's sign; a NaN
-     * stays a NaN), and the negation x = -z folded into the operations (s = -r below: each
-     * step is the AVX2 one negated, exactly, as round to nearest is symmetric): the same
-     * bits as the AVX2 order of operations, on a dependency chain two operations shorter
-     * (the gate's cost is its chain: fwd_out -10 %) */
-    const __m512 zc = _mm512_range_ps(z, _mm512_set1_ps(87.0f), 0x02);
-    const __m512 magic = _mm512_set1_ps(12582912.0f + 127.0f); /* 1.5 * 2^23 + bias */
-    const __m512 t = _mm512_fnmadd_ps(zc, _mm512_set1_ps(1.44269504088896341f), magic);
-    const __m512 n = _mm512_sub_ps(t, magic);
-    __m512 s = _mm512_fmadd_ps(n, _mm512_set1_ps(0.693359375f), zc);
-    s = _mm512_fmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), s);
-    __m512 q = _mm512_set1_ps(8.3178728819e-03f);
-    q = _mm512_fnmadd_ps(q, s, _mm512_set1_ps(4.1897952557e-02f));
-    q = _mm512_fnmadd_ps(q, s, _mm512_set1_ps(1.6667181253e-01f));
-    q = _mm512_fnmadd_ps(q, s, _mm512_set1_ps(4.9999150634e-01f));
-    q = _mm512_fnmadd_ps(q, s, _mm512_set1_ps(9.9999988079e-01f));
-    q = _mm512_fnmadd_ps(q, s, _mm512_set1_ps(1.0f));
-    return m2v_rcp(_mm512_fmadd_ps(q, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(t), 23)),
-                                   _mm512_set1_ps(1.0f)));
-}
+/* For m2v_sigmoid: z clamped by one vrangeps (the smaller magnitude of z and 87 with z's
+ * sign; a NaN stays a NaN), an operation less on the gate's chain than a min and a max;
+ * 2^n as in the AVX2 set */
+#define m2v_sigmoid_clamp(z) _mm512_range_ps((z), _mm512_set1_ps(87.0f), 0x02)
+#define m2v_pow2_of_magic(t) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(t), 23))
 
 /* a > b lane-wise as a lane mask; m2v_select(mask, a, b) = mask ? a : b */
 #define m2v_gt(a, b) _mm512_cmp_ps_mask((a), (b), _CMP_GT_OQ)
@@ -303,6 +265,35 @@ typedef uint16_t m2h;
 
 #else
 #error "define M2_SIMD_AVX2, M2_SIMD_AVX512 or M2_SIMD_SCALAR before including cpu/ssd_fast_simd.h"
+#endif
+
+/* σ(z) = 1/(1 + e^-z), lean: the silu gate costs more than the rest of the forward's
+ * per-element work (all of it on the two FMA ports). e^x for x = -z clamped to [-87, 87]:
+ * n = round(x log2e) read off a magic-number sum whose low mantissa bits also hold the
+ * biased exponent of 2^n (no round or convert instruction), r = x - n ln2 (ln2 in two
+ * parts), e^r = 1 + r q(r) with q of degree 4 fitted for relative error (1.7e-7 evaluated in
+ * float on |r| <= ln2/2), 1 + e^x as one FMA with 2^n (one rounding fewer, and one operation
+ * less on the chain), then the reciprocal estimate and one Newton step (2^-22). At the
+ * clamp, σ ~ 1.6e-38 stands in for smaller values. Each set's clamp (m2v_sigmoid_clamp)
+ * passes a NaN z through. */
+#if !defined(M2_SIMD_SCALAR) /* the scalar set has its own, from libm's expf */
+M2_INLINE m2v m2v_sigmoid(m2v z) {
+    /* x = -z is folded in: z is clamped, and s = -r (each step below is the plain one
+     * negated, exactly: round to nearest is symmetric), one operation less on the chain */
+    const m2v zc = m2v_sigmoid_clamp(z);
+    const m2v magic = m2v_set1(12582912.0f + 127.0f); /* 1.5 * 2^23 + bias */
+    const m2v t = m2v_fnma(zc, m2v_set1(1.44269504088896341f), magic);
+    const m2v n = m2v_sub(t, magic);
+    m2v s = m2v_fma(n, m2v_set1(0.693359375f), zc);
+    s = m2v_fma(n, m2v_set1(-2.12194440e-4f), s);
+    m2v q = m2v_set1(8.3178728819e-03f);
+    q = m2v_fnma(q, s, m2v_set1(4.1897952557e-02f));
+    q = m2v_fnma(q, s, m2v_set1(1.6667181253e-01f));
+    q = m2v_fnma(q, s, m2v_set1(4.9999150634e-01f));
+    q = m2v_fnma(q, s, m2v_set1(9.9999988079e-01f));
+    q = m2v_fnma(q, s, m2v_set1(1.0f));
+    return m2v_rcp(m2v_fma(q, m2v_pow2_of_magic(t), m2v_set1(1.0f)));
+}
 #endif
 
 /* 2 M2V_LEN values as bfloat16 with one non-temporal store: the AVX-512 set has its own */
