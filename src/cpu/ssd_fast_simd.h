@@ -28,43 +28,31 @@ typedef __m256d m2vd;
 #define m2vd_min(a, b) _mm256_min_pd((a), (b))
 #define m2vd_max(a, b) _mm256_max_pd((a), (b))
 #define m2vd_load(p) _mm256_loadu_pd(p)
-/* a > b lane-wise as a mask; m2vd_select(mask, a, b) = mask ? a : b */
+/* a > b (a >= b) lane-wise as a mask; m2vd_select(mask, a, b) = mask ? a : b; m2vd_any: some
+ * lane set */
 typedef __m256d m2vd_mask;
 #define m2vd_gt(a, b) _mm256_cmp_pd((a), (b), _CMP_GT_OQ)
+#define m2vd_ge(a, b) _mm256_cmp_pd((a), (b), _CMP_GE_OQ)
+#define m2vd_any(m) (_mm256_movemask_pd(m) != 0)
 #define m2vd_select(m, a, b) _mm256_blendv_pd((b), (a), (m))
 #define m2vd_store(p, v) _mm256_storeu_pd((p), (v))
 /* 4 floats at p as doubles, and back (round to nearest) */
 #define m2vd_load_ps(p) _mm256_cvtps_pd(_mm_loadu_ps(p))
 #define m2vd_store_ps(p, v) _mm_storeu_ps((p), _mm256_cvtpd_ps(v))
 
-/* exp(x) in double: x = n ln2 + r (ln2 split in two, |r| <= ln2/2), e^r as its Taylor series
- * to degree 12 (truncation < 2e-16 relative), 2^n through the exponent bits. x is clamped to
- * [-708, 708]: e^-708 ~ 3e-308 stands in for anything smaller (0 once rounded to float). */
-M2_INLINE m2vd m2vd_exp(m2vd x) {
-    x = _mm256_min_pd(_mm256_max_pd(x, _mm256_set1_pd(-708.0)), _mm256_set1_pd(708.0));
-    const __m256d n = _mm256_round_pd(_mm256_mul_pd(x, _mm256_set1_pd(1.4426950408889634)),
-                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256d r = _mm256_fnmadd_pd(n, _mm256_set1_pd(6.93147180369123816490e-01), x);
-    r = _mm256_fnmadd_pd(n, _mm256_set1_pd(1.90821492927058770002e-10), r);
-    __m256d y = _mm256_set1_pd(1.0 / 479001600.0); /* 1/12! */
-    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(1.0 / 39916800.0));
-    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(1.0 / 3628800.0));
-    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(1.0 / 362880.0));
-    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(1.0 / 40320.0));
-    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(1.0 / 5040.0));
-    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(1.0 / 720.0));
-    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(1.0 / 120.0));
-    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(1.0 / 24.0));
-    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(1.0 / 6.0));
-    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(0.5));
-    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(1.0));
-    y = _mm256_fmadd_pd(y, r, _mm256_set1_pd(1.0));
-    /* 2^n: n + 1.5*2^52 holds n in its low mantissa bits */
+/* For m2vd_exp (after the sets): x clamped to [-708, 708] (e^-708 ~ 3e-308 stands in for
+ * anything smaller, 0 once rounded to float), n rounded to nearest, and 2^n for an integral n
+ * through the exponent bits (n + 1.5*2^52 holds n in its low mantissa bits) */
+#define m2vd_fma(a, b, c) _mm256_fmadd_pd((a), (b), (c))
+#define m2vd_fnma(a, b, c) _mm256_fnmadd_pd((a), (b), (c))
+#define m2vd_exp_clamp(x)                                                                      \
+    _mm256_min_pd(_mm256_max_pd((x), _mm256_set1_pd(-708.0)), _mm256_set1_pd(708.0))
+#define m2vd_round(x) _mm256_round_pd((x), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+M2_INLINE m2vd m2vd_pow2i(m2vd n) {
     const __m256d magic = _mm256_set1_pd(6755399441055744.0);
-    __m256i k = _mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(n, magic)),
-                                 _mm256_castpd_si256(magic));
-    k = _mm256_slli_epi64(_mm256_add_epi64(k, _mm256_set1_epi64x(1023)), 52);
-    return _mm256_mul_pd(y, _mm256_castsi256_pd(k));
+    const __m256i k = _mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(n, magic)),
+                                       _mm256_castpd_si256(magic));
+    return _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(k, _mm256_set1_epi64x(1023)), 52));
 }
 
 /* 1/x: the hardware estimate (12 bits) and one Newton step, r (2 - x r): about 2^-22
@@ -134,37 +122,25 @@ typedef __m512d m2vd;
 #define m2vd_load(p) _mm512_loadu_pd(p)
 typedef __mmask8 m2vd_mask;
 #define m2vd_gt(a, b) _mm512_cmp_pd_mask((a), (b), _CMP_GT_OQ)
+#define m2vd_ge(a, b) _mm512_cmp_pd_mask((a), (b), _CMP_GE_OQ)
+#define m2vd_any(m) ((m) != 0)
 #define m2vd_select(m, a, b) _mm512_mask_blend_pd((m), (b), (a))
 #define m2vd_store(p, v) _mm512_storeu_pd((p), (v))
 /* 8 floats at p as doubles, and back (round to nearest) */
 #define m2vd_load_ps(p) _mm512_cvtps_pd(_mm256_loadu_ps(p))
 #define m2vd_store_ps(p, v) _mm256_storeu_ps((p), _mm512_cvtpd_ps(v))
 
-/* exp(x) in double: the AVX2 m2vd_exp (see there), 8 lanes */
-M2_INLINE m2vd m2vd_exp(m2vd x) {
-    x = _mm512_min_pd(_mm512_max_pd(x, _mm512_set1_pd(-708.0)), _mm512_set1_pd(708.0));
-    const __m512d n = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(1.4426950408889634)),
-                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(6.93147180369123816490e-01), x);
-    r = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.90821492927058770002e-10), r);
-    __m512d y = _mm512_set1_pd(1.0 / 479001600.0); /* 1/12! */
-    y = _mm512_fmadd_pd(y, r, _mm512_set1_pd(1.0 / 39916800.0));
-    y = _mm512_fmadd_pd(y, r, _mm512_set1_pd(1.0 / 3628800.0));
-    y = _mm512_fmadd_pd(y, r, _mm512_set1_pd(1.0 / 362880.0));
-    y = _mm512_fmadd_pd(y, r, _mm512_set1_pd(1.0 / 40320.0));
-    y = _mm512_fmadd_pd(y, r, _mm512_set1_pd(1.0 / 5040.0));
-    y = _mm512_fmadd_pd(y, r, _mm512_set1_pd(1.0 / 720.0));
-    y = _mm512_fmadd_pd(y, r, _mm512_set1_pd(1.0 / 120.0));
-    y = _mm512_fmadd_pd(y, r, _mm512_set1_pd(1.0 / 24.0));
-    y = _mm512_fmadd_pd(y, r, _mm512_set1_pd(1.0 / 6.0));
-    y = _mm512_fmadd_pd(y, r, _mm512_set1_pd(0.5));
-    y = _mm512_fmadd_pd(y, r, _mm512_set1_pd(1.0));
-    y = _mm512_fmadd_pd(y, r, _mm512_set1_pd(1.0));
+/* For m2vd_exp: as in the AVX2 set, 8 lanes */
+#define m2vd_fma(a, b, c) _mm512_fmadd_pd((a), (b), (c))
+#define m2vd_fnma(a, b, c) _mm512_fnmadd_pd((a), (b), (c))
+#define m2vd_exp_clamp(x)                                                                      \
+    _mm512_min_pd(_mm512_max_pd((x), _mm512_set1_pd(-708.0)), _mm512_set1_pd(708.0))
+#define m2vd_round(x) _mm512_roundscale_pd((x), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+M2_INLINE m2vd m2vd_pow2i(m2vd n) {
     const __m512d magic = _mm512_set1_pd(6755399441055744.0);
-    __m512i k = _mm512_sub_epi64(_mm512_castpd_si512(_mm512_add_pd(n, magic)),
-                                 _mm512_castpd_si512(magic));
-    k = _mm512_slli_epi64(_mm512_add_epi64(k, _mm512_set1_epi64(1023)), 52);
-    return _mm512_mul_pd(y, _mm512_castsi512_pd(k));
+    const __m512i k = _mm512_sub_epi64(_mm512_castpd_si512(_mm512_add_pd(n, magic)),
+                                       _mm512_castpd_si512(magic));
+    return _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_add_epi64(k, _mm512_set1_epi64(1023)), 52));
 }
 
 /* 1/x: the 14-bit hardware estimate and one Newton step, r (2 - x r) */
@@ -244,10 +220,13 @@ typedef double m2vd;
 #define m2vd_load(p) (*(p))
 typedef int m2vd_mask;
 #define m2vd_gt(a, b) ((a) > (b))
+#define m2vd_ge(a, b) ((a) >= (b))
+#define m2vd_any(m) (m)
 #define m2vd_select(m, a, b) ((m) ? (a) : (b))
 #define m2vd_store(p, v) (*(p) = (v))
 #define m2vd_load_ps(p) ((double)*(p))
 #define m2vd_store_ps(p, v) (*(p) = (float)(v))
+#define m2vd_fma(a, b, c) ((a) * (b) + (c))
 M2_INLINE m2vd m2vd_exp(m2vd x) { return exp(x); }
 M2_INLINE m2v m2v_rcp(m2v x) { return 1.0f / x; }
 M2_INLINE m2v m2v_sigmoid(m2v z) { return 1.0f / (1.0f + expf(-z)); }
@@ -265,6 +244,30 @@ typedef uint16_t m2h;
 
 #else
 #error "define M2_SIMD_AVX2, M2_SIMD_AVX512 or M2_SIMD_SCALAR before including cpu/ssd_fast_simd.h"
+#endif
+
+/* exp(x) in double: x = n ln2 + r (ln2 in two parts, |r| <= ln2/2), e^r as its Taylor
+ * series to degree 11 (truncation < 1e-14 relative), evaluated in Estrin's scheme (a chain
+ * of 5 dependent operations instead of Horner's 11: dt_block's chains of consecutive tokens
+ * overlap), times 2^n. */
+#if !defined(M2_SIMD_SCALAR) /* the scalar set's is libm's */
+M2_INLINE m2vd m2vd_exp(m2vd x) {
+    x = m2vd_exp_clamp(x);
+    const m2vd n = m2vd_round(m2vd_mul(x, m2vd_set1(1.4426950408889634)));
+    m2vd r = m2vd_fnma(n, m2vd_set1(6.93147180369123816490e-01), x);
+    r = m2vd_fnma(n, m2vd_set1(1.90821492927058770002e-10), r);
+    const m2vd r2 = m2vd_mul(r, r), r4 = m2vd_mul(r2, r2);
+    /* pairs c_2k + c_2k+1 r, quads of them with r^2, then q0 + r^4 (q1 + r^4 q2) */
+    const m2vd p0 = m2vd_fma(r, m2vd_set1(1.0), m2vd_set1(1.0));
+    const m2vd p1 = m2vd_fma(r, m2vd_set1(1.0 / 6.0), m2vd_set1(0.5));
+    const m2vd p2 = m2vd_fma(r, m2vd_set1(1.0 / 120.0), m2vd_set1(1.0 / 24.0));
+    const m2vd p3 = m2vd_fma(r, m2vd_set1(1.0 / 5040.0), m2vd_set1(1.0 / 720.0));
+    const m2vd p4 = m2vd_fma(r, m2vd_set1(1.0 / 362880.0), m2vd_set1(1.0 / 40320.0));
+    const m2vd p5 = m2vd_fma(r, m2vd_set1(1.0 / 39916800.0), m2vd_set1(1.0 / 3628800.0));
+    const m2vd q0 = m2vd_fma(p1, r2, p0), q1 = m2vd_fma(p3, r2, p2), q2 = m2vd_fma(p5, r2, p4);
+    const m2vd y = m2vd_fma(m2vd_fma(q2, r4, q1), r4, q0);
+    return m2vd_mul(y, m2vd_pow2i(n));
+}
 #endif
 
 /* σ(z) = 1/(1 + e^-z), lean: the silu gate costs more than the rest of the forward's
@@ -304,18 +307,28 @@ M2_INLINE m2v m2v_sigmoid(m2v z) {
 /* softplus(r) = log(1 + e^r) and its derivative σ(r), in double, for every set (the scalar
  * one too: its m2vd_exp is libm's). With e = e^-|r| in (0, 1]: softplus = max(r, 0) +
  * log1p(e), and log1p(e) = 2 atanh(s) with s = e / (2 + e) in (0, 1/3], whose odd series
- * 2 s Σ s^2k / (2k + 1) is cut after 18 terms (s^36 / 37 < 1e-18: double precision, also
- * for tiny e, where log1p(e) ~ e keeps every bit); σ = (r > 0 ? 1 : e) / (1 + e). Above 20
- * the caller takes softplus = r, σ = 1 (as SPEC §1 and the reference do). */
+ * 2 s Σ s^2k / (2k + 1) is cut after 12 terms (s^24 / 25 < 2e-13 relative: the float that the
+ * caller rounds it to is the correctly rounded one but within 2e-13 of a tie), evaluated in
+ * Estrin's scheme; σ = (r > 0 ? 1 : e) / (1 + e). Both quotients from one division:
+ * 1 / ((1 + e)(2 + e)). Above 20 the caller takes softplus = r, σ = 1 (as SPEC §1 and the
+ * reference do). */
 M2_INLINE m2vd m2vd_softplus(m2vd r, m2vd *sig) {
     const m2vd zero = m2vd_set1(0.0), one = m2vd_set1(1.0);
     const m2vd a = m2vd_max(r, m2vd_sub(zero, r));
     const m2vd e = m2vd_exp(m2vd_sub(zero, a));
-    const m2vd s = m2vd_div(e, m2vd_add(m2vd_set1(2.0), e)), s2 = m2vd_mul(s, s);
-    m2vd q = m2vd_set1(1.0 / 35.0);
-    for (int k = 16; k >= 0; k--) q = m2vd_add(m2vd_mul(q, s2), m2vd_set1(1.0 / (2 * k + 1)));
+    const m2vd e1 = m2vd_add(one, e), e2 = m2vd_add(m2vd_set1(2.0), e);
+    const m2vd inv = m2vd_div(one, m2vd_mul(e1, e2));
+    const m2vd s = m2vd_mul(m2vd_mul(e, e1), inv);
+    const m2vd x = m2vd_mul(s, s), x2 = m2vd_mul(x, x), x4 = m2vd_mul(x2, x2);
+    const m2vd x8 = m2vd_mul(x4, x4);
+#define M2_SP_PAIR(k) m2vd_fma(x, m2vd_set1(1.0 / (4 * (k) + 3)), m2vd_set1(1.0 / (4 * (k) + 1)))
+    const m2vd q0 = m2vd_fma(M2_SP_PAIR(1), x2, M2_SP_PAIR(0));
+    const m2vd q1 = m2vd_fma(M2_SP_PAIR(3), x2, M2_SP_PAIR(2));
+    const m2vd q2 = m2vd_fma(M2_SP_PAIR(5), x2, M2_SP_PAIR(4));
+#undef M2_SP_PAIR
+    const m2vd q = m2vd_fma(q2, x8, m2vd_fma(q1, x4, q0));
     const m2vd l1p = m2vd_mul(m2vd_add(s, s), q);
-    *sig = m2vd_div(m2vd_select(m2vd_gt(r, zero), one, e), m2vd_add(one, e));
+    *sig = m2vd_mul(m2vd_select(m2vd_gt(r, zero), one, e), m2vd_mul(e2, inv));
     return m2vd_add(m2vd_max(r, zero), l1p);
 }
 

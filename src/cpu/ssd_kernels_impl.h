@@ -476,7 +476,7 @@ static void M2K(dt_block)(int64_t nh, int64_t T, int64_t ldo, const float *raw, 
         /* lanes past nh compute on zeros and are dropped: every head sees the same
          * operations whatever its lane */
         float bv[M2V_LEN], rr[M2V_LEN], ev[M2V_LEN], wv[M2V_LEN];
-        float vv[M2_SW_TMAX * M2V_LEN], dd[M2_SW_TMAX * M2V_LEN], gg[M2_SW_TMAX * M2V_LEN];
+        float dd[M2_SW_TMAX * M2V_LEN], gg[M2_SW_TMAX * M2V_LEN];
         double av[M2V_LEN], cv[M2V_LEN], fa[M2V_LEN];
         double la[M2_SW_TMAX * M2V_LEN], cn[M2_SW_TMAX * M2V_LEN];
         for (int64_t l = 0; l < M2V_LEN; l++) {
@@ -490,26 +490,33 @@ static void M2K(dt_block)(int64_t nh, int64_t T, int64_t ldo, const float *raw, 
              * (independent per token, so the long double-precision chains of consecutive
              * tokens overlap), the cumulated log decay with its segment restarts (the one
              * sequential part), the scales (independent again); the same operations per
-             * element as one loop would do. Rows [i - i0][lane] in vv, gg, dd (float) and
+             * element as one loop would do. Rows [i - i0][lane] in gg (gf), dd (float) and
              * la, cn (double). */
             const int64_t i1 = T - i0 < M2_SW_TMAX ? T : i0 + M2_SW_TMAX;
             for (int64_t i = i0; i < i1; i++) {
                 const int64_t o = (i - i0) * M2V_LEN;
-                float *vi = vv + o, *gi = gg + o, *di = dd + o;
-                for (int64_t l = 0; l < M2V_LEN; l++) rr[l] = l < nl ? raw[i * ld + j0 + l] : 0.0f;
+                float *gi = gg + o, *di = dd + o;
+                const float *ri = rr;
+                if (nl == M2V_LEN) {
+                    ri = raw + i * ld + j0;
+                } else {
+                    for (int64_t l = 0; l < M2V_LEN; l++)
+                        rr[l] = l < nl ? raw[i * ld + j0 + l] : 0.0f;
+                }
                 /* softplus in double (m2vd_softplus): its rounding in float would otherwise
                  * bias the decay gradients, whose sums over time (ddt_bias, dA) amplify any
-                 * systematic error */
+                 * systematic error. gf: g where the activation, rounded to float, is
+                 * inside [lo, hi] (ordered compares: 0 for a NaN), else 0. */
                 for (int64_t k = 0; k < M2V_LEN; k += M2VD_LEN) {
                     m2vd g;
                     const m2vd v =
-                        dt_act(m2vd_add(m2vd_load_ps(rr + k), m2vd_load_ps(bv + k)), softplus, &g);
-                    m2vd_store_ps(vi + k, v);
-                    m2vd_store_ps(gi + k, g);
-                }
-                for (int64_t k = 0; k < M2V_LEN; k += M2VD_LEN) {
-                    const m2vd vd = m2vd_load_ps(vi + k);
-                    m2vd_store_ps(di + k, m2vd_min(m2vd_max(vd, m2vd_set1(lo)), m2vd_set1(hi)));
+                        dt_act(m2vd_add(m2vd_load_ps(ri + k), m2vd_load_ps(bv + k)), softplus, &g);
+                    float vf[M2VD_LEN];
+                    m2vd_store_ps(vf, v);
+                    const m2vd vd = m2vd_load_ps(vf), vlo = m2vd_set1(lo), vhi = m2vd_set1(hi);
+                    m2vd_store_ps(di + k, m2vd_min(m2vd_max(vd, vlo), vhi));
+                    g = m2vd_select(m2vd_ge(vd, vlo), g, m2vd_set1(0.0));
+                    m2vd_store_ps(gi + k, m2vd_select(m2vd_ge(vhi, vd), g, m2vd_set1(0.0)));
                     /* exact */
                     m2vd_store(la + o + k, m2vd_mul(m2vd_load_ps(di + k), m2vd_load(av + k)));
                 }
@@ -520,10 +527,10 @@ static void M2K(dt_block)(int64_t nh, int64_t T, int64_t ldo, const float *raw, 
                 double *ci = cn + o;
                 for (int64_t k = 0; k < M2V_LEN; k += M2VD_LEN)
                     m2vd_store(ci + k, m2vd_add(m2vd_load(cv + k), m2vd_load(li + k)));
-                /* segment restarts (rare except on the first token) */
-                int any = 0;
-                for (int64_t l = 0; l < nl; l++)
-                    any |= (i == 0 && seq_start) || ci[l] < M2_SEG_LOG_MIN;
+                /* segment restarts (rare except on the first token; lanes past nl hold 0) */
+                int any = i == 0 && seq_start;
+                for (int64_t k = 0; k < M2V_LEN; k += M2VD_LEN)
+                    any |= m2vd_any(m2vd_gt(m2vd_set1(M2_SEG_LOG_MIN), m2vd_load(ci + k)));
                 if (any) {
                     for (int64_t l = 0; l < M2V_LEN; l++)
                         fa[l] = i == 0 && seq_start ? li[l] : ci[l];
@@ -543,7 +550,7 @@ static void M2K(dt_block)(int64_t nh, int64_t T, int64_t ldo, const float *raw, 
             }
             for (int64_t i = i0; i < i1; i++) {
                 const int64_t o = (i - i0) * M2V_LEN;
-                const float *vi = vv + o, *gi = gg + o, *di = dd + o;
+                const float *gi = gg + o, *di = dd + o;
                 for (int64_t k = 0; k < M2V_LEN; k += M2VD_LEN) {
                     const m2vd ee = m2vd_exp(m2vd_load(cn + o + k));
                     m2vd_store_ps(ev + k, ee);
@@ -554,9 +561,7 @@ static void M2K(dt_block)(int64_t nh, int64_t T, int64_t ldo, const float *raw, 
                     d[j * ldo + i] = di[l];
                     E[j * ldo + i] = ev[l];
                     w[j * ldo + i] = wv[l];
-                    if (gf)
-                        gf[j * ldo + i] =
-                            ((double)vi[l] >= lo && (double)vi[l] <= hi) ? gi[l] : 0.0f;
+                    if (gf) gf[j * ldo + i] = gi[l];
                 }
             }
         }
