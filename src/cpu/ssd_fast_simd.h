@@ -307,8 +307,8 @@ M2_INLINE m2v m2v_sigmoid(m2v z) {
 /* softplus(r) = log(1 + e^r) and its derivative σ(r), in double, for every set (the scalar
  * one too: its m2vd_exp is libm's). With e = e^-|r| in (0, 1]: softplus = max(r, 0) +
  * log1p(e), and log1p(e) = 2 atanh(s) with s = e / (2 + e) in (0, 1/3], whose odd series
- * 2 s Σ s^2k / (2k + 1) is cut after 12 terms (s^24 / 25 < 2e-13 relative: the float that the
- * caller rounds it to is the correctly rounded one but within 2e-13 of a tie), evaluated in
+ * 2 s Σ s^2k / (2k + 1) is cut after 12 terms (s^24 / 25 < 2e-13 relative: the float the
+ * caller rounds it to is the correctly rounded one unless within 2e-13 of a tie), evaluated in
  * Estrin's scheme; σ = (r > 0 ? 1 : e) / (1 + e). Both quotients from one division:
  * 1 / ((1 + e)(2 + e)). Above 20 the caller takes softplus = r, σ = 1 (as SPEC §1 and the
  * reference do). */
