@@ -41,19 +41,13 @@ typedef __m256d m2vd_mask;
 #define m2vd_store_ps(p, v) _mm_storeu_ps((p), _mm256_cvtpd_ps(v))
 
 /* For m2vd_exp (after the sets): x clamped to [-708, 708] (e^-708 ~ 3e-308 stands in for
- * anything smaller, 0 once rounded to float), n rounded to nearest, and 2^n for an integral n
- * through the exponent bits (n + 1.5*2^52 holds n in its low mantissa bits) */
+ * anything smaller, 0 once rounded to float), and 2^n from the magic-number sum t (its low
+ * mantissa bits hold the biased exponent of 2^n), as m2v_pow2_of_magic does in float */
 #define m2vd_fma(a, b, c) _mm256_fmadd_pd((a), (b), (c))
 #define m2vd_fnma(a, b, c) _mm256_fnmadd_pd((a), (b), (c))
 #define m2vd_exp_clamp(x)                                                                      \
     _mm256_min_pd(_mm256_max_pd((x), _mm256_set1_pd(-708.0)), _mm256_set1_pd(708.0))
-#define m2vd_round(x) _mm256_round_pd((x), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-M2_INLINE m2vd m2vd_pow2i(m2vd n) {
-    const __m256d magic = _mm256_set1_pd(6755399441055744.0);
-    const __m256i k = _mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(n, magic)),
-                                       _mm256_castpd_si256(magic));
-    return _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(k, _mm256_set1_epi64x(1023)), 52));
-}
+#define m2vd_pow2_of_magic(t) _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_castpd_si256(t), 52))
 
 /* 1/x: the hardware estimate (12 bits) and one Newton step, r (2 - x r): about 2^-22
  * relative. Used for 1/(1 + e^-z) in the gate, where a division would cost more than the
@@ -135,13 +129,7 @@ typedef __mmask8 m2vd_mask;
 #define m2vd_fnma(a, b, c) _mm512_fnmadd_pd((a), (b), (c))
 #define m2vd_exp_clamp(x)                                                                      \
     _mm512_min_pd(_mm512_max_pd((x), _mm512_set1_pd(-708.0)), _mm512_set1_pd(708.0))
-#define m2vd_round(x) _mm512_roundscale_pd((x), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-M2_INLINE m2vd m2vd_pow2i(m2vd n) {
-    const __m512d magic = _mm512_set1_pd(6755399441055744.0);
-    const __m512i k = _mm512_sub_epi64(_mm512_castpd_si512(_mm512_add_pd(n, magic)),
-                                       _mm512_castpd_si512(magic));
-    return _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_add_epi64(k, _mm512_set1_epi64(1023)), 52));
-}
+#define m2vd_pow2_of_magic(t) _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_castpd_si512(t), 52))
 
 /* 1/x: the 14-bit hardware estimate and one Newton step, r (2 - x r) */
 M2_INLINE m2v m2v_rcp(m2v x) {
@@ -246,14 +234,17 @@ typedef uint16_t m2h;
 #error "define M2_SIMD_AVX2, M2_SIMD_AVX512 or M2_SIMD_SCALAR before including cpu/ssd_fast_simd.h"
 #endif
 
-/* exp(x) in double: x = n ln2 + r (ln2 in two parts, |r| <= ln2/2), e^r as its Taylor
- * series to degree 11 (truncation < 1e-14 relative), evaluated in Estrin's scheme (a chain
- * of 5 dependent operations instead of Horner's 11: dt_block's chains of consecutive tokens
- * overlap), times 2^n. */
+/* exp(x) in double: x = n ln2 + r (ln2 in two parts, |r| <= ln2/2 up to a rounding), e^r
+ * as its Taylor series to degree 11 (truncation < 1e-14 relative), evaluated in Estrin's
+ * scheme (a chain of 5 dependent operations instead of Horner's 11: dt_block's chains of
+ * consecutive tokens overlap), times 2^n. */
 #if !defined(M2_SIMD_SCALAR) /* the scalar set's is libm's */
 M2_INLINE m2vd m2vd_exp(m2vd x) {
     x = m2vd_exp_clamp(x);
-    const m2vd n = m2vd_round(m2vd_mul(x, m2vd_set1(1.4426950408889634)));
+    /* n = round(x log2e) off the sum t = x log2e + 1.5 * 2^52 + 1023 */
+    const m2vd magic = m2vd_set1(6755399441055744.0 + 1023.0);
+    const m2vd t = m2vd_fma(x, m2vd_set1(1.4426950408889634), magic);
+    const m2vd n = m2vd_sub(t, magic);
     m2vd r = m2vd_fnma(n, m2vd_set1(6.93147180369123816490e-01), x);
     r = m2vd_fnma(n, m2vd_set1(1.90821492927058770002e-10), r);
     const m2vd r2 = m2vd_mul(r, r), r4 = m2vd_mul(r2, r2);
@@ -266,7 +257,7 @@ M2_INLINE m2vd m2vd_exp(m2vd x) {
     const m2vd p5 = m2vd_fma(r, m2vd_set1(1.0 / 39916800.0), m2vd_set1(1.0 / 3628800.0));
     const m2vd q0 = m2vd_fma(p1, r2, p0), q1 = m2vd_fma(p3, r2, p2), q2 = m2vd_fma(p5, r2, p4);
     const m2vd y = m2vd_fma(m2vd_fma(q2, r4, q1), r4, q0);
-    return m2vd_mul(y, m2vd_pow2i(n));
+    return m2vd_mul(y, m2vd_pow2_of_magic(t));
 }
 #endif
 
