@@ -45,6 +45,18 @@ static m2_isa cpu_isa(void) {
 #endif
 }
 
+int m2_detect_prefetch_nta(void) {
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+    char v[13];
+    memcpy(v, &b, 4), memcpy(v + 4, &d, 4), memcpy(v + 8, &c, 4), v[12] = 0;
+    return strcmp(v, "AuthenticAMD") == 0;
+#else
+    return 0;
+#endif
+}
+
 m2_isa m2_detect_isa(void) {
     m2_isa isa = cpu_isa();
     const char *env = getenv("MAMBA2C_ISA");

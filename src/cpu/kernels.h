@@ -28,11 +28,12 @@
  * has fill buffers, so the sweep issues a few every 8 tokens of a register tile and the
  * misses overlap its arithmetic.
  * Stream i: rows[i] rows of lines[i] cache lines, ld[i] bytes apart, from p[i]; how[i]:
- * M2_PF_L2 (into L2 only: what the backend requests) or M2_PF_READ (into L1: dev probes).
+ * M2_PF_L2 (prefetcht1: into L2 only on Intel cores), M2_PF_NTA (prefetchnta: what the
+ * backend requests on AMD cores instead, ctx->pf_nta) or M2_PF_READ (into L1: dev probes).
  * The cursor (cs, cr, cl) walks the streams in order.
  */
 #define M2_PF_MAX 8
-enum { M2_PF_READ = 0, M2_PF_L2 = 1 };
+enum { M2_PF_READ = 0, M2_PF_L2 = 1, M2_PF_NTA = 2 };
 typedef struct m2_pf {
     int n;
     const char *p[M2_PF_MAX];
@@ -70,6 +71,8 @@ static inline void m2_pf_issue(m2_pf *pf, int64_t count) {
 #if defined(__GNUC__)
         if (pf->how[pf->cs] == M2_PF_L2)
             __builtin_prefetch(a, 0, 2);
+        else if (pf->how[pf->cs] == M2_PF_NTA)
+            __builtin_prefetch(a, 0, 0);
         else
             __builtin_prefetch(a, 0, 3);
 #else

@@ -526,6 +526,7 @@ typedef struct fwd_plan {
     size_t o_cv; /* activation rows converted from half storage (ACT_ROWS + the dt block) */
     size_t o_hr; /* half storage: the block's x rows of the set, a token's z, out, out_x rows */
     size_t per_thread, total;
+    int pf_how; /* the far prefetches' hint: M2_PF_L2, or M2_PF_NTA where ctx->pf_nta */
 } fwd_plan;
 
 /* Heads per task. A task runs a set of consecutive heads of one sequence (or chunk) through
@@ -557,6 +558,7 @@ static void fwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
     const m2_cpu_kernels *K = kernels_for(ctx, pr);
     const size_t T = FWD_BLOCK, f = sizeof(float);
     pl->T = FWD_BLOCK;
+    pl->pf_how = ctx->pf_nta ? M2_PF_NTA : M2_PF_L2;
     pl->Pp = round_up(pr->P > 0 ? pr->P : 1, K->tile_p);
     pl->Np = round_up(pr->N > 0 ? pr->N : 1, K->tile_n);
     const size_t Pp = (size_t)pl->Pp, Np = (size_t)pl->Np;
@@ -627,14 +629,14 @@ static void pf_add_rows(m2_pf *pf, const m2_ssd_problem *pr, const m2_view *v, i
  * more than they saved.) out is written with non-temporal stores and not requested. */
 static void fwd_prefetch_plan(const m2_ssd_problem *pr, int64_t b, int64_t u, int64_t Tb,
                               int64_t v, int64_t Tn, int64_t h0, int64_t nh, int64_t g0,
-                              int64_t ng, int outputs, m2_pf *pf) {
+                              int64_t ng, int outputs, int how, m2_pf *pf) {
     const int64_t P = pr->P, N = pr->N;
     m2_pf_init(pf);
-    if (outputs) pf_add_rows(pf, pr, &pr->z, b, u, h0, Tb, nh, P, M2_PF_L2);
+    if (outputs) pf_add_rows(pf, pr, &pr->z, b, u, h0, Tb, nh, P, how);
     if (Tn <= 0) return;
-    pf_add_rows(pf, pr, &pr->x, b, v, h0, Tn, nh, P, M2_PF_L2);
-    pf_add_rows(pf, pr, &pr->Bm, b, v, g0, Tn, ng, N, M2_PF_L2);
-    if (outputs) pf_add_rows(pf, pr, &pr->Cm, b, v, g0, Tn, ng, N, M2_PF_L2);
+    pf_add_rows(pf, pr, &pr->x, b, v, h0, Tn, nh, P, how);
+    pf_add_rows(pf, pr, &pr->Bm, b, v, g0, Tn, ng, N, how);
+    if (outputs) pf_add_rows(pf, pr, &pr->Cm, b, v, g0, Tn, ng, N, how);
 }
 
 /* Rows requested into L2 while the backward sweeps of a block [u, u + Tb) run (pass A, or
@@ -649,18 +651,18 @@ static void fwd_prefetch_plan(const m2_ssd_problem *pr, int64_t b, int64_t u, in
 static void bwd_prefetch_plan(const m2_ssd_problem *pr, const m2_view *wr, const m2_view *rd,
                               int64_t b, int64_t u, int64_t Tb, int64_t v, int64_t Tn, int64_t h0,
                               int64_t nh, int64_t g0, int64_t ng, const float *extra,
-                              int64_t extra_bytes, int64_t slots, m2_pf *pf) {
+                              int64_t extra_bytes, int64_t slots, int how, m2_pf *pf) {
     const int64_t P = pr->P, N = pr->N;
     m2_pf_init(pf);
-    m2_pf_add(pf, extra, extra_bytes, 1, extra_bytes, M2_PF_L2);
-    if (wr && (P * act_size(pr)) % 64 != 0) pf_add_rows(pf, pr, wr, b, u, h0, Tb, nh, P, M2_PF_L2);
+    m2_pf_add(pf, extra, extra_bytes, 1, extra_bytes, how);
+    if (wr && (P * act_size(pr)) % 64 != 0) pf_add_rows(pf, pr, wr, b, u, h0, Tb, nh, P, how);
     if (Tn > 0) {
-        pf_add_rows(pf, pr, &pr->x, b, v, h0, Tn, nh, P, M2_PF_L2);
-        pf_add_rows(pf, pr, &pr->dout, b, v, h0, Tn, nh, P, M2_PF_L2);
-        pf_add_rows(pf, pr, &pr->z, b, v, h0, Tn, nh, P, M2_PF_L2);
-        if (rd) pf_add_rows(pf, pr, rd, b, v, h0, Tn, nh, P, M2_PF_L2);
-        pf_add_rows(pf, pr, &pr->Bm, b, v, g0, Tn, ng, N, M2_PF_L2);
-        pf_add_rows(pf, pr, &pr->Cm, b, v, g0, Tn, ng, N, M2_PF_L2);
+        pf_add_rows(pf, pr, &pr->x, b, v, h0, Tn, nh, P, how);
+        pf_add_rows(pf, pr, &pr->dout, b, v, h0, Tn, nh, P, how);
+        pf_add_rows(pf, pr, &pr->z, b, v, h0, Tn, nh, P, how);
+        if (rd) pf_add_rows(pf, pr, rd, b, v, h0, Tn, nh, P, how);
+        pf_add_rows(pf, pr, &pr->Bm, b, v, g0, Tn, ng, N, how);
+        pf_add_rows(pf, pr, &pr->Cm, b, v, g0, Tn, ng, N, how);
     }
     pf->per8 = (pf->left + slots - 1) / slots;
 }
@@ -753,7 +755,7 @@ static void fwd_range(const fwd_plan *pl, const m2_ssd_problem *pr, const m2_cpu
         }
         const int64_t v = u + Tb, Tn = tb - v < T ? tb - v : T;
         m2_pf pf;
-        fwd_prefetch_plan(pr, b, u, Tb, v, Tn, h0, nh, g0, ng, outputs, &pf);
+        fwd_prefetch_plan(pr, b, u, Tb, v, Tn, h0, nh, g0, ng, outputs, pl->pf_how, &pf);
         const int64_t slots = nh * slots_per_sweep * ((Tb + 7) / 8);
         pf.per8 = (pf.left + slots - 1) / slots;
         for (int64_t j = 0; j < nh; j++) {
@@ -1303,7 +1305,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
             m2_pf pf;
             bwd_prefetch_plan(pr, pr->z.p ? &pr->dz : NULL, pr->dz.p && pr->z.p ? &pr->out_x : NULL,
                               b, u, Tb, v, Tn, h0, nh, g0, ng, NULL, 0,
-                              nh * per_sweep * ((Tb + 7) / 8), &pf);
+                              nh * per_sweep * ((Tb + 7) / 8), pl->fp.pf_how, &pf);
             /* transposed: the update Ŝᵀ += B ⊗ x̂; the w rows Ŝᵀ r (dCm: from the state after
              * the update when y is formed, before it otherwise), the acc rows ŷ = Ŝ_{t-1} C */
             for (int64_t j = 0; j < nh; j++) {
@@ -1422,7 +1424,7 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
             }
             m2_pf pf;
             bwd_prefetch_plan(pr, &pr->dx, NULL, b, u, Tb, v, Tn, h0, nh, g0, ng, snext, sbytes,
-                              nh * per_sweep * ((Tb + 7) / 8), &pf);
+                              nh * per_sweep * ((Tb + 7) / 8), pl->fp.pf_how, &pf);
             /* transposed: the update Ĝᵀ += C ⊗ (E dy); the w rows Ĝᵀ x̂ (dBm, after the
              * update), the acc rows Ĝ_{t+1} B (before it) */
             for (int64_t j = 0; j < nh; j++) {
