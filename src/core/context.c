@@ -34,7 +34,7 @@ mamba2_status_t mamba2_context_create(mamba2_context_t **ctx, mamba2_backend_t b
     c->backend = backend;
     c->ops = ops;
     c->isa = m2_detect_isa();
-    c->pf_nta = m2_detect_prefetch_nta();
+    c->amd = m2_detect_amd();
     mamba2_status_t st = mamba2_context_set_num_threads(c, num_threads);
     if (st != MAMBA2_STATUS_OK) {
         free(c);

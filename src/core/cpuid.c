@@ -45,7 +45,7 @@ static m2_isa cpu_isa(void) {
 #endif
 }
 
-int m2_detect_prefetch_nta(void) {
+int m2_detect_amd(void) {
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;

@@ -134,10 +134,12 @@ typedef enum m2_isa { M2_ISA_SCALAR = 0, M2_ISA_AVX2 = 1, M2_ISA_AVX512 = 2 } m2
 /* The best level this CPU and OS support, capped by MAMBA2C_ISA=scalar|avx2 in the
  * environment (a stand-in for a CPU without the higher sets; also caps force_isa). */
 m2_isa m2_detect_isa(void);
-/* 1 where the CPU backend's far prefetches (rows of the next block, requested while a block's
- * sweeps run) go out as prefetchnta rather than prefetcht1: AMD cores (measured on Zen 5: the
- * backward 2-3.5 % faster, the forward within noise), where the T0/T1/T2 hints all fill L1. */
-int m2_detect_prefetch_nta(void);
+/* 1 on AMD cores (cpuid vendor). The CPU backend tunes two choices by it, each measured on
+ * Zen 5 against the Intel (Emerald Rapids) choice (docs/cpu_ssd.md §6, §10): its far
+ * prefetches go out as prefetchnta rather than prefetcht1 (there the T0/T1/T2 hints all fill
+ * L1), and the AVX-512 SSD kernels run for narrower heads and states (full-width 512-bit
+ * units). */
+int m2_detect_amd(void);
 
 /* ---- context and backends ---------------------------------------------------------- */
 
@@ -193,7 +195,7 @@ struct mamba2_context {
     int32_t num_threads;
     m2_pool *pool;
     m2_isa isa; /* CPU backend kernel set */
-    int pf_nta; /* m2_detect_prefetch_nta() */
+    int amd;    /* m2_detect_amd() */
 };
 
 extern const m2_backend_ops m2_ref_backend;  /* src/ref/ */

@@ -87,23 +87,28 @@
 
 /* The kernel set of a call: the context's ISA, except that the AVX-512 set (a 32 x 4 register
  * tile: P padded to a multiple of 32) runs only where P fills that tile well enough to beat
- * the AVX2 set's 16 x 4 one: P >= 64, or P = 32 with N >= 64 (measured on the standard suite,
- * docs/cpu_ssd.md: P = 16 is 10-45% slower with AVX-512, P = 32 with N = 32 ~10-25% slower,
- * P = 32 with N = 64 and every P = 64 case but the smallest faster). The choice depends on
- * the problem only, never on the thread count, so results stay bitwise identical across
- * thread counts. */
+ * the AVX2 set's 16 x 4 one. On Intel cores: P >= 64, or P = 32 with N >= 64 (measured on
+ * an Emerald Rapids VM, docs/cpu_ssd.md §10: P = 16 is 10-45% slower with AVX-512, P = 32
+ * with N = 32 ~10-25% slower, P = 32 with N = 64 and every P = 64 case but the smallest
+ * faster). On AMD cores (ctx->amd; Zen 5, full-width 512-bit units) from P = 16: P = 32 is
+ * 30 % faster than with AVX2 at every N, P = 16 0-10 %; P = 8 is 75 % slower. The choice
+ * depends on the problem and the CPU only, never on the thread count, so results stay
+ * bitwise identical across thread counts. */
 static const m2_cpu_kernels *kernels_for(const mamba2_context_t *ctx, const m2_ssd_problem *pr) {
-    if (ctx->isa == M2_ISA_AVX512 && (pr->P >= 64 || (pr->P % 32 == 0 && pr->N >= 64)))
+    if (ctx->isa == M2_ISA_AVX512 &&
+        (pr->P >= 64 || (pr->P % 32 == 0 && pr->N >= 64) || (ctx->amd && pr->P >= 16)))
         return &m2_cpu_kernels_avx512;
     return ctx->isa != M2_ISA_SCALAR ? &m2_cpu_kernels_avx2 : &m2_cpu_kernels_scalar;
 }
 
 /* The backward's kernel set. Its states are transposed ([P][N], n along the vectors: see
  * bwd_range), so there the AVX-512 tile pads N, not P, to a multiple of 32: the forward's
- * rule with P and N swapped. */
+ * rule with P and N swapped, except that on AMD cores it starts at N = 32 (Zen 5: N = 32 is
+ * 7-11 % faster than with AVX2 at P = 16 and 32; N = 16 within ±5 %, N = 8 55 % slower). */
 static const m2_cpu_kernels *bwd_kernels_for(const mamba2_context_t *ctx,
                                              const m2_ssd_problem *pr) {
-    if (ctx->isa == M2_ISA_AVX512 && (pr->N >= 64 || (pr->N % 32 == 0 && pr->P >= 64)))
+    if (ctx->isa == M2_ISA_AVX512 &&
+        (pr->N >= 64 || (pr->N % 32 == 0 && pr->P >= 64) || (ctx->amd && pr->N >= 32)))
         return &m2_cpu_kernels_avx512;
     return ctx->isa != M2_ISA_SCALAR ? &m2_cpu_kernels_avx2 : &m2_cpu_kernels_scalar;
 }
@@ -526,7 +531,7 @@ typedef struct fwd_plan {
     size_t o_cv; /* activation rows converted from half storage (ACT_ROWS + the dt block) */
     size_t o_hr; /* half storage: the block's x rows of the set, a token's z, out, out_x rows */
     size_t per_thread, total;
-    int pf_how; /* the far prefetches' hint: M2_PF_L2, or M2_PF_NTA where ctx->pf_nta */
+    int pf_how; /* the far prefetches' hint: M2_PF_L2, or M2_PF_NTA on AMD cores (ctx->amd) */
 } fwd_plan;
 
 /* Heads per task. A task runs a set of consecutive heads of one sequence (or chunk) through
@@ -558,7 +563,7 @@ static void fwd_make_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
     const m2_cpu_kernels *K = kernels_for(ctx, pr);
     const size_t T = FWD_BLOCK, f = sizeof(float);
     pl->T = FWD_BLOCK;
-    pl->pf_how = ctx->pf_nta ? M2_PF_NTA : M2_PF_L2;
+    pl->pf_how = ctx->amd ? M2_PF_NTA : M2_PF_L2;
     pl->Pp = round_up(pr->P > 0 ? pr->P : 1, K->tile_p);
     pl->Np = round_up(pr->N > 0 ? pr->N : 1, K->tile_n);
     const size_t Pp = (size_t)pl->Pp, Np = (size_t)pl->Np;
