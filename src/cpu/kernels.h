@@ -63,6 +63,15 @@ static inline void m2_pf_add(m2_pf *pf, const void *p, int64_t ld, int64_t rows,
     pf->left += rows * pf->lines[i];
 }
 
+/* One line into L1 (a short-range request: the line is read within the block). */
+static inline void m2_pf_line(const void *p) {
+#if defined(__GNUC__)
+    __builtin_prefetch(p, 0, 3);
+#else
+    (void)p;
+#endif
+}
+
 /* Request the next `count` lines. */
 static inline void m2_pf_issue(m2_pf *pf, int64_t count) {
     if (!pf) return;

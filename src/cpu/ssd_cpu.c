@@ -1430,6 +1430,10 @@ static void bwd_range(const bwd_job *J, unsigned char *ws, int64_t b, int64_t t0
             m2_pf pf;
             bwd_prefetch_plan(pr, &pr->dx, NULL, b, u, Tb, v, Tn, h0, nh, g0, ng, snext, sbytes,
                               nh * per_sweep * ((Tb + 7) / 8), pl->fp.pf_how, &pf);
+            /* the block's Σ dy·y terms (pass A wrote them, one double per token and head, a
+             * whole sequence ago): requested now, read after the sweeps */
+            if (pl->want_decay && pl->want_gb)
+                for (int64_t e = 0; e < Tb * nh; e += 8) m2_pf_line(s1 + (u - t0) * nh + e);
             /* transposed: the update Ĝᵀ += C ⊗ (E dy); the w rows Ĝᵀ x̂ (dBm, after the
              * update), the acc rows Ĝ_{t+1} B (before it) */
             for (int64_t j = 0; j < nh; j++) {
