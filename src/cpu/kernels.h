@@ -29,7 +29,7 @@
  * misses overlap its arithmetic.
  * Stream i: rows[i] rows of lines[i] cache lines, ld[i] bytes apart, from p[i]; how[i]:
  * M2_PF_L2 (prefetcht1: into L2 only on Intel cores), M2_PF_NTA (prefetchnta: what the
- * backend requests on AMD cores instead, ctx->pf_nta) or M2_PF_READ (into L1: dev probes).
+ * backend requests on AMD cores instead, ctx->amd) or M2_PF_READ (into L1: dev probes).
  * The cursor (cs, cr, cl) walks the streams in order.
  */
 #define M2_PF_MAX 8

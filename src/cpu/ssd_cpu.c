@@ -644,15 +644,15 @@ static void fwd_prefetch_plan(const m2_ssd_problem *pr, int64_t b, int64_t u, in
     if (outputs) pf_add_rows(pf, pr, &pr->Cm, b, v, g0, Tn, ng, N, how);
 }
 
-/* Rows requested (hint `how`, as fwd_prefetch_plan) while the backward sweeps of a block [u, u
- * + Tb) run (pass A, or pass B walking the blocks the other way; one plan for the set's heads
- * h0 .. h0 + nh - 1, walked sweep after sweep, as in the forward): `extra` first (a contiguous
- * range: pass B's λ restart snapshots of the next block), the row `wr` the pass writes after
- * the sweeps (dz in pass A, dx in pass B) for this block unless its rows are whole cache lines
- * (then streamed with non-temporal stores, no read for ownership), then for the block [v, v +
- * Tn) it visits next the x, dout, z rows (and rd's: out_x, read by pass A with dz) of the set
- * and the B and C rows of its groups g0 .. g0 + ng - 1. A token's rows of a set are one span,
- * so each tensor is requested in address order. */
+/* Rows requested (hint `how`, as fwd_prefetch_plan) while the backward sweeps of a block
+ * [u, u + Tb) run (pass A, or pass B walking the blocks the other way; one plan for the set's
+ * heads h0 .. h0 + nh - 1, walked sweep after sweep, as in the forward): `extra` first (a
+ * contiguous range: pass B's λ restart snapshots of the next block), the row `wr` the pass
+ * writes after the sweeps (dz in pass A, dx in pass B) for this block unless its rows are
+ * whole cache lines (then streamed with non-temporal stores, no read for ownership), then for
+ * the block [v, v + Tn) it visits next the x, dout, z rows (and rd's: out_x, read by pass A
+ * with dz) of the set and the B and C rows of its groups g0 .. g0 + ng - 1. A token's rows of
+ * a set are one span, so each tensor is requested in address order. */
 static void bwd_prefetch_plan(const m2_ssd_problem *pr, const m2_view *wr, const m2_view *rd,
                               int64_t b, int64_t u, int64_t Tb, int64_t v, int64_t Tn, int64_t h0,
                               int64_t nh, int64_t g0, int64_t ng, const float *extra,
