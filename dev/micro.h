@@ -9,13 +9,13 @@
 #include <stdlib.h>
 #include <time.h>
 
-static double now(void) {
+static inline double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static float *buf(int64_t n, float scale, int mod) {
+static inline float *buf(int64_t n, float scale, int mod) {
     float *p = aligned_alloc(64, (size_t)((n * 4 + 63) / 64 * 64));
     if (!p) exit(1);
     for (int64_t i = 0; i < n; i++) p[i] = scale * (float)(i % mod);
