@@ -113,6 +113,31 @@ static inline int64_t m2_ssd_pos_lower_bound(const m2_ssd_problem *pr, int64_t f
     return lo;
 }
 
+/* ---- checked size arithmetic (every planner and workspace query) ---------------------- */
+
+/* *r = a * b and *r = a + b on size_t; return 0 (and leave *r alone) when the result would
+ * not fit. Planners chain them and report MAMBA2_STATUS_OUT_OF_MEMORY on overflow, so a
+ * workspace size is either exact or refused, never wrapped. */
+static inline int m2_size_mul(size_t a, size_t b, size_t *r) {
+    if (b != 0 && a > SIZE_MAX / b) return 0;
+    *r = a * b;
+    return 1;
+}
+static inline int m2_size_add(size_t a, size_t b, size_t *r) {
+    if (a > SIZE_MAX - b) return 0;
+    *r = a + b;
+    return 1;
+}
+/* *r = f[0] * ... * f[n-1] for non-negative int64 factors; 0 on overflow or a negative one. */
+static inline int m2_size_prod(size_t *r, int n, const int64_t *f) {
+    size_t acc = 1;
+    for (int i = 0; i < n; i++) {
+        if (f[i] < 0 || !m2_size_mul(acc, (size_t)f[i], &acc)) return 0;
+    }
+    *r = acc;
+    return 1;
+}
+
 /* ---- thread pool (src/core/threadpool.c) ------------------------------------------ */
 
 typedef struct m2_pool m2_pool;
