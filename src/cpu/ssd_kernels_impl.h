@@ -401,6 +401,12 @@ M2_INLINE m2vd dt_act(m2vd r, int softplus, m2vd *g) {
     return m2vd_select(big, r, sp);
 }
 
+/* d = clamp(v, lo, hi), a NaN v passed through as NaN (SPEC §9; the reference's clamp), the
+ * bits of min(max(v, lo), hi) otherwise */
+M2_INLINE m2vd dt_clamp(m2vd v, m2vd lo, m2vd hi) {
+    return m2vd_select(m2vd_ge(v, v), m2vd_min(m2vd_max(v, lo), hi), v);
+}
+
 /* dt_block for a few heads: each head's tokens along the vector lanes instead of the heads
  * (a set of 1-8 heads would fill 1-8 of 16 lanes). The same operations on every element in
  * the same order as the head-vectorized loop below (the segment scale token after token in
@@ -421,8 +427,7 @@ static void M2K(dt_heads)(int64_t nh, int64_t T, int64_t ldo, const float *raw, 
             const m2vd v = dt_act(m2vd_add(m2vd_load_ps(rr + i), m2vd_set1(bj)), softplus, &g);
             m2vd_store_ps(vv + i, v);
             m2vd_store_ps(gg + i, g);
-            m2vd_store_ps(dd + i, m2vd_min(m2vd_max(m2vd_load_ps(vv + i), m2vd_set1(lo)),
-                                           m2vd_set1(hi)));
+            m2vd_store_ps(dd + i, dt_clamp(m2vd_load_ps(vv + i), m2vd_set1(lo), m2vd_set1(hi)));
             m2vd_store(la + i, m2vd_mul(m2vd_load_ps(dd + i), m2vd_set1(aj))); /* exact */
         }
         /* the segment scale, token after token; restarts where dt_block finds them */
@@ -514,7 +519,7 @@ static void M2K(dt_block)(int64_t nh, int64_t T, int64_t ldo, const float *raw, 
                     float vf[M2VD_LEN];
                     m2vd_store_ps(vf, v);
                     const m2vd vd = m2vd_load_ps(vf), vlo = m2vd_set1(lo), vhi = m2vd_set1(hi);
-                    m2vd_store_ps(di + k, m2vd_min(m2vd_max(vd, vlo), vhi));
+                    m2vd_store_ps(di + k, dt_clamp(vd, vlo, vhi));
                     g = m2vd_select(m2vd_ge(vd, vlo), g, m2vd_set1(0.0));
                     m2vd_store_ps(gi + k, m2vd_select(m2vd_ge(vhi, vd), g, m2vd_set1(0.0)));
                     /* exact */
