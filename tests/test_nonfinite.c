@@ -57,7 +57,7 @@ static void ssd_dt_case(const char *label, float dt0, int softplus, float want0,
                         to = tn(out, 4, 1, 2, 1, 1), tf = tn(fin, 4, 1, 1, 1, 1);
         mamba2_ssd_options_t o = mamba2_ssd_options_default();
         o.dt_softplus = softplus;
-        mamba2_status_t st = mamba2_ssd_forward(ctx, &to, &tf, &tx, &tdt, &tA, &tB, &tC, &o, NULL, 0);
+        mamba2_status_t st = mamba2_ssd_forward(ctx, &to, NULL, &tf, &tx, &tdt, &tA, &tB, &tC, &o, NULL, 0);
         if (th_expect(st == MAMBA2_STATUS_OK, "forward: %s", mamba2_last_error())) {
             th_expect(same_class(out[0], want0) && same_class(out[1], want1) &&
                           same_class(fin[0], want1),
@@ -73,12 +73,14 @@ static void ssd_dt_case(const char *label, float dt0, int softplus, float want0,
         mamba2_tensor_t tst = mamba2_tensor_make(sts, MAMBA2_DTYPE_F32, 5, s5s),
                         tss = mamba2_tensor_make(ss, MAMBA2_DTYPE_F32, 5, s5s),
                         to2 = tn(out2, 4, 1, 2, 1, 1);
-        o.chunk_size = 2;
-        st = mamba2_ssd_chunk_cumsum(ctx, &tdto, &tcs, &tdt, &tA, &o);
-        if (!st) st = mamba2_ssd_bmm_chunk(ctx, &tCB, &tB, &tC, &o);
-        if (!st) st = mamba2_ssd_chunk_state(ctx, &tst, &tx, &tB, &tdto, &tcs, &o);
-        if (!st) st = mamba2_ssd_state_passing(ctx, &tss, NULL, &tst, &tcs, &o);
-        if (!st) st = mamba2_ssd_chunk_scan(ctx, &to2, &tCB, &tx, &tdto, &tcs, &tC, &tss, &o);
+        mamba2_ssd_chunked_options_t co = mamba2_ssd_chunked_options_default();
+        co.chunk_size = 2;
+        co.dt_softplus = softplus;
+        st = mamba2_ssd_chunk_cumsum(ctx, &tdto, &tcs, &tdt, &tA, &co);
+        if (!st) st = mamba2_ssd_bmm_chunk(ctx, &tCB, &tB, &tC, &co);
+        if (!st) st = mamba2_ssd_chunk_state(ctx, &tst, &tx, &tB, &tdto, &tcs, &co);
+        if (!st) st = mamba2_ssd_state_passing(ctx, &tss, NULL, &tst, &tcs, &co);
+        if (!st) st = mamba2_ssd_chunk_scan(ctx, &to2, &tCB, &tx, &tdto, &tcs, &tC, &tss, &co);
         if (th_expect(st == MAMBA2_STATUS_OK, "staged: %s", mamba2_last_error()))
             th_expect(same_class(out2[0], want0) && same_class(out2[1], want1),
                       "staged gives [%g, %g]; expected [%g, %g]", out2[0], out2[1], want0, want1);
@@ -144,7 +146,7 @@ static void ssd_nan_pattern(const char *label, int64_t L, int64_t H, int64_t P, 
                         to = tn(out, 4, 1, L, H, P), tf = tn(fin, 4, 1, H, P, N);
         mamba2_ssd_options_t o = mamba2_ssd_options_default();
         o.chunk_size = 16;
-        mamba2_status_t st = mamba2_ssd_forward(ctx, &to, &tf, &tx, &tdt, &tA, &tB, &tC, &o, NULL, 0);
+        mamba2_status_t st = mamba2_ssd_forward(ctx, &to, NULL, &tf, &tx, &tdt, &tA, &tB, &tC, &o, NULL, 0);
         if (th_expect(st == MAMBA2_STATUS_OK, "forward: %s", mamba2_last_error())) {
             if (!ref_out) {
                 ref_out = out;

@@ -14,6 +14,8 @@ static int32_t online_cpus(void) {
     return (int32_t)n;
 }
 
+static mamba2_status_t set_num_threads(mamba2_context_t *ctx, int32_t num_threads);
+
 mamba2_status_t mamba2_context_create(mamba2_context_t **ctx, mamba2_backend_t backend,
                                       int32_t num_threads) {
     m2_clear_error();
@@ -35,7 +37,8 @@ mamba2_status_t mamba2_context_create(mamba2_context_t **ctx, mamba2_backend_t b
     c->ops = ops;
     c->isa = m2_detect_isa();
     c->amd = m2_detect_amd();
-    mamba2_status_t st = mamba2_context_set_num_threads(c, num_threads);
+    atomic_init(&c->in_use, 0);
+    mamba2_status_t st = set_num_threads(c, num_threads);
     if (st != MAMBA2_STATUS_OK) {
         free(c);
         return st;
@@ -44,15 +47,28 @@ mamba2_status_t mamba2_context_create(mamba2_context_t **ctx, mamba2_backend_t b
     return MAMBA2_STATUS_OK;
 }
 
+mamba2_status_t m2_ctx_enter(mamba2_context_t *ctx) {
+    if (!ctx) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+    int idle = 0;
+    if (!atomic_compare_exchange_strong_explicit(&ctx->in_use, &idle, 1, memory_order_acquire,
+                                                 memory_order_relaxed))
+        return m2_error(MAMBA2_STATUS_BUSY,
+                        "the context is in use by a call from another thread; a context serves "
+                        "one call at a time (use one context per calling thread)");
+    return MAMBA2_STATUS_OK;
+}
+
+void m2_ctx_leave(mamba2_context_t *ctx) {
+    atomic_store_explicit(&ctx->in_use, 0, memory_order_release);
+}
+
 void mamba2_context_destroy(mamba2_context_t *ctx) {
     if (!ctx) return;
     m2_pool_destroy(ctx->pool);
     free(ctx);
 }
 
-mamba2_status_t mamba2_context_set_num_threads(mamba2_context_t *ctx, int32_t num_threads) {
-    m2_clear_error();
-    if (!ctx) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+static mamba2_status_t set_num_threads(mamba2_context_t *ctx, int32_t num_threads) {
     if (num_threads <= 0) num_threads = online_cpus();
     if (num_threads > 1024)
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "num_threads is %d; at most 1024 supported",
@@ -65,6 +81,14 @@ mamba2_status_t mamba2_context_set_num_threads(mamba2_context_t *ctx, int32_t nu
     ctx->pool = pool;
     ctx->num_threads = num_threads;
     return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t mamba2_context_set_num_threads(mamba2_context_t *ctx, int32_t num_threads) {
+    m2_clear_error();
+    M2_TRY(m2_ctx_enter(ctx));
+    mamba2_status_t st = set_num_threads(ctx, num_threads);
+    m2_ctx_leave(ctx);
+    return st;
 }
 
 int32_t mamba2_context_get_num_threads(const mamba2_context_t *ctx) {
@@ -81,9 +105,17 @@ const char *mamba2_context_get_isa(const mamba2_context_t *ctx) {
     return ctx->isa == M2_ISA_AVX512 ? "avx512" : ctx->isa == M2_ISA_AVX2 ? "avx2+fma" : "scalar";
 }
 
+static mamba2_status_t force_isa(mamba2_context_t *ctx, const char *isa);
+
 mamba2_status_t mamba2_context_force_isa(mamba2_context_t *ctx, const char *isa) {
     m2_clear_error();
-    if (!ctx) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+    M2_TRY(m2_ctx_enter(ctx));
+    mamba2_status_t st = force_isa(ctx, isa);
+    m2_ctx_leave(ctx);
+    return st;
+}
+
+static mamba2_status_t force_isa(mamba2_context_t *ctx, const char *isa) {
     if (!isa) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "isa is NULL");
     if (strcmp(isa, "scalar") == 0) {
         ctx->isa = M2_ISA_SCALAR;

@@ -11,6 +11,7 @@
 #ifndef MAMBA2C_INTERNAL_H
 #define MAMBA2C_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stddef.h>
 
@@ -221,7 +222,14 @@ struct mamba2_context {
     m2_pool *pool;
     m2_isa isa; /* CPU backend kernel set */
     int amd;    /* m2_detect_amd() */
+    atomic_int in_use; /* 1 while an entry point runs on this context (m2_ctx_enter) */
 };
+
+/* Every entry point that takes a context brackets its work with these: m2_ctx_enter fails
+ * with INVALID_ARGUMENT for a NULL ctx and with MAMBA2_STATUS_BUSY (at once, never waiting)
+ * while another call holds the context; on success the caller must m2_ctx_leave. */
+mamba2_status_t m2_ctx_enter(mamba2_context_t *ctx);
+void m2_ctx_leave(mamba2_context_t *ctx);
 
 extern const m2_backend_ops m2_ref_backend;  /* src/ref/ */
 extern const m2_backend_ops m2_cpu_backend;  /* src/cpu/ */
@@ -236,9 +244,22 @@ mamba2_status_t m2_error(mamba2_status_t st, const char *fmt, ...)
     ;
 void m2_clear_error(void);
 
+/* ---- the ABI guard (src/core/abi.c) ------------------------------------------------- */
+
+/* INVALID_ARGUMENT naming `arg` (e.g. "opts", "grads") and the struct unless struct_size
+ * `got` is 0 (the v1 size) or within [the struct's v1 size, its sizeof]. */
+mamba2_status_t m2_check_struct_size(mamba2_struct_id_t id, const char *arg, uint32_t got);
+
 /* ---- argument checks shared by the entry points (src/core/validate.c) ---------------- */
 
 #define MAX_DIM ((int64_t)1 << 40) /* largest size or stride accepted in any dimension */
+/* SSD ops (fused, staged, decode step): at most M2_MAX_HEADS heads and M2_MAX_STATE
+ * elements H*P*N in one sequence's state, so that no planner sees sizes whose products or
+ * loops are out of proportion (INVALID_ARGUMENT, checked in O(1) before any tensor). */
+#define M2_MAX_HEADS ((int64_t)1 << 20)
+#define M2_MAX_STATE ((int64_t)1 << 36)
+/* INVALID_ARGUMENT naming `who` unless H <= M2_MAX_HEADS and H*P*N <= M2_MAX_STATE. */
+mamba2_status_t m2_check_ssd_sizes(const char *who, int64_t H, int64_t P, int64_t N);
 
 const char *m2_dtype_name(mamba2_dtype_t d);
 /* "[2,64,3,16]" */
@@ -299,10 +320,18 @@ mamba2_status_t m2_check_state_indices(const mamba2_tensor_t *ix, int64_t B, int
                                        const char *cache_name);
 
 /* Workspace: a backend's byte count is padded by M2_WS_ALIGN so that any caller pointer can
- * be aligned; workspace == NULL with need > 0 allocates (*owned, free it after the call). */
+ * be aligned (OUT_OF_MEMORY when that does not fit a size_t); workspace == NULL with
+ * need > 0 allocates (*owned, free it after the call). */
 #define M2_WS_ALIGN 64
-static inline size_t m2_workspace_padded(size_t backend_bytes) {
-    return backend_bytes ? backend_bytes + M2_WS_ALIGN : 0;
+static inline mamba2_status_t m2_workspace_padded(size_t backend_bytes, size_t *padded) {
+    if (!backend_bytes) {
+        *padded = 0;
+        return MAMBA2_STATUS_OK;
+    }
+    if (!m2_size_add(backend_bytes, M2_WS_ALIGN, padded))
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "the workspace this call needs exceeds "
+                                                     "the address space");
+    return MAMBA2_STATUS_OK;
 }
 mamba2_status_t m2_workspace_acquire(size_t need, void *workspace, size_t workspace_size,
                                      void **aligned, void **owned);
