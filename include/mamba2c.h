@@ -164,8 +164,9 @@ MAMBA2_API mamba2_status_t mamba2_context_set_num_threads(mamba2_context_t *ctx,
                                                           int32_t num_threads);
 MAMBA2_API int32_t mamba2_context_get_num_threads(const mamba2_context_t *ctx);
 MAMBA2_API mamba2_backend_t mamba2_context_get_backend(const mamba2_context_t *ctx);
-/* The SIMD kernel set the CPU backend chose at run time: "avx512" (conv1d has AVX-512
- * kernels; the other ops run their AVX2 ones), "avx2+fma" or "scalar".
+/* The SIMD kernel set the CPU backend chose at run time: "avx512" (conv1d and the fused SSD
+ * op have AVX-512 kernels, the SSD op using them for wide enough heads and states and its
+ * AVX2 ones otherwise; the other ops run their AVX2 ones), "avx2+fma" or "scalar".
  * mamba2_context_force_isa(ctx, name) picks one of "scalar" (the portable path, for tests),
  * "avx2+fma" (or "avx2"), "avx512" (UNSUPPORTED where the CPU lacks it) or "auto"; the
  * environment variable MAMBA2C_ISA=scalar|avx2 caps the level the library may use. */
@@ -635,7 +636,6 @@ MAMBA2_API mamba2_status_t mamba2_ssd_chunk_scan(
     const mamba2_tensor_t *x, const mamba2_tensor_t *dt_out, const mamba2_tensor_t *dA_cumsum,
     const mamba2_tensor_t *Cm, const mamba2_tensor_t *states_start,
     const mamba2_ssd_chunked_options_t *opts);
-/* @@ more operators go above this line @@ */
 
 #ifdef __cplusplus
 }

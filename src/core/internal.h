@@ -91,12 +91,9 @@ static inline void m2_ssd_seq(const m2_ssd_problem *pr, int64_t s, int64_t *b, i
 }
 
 /* Problem structs of the other op families live in their own private headers in src/core/
- * and are only forward-declared here. */
-typedef struct m2_rmsnorm_problem m2_rmsnorm_problem; /* gated RMSNorm: core/rmsnorm.h */
-typedef struct m2_conv1d_problem m2_conv1d_problem; /* causal conv1d + step: core/conv1d.h */
-typedef struct m2_ssd_step_problem m2_ssd_step_problem;   /* SSD decode step: core/ssd_step.h */
-typedef struct m2_ssd_chunk_problem m2_ssd_chunk_problem; /* staged SSD: core/ssd_chunked.h  */
-/* @@ more forward declarations go above this line @@ */
+ * (listed in core/ops.def) and are only forward-declared here. */
+#define M2_PROBLEM(type, header) typedef struct type type;
+#include "core/ops.def"
 
 /* Flat token index of state position i. */
 static inline int64_t m2_ssd_pos(const m2_ssd_problem *pr, int64_t i) {
@@ -154,20 +151,26 @@ void m2_pool_run(m2_pool *pool, int64_t ntasks, m2_task_fn fn, void *arg);
 /* ---- CPU feature detection (src/core/cpuid.c) ------------------------------------- */
 
 /* Kernel sets, ordered: a level may use every set below it. M2_ISA_AVX512 (AVX-512 F/VL/BW/DQ
- * on top of AVX2+FMA+F16C) has its own kernels for conv1d only; every other op runs its AVX2
- * kernels there (`ctx->isa != M2_ISA_SCALAR`). */
+ * on top of AVX2+FMA+F16C) has its own kernels for conv1d and the fused SSD op (the SSD op
+ * picks them by a rule on P, N and the CPU, docs/architecture.md, and its AVX2 ones
+ * otherwise); every other op runs its AVX2 kernels there (`ctx->isa != M2_ISA_SCALAR`). */
 typedef enum m2_isa { M2_ISA_SCALAR = 0, M2_ISA_AVX2 = 1, M2_ISA_AVX512 = 2 } m2_isa;
 /* The best level this CPU and OS support, capped by MAMBA2C_ISA=scalar|avx2 in the
  * environment (a stand-in for a CPU without the higher sets; also caps force_isa). */
 m2_isa m2_detect_isa(void);
-/* 1 on AMD cores (cpuid vendor). The CPU backend tunes two choices by it, each measured on
- * Zen 5 against the Intel (Emerald Rapids) choice (docs/cpu_ssd.md §6, §10): its far
+/* 1 on AMD cores (cpuid vendor). The CPU backend tunes two choices by it, each chosen by
+ * measurement (docs/cpu_ssd.md §6, §10, docs/code_notes.md): its far
  * prefetches go out as prefetchnta rather than prefetcht1 (there the T0/T1/T2 hints all fill
  * L1), and the AVX-512 SSD kernels run for narrower heads and states (full-width 512-bit
  * units). */
 int m2_detect_amd(void);
 
 /* ---- context and backends ---------------------------------------------------------- */
+
+/* The parameters of a backend entry of each kind (core/ops.def). */
+#define M2_OP_ARGS_WS(problem) const mamba2_context_t *ctx, const problem *pr, size_t *bytes
+#define M2_OP_ARGS_WSRUN(problem) mamba2_context_t *ctx, const problem *pr, void *ws
+#define M2_OP_ARGS_RUN(problem) mamba2_context_t *ctx, const problem *pr
 
 typedef struct m2_backend_ops {
     const char *name;
@@ -178,41 +181,9 @@ typedef struct m2_backend_ops {
      * a designated initializer) = none. Kept apart from act_dtypes so that enabling half
      * storage for the SSD op does not let other ops' kernels see half data. */
     uint32_t ssd_extra_act_dtypes;
-    mamba2_status_t (*ssd_forward_workspace)(const mamba2_context_t *ctx,
-                                             const m2_ssd_problem *pr, size_t *bytes);
-    mamba2_status_t (*ssd_forward)(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws);
-    mamba2_status_t (*ssd_backward_workspace)(const mamba2_context_t *ctx,
-                                              const m2_ssd_problem *pr, size_t *bytes);
-    mamba2_status_t (*ssd_backward)(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws);
-    /* Entries of other ops follow, one block per op family. A NULL entry means the backend
-     * does not implement that op (the entry point reports MAMBA2_STATUS_UNSUPPORTED). */
-    /* gated RMSNorm (SPEC §5; m2_rmsnorm_problem in core/rmsnorm.h) */
-    mamba2_status_t (*rmsnorm_forward_workspace)(const mamba2_context_t *ctx,
-                                                 const m2_rmsnorm_problem *pr, size_t *bytes);
-    mamba2_status_t (*rmsnorm_forward)(mamba2_context_t *ctx, const m2_rmsnorm_problem *pr,
-                                       void *ws);
-    mamba2_status_t (*rmsnorm_backward_workspace)(const mamba2_context_t *ctx,
-                                                  const m2_rmsnorm_problem *pr, size_t *bytes);
-    mamba2_status_t (*rmsnorm_backward)(mamba2_context_t *ctx, const m2_rmsnorm_problem *pr,
-                                        void *ws);
-    /* causal depthwise conv1d and its decode step (SPEC §4, §6; core/conv1d.h). The
-     * forward and the step need no workspace. */
-    mamba2_status_t (*conv1d_forward)(mamba2_context_t *ctx, const m2_conv1d_problem *pr);
-    mamba2_status_t (*conv1d_backward_workspace)(const mamba2_context_t *ctx,
-                                                 const m2_conv1d_problem *pr, size_t *bytes);
-    mamba2_status_t (*conv1d_backward)(mamba2_context_t *ctx, const m2_conv1d_problem *pr,
-                                       void *ws);
-    mamba2_status_t (*conv1d_step)(mamba2_context_t *ctx, const m2_conv1d_problem *pr);
-    /* SSD decode step (SPEC §6; core/ssd_step.h). Needs no workspace. */
-    mamba2_status_t (*ssd_step)(mamba2_context_t *ctx, const m2_ssd_step_problem *pr);
-    /* staged SSD chunk pipeline (SPEC §3; core/ssd_chunked.h), one entry per stage, forward
-     * only. Need no workspace. */
-    mamba2_status_t (*ssd_chunk_cumsum)(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
-    mamba2_status_t (*ssd_bmm_chunk)(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
-    mamba2_status_t (*ssd_chunk_state)(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
-    mamba2_status_t (*ssd_state_passing)(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
-    mamba2_status_t (*ssd_chunk_scan)(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
-    /* @@ more ops' table entries go above this line @@ */
+    /* one entry per operator of core/ops.def, its signature given by its kind */
+#define M2_OP(name, problem, kind) mamba2_status_t (*name)(M2_OP_ARGS_##kind(problem));
+#include "core/ops.def"
 } m2_backend_ops;
 
 struct mamba2_context {

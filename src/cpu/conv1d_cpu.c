@@ -48,7 +48,7 @@
  * floats, usually over a 4 KiB page), and a kernel call walks its tokens once per vector of
  * channels. A call therefore covers few tokens (the pages of its x and out rows stay within
  * the first-level TLB, its rows in L1, and the rows' streams few enough for the prefetchers;
- * 32 tokens per call halved the backward's speed) and many channels (long contiguous runs
+ * longer calls were measured slower, docs/code_notes.md) and many channels (long contiguous runs
  * per row). The history of a chunk that does not start a sequence is read from x in place,
  * so short chunks cost only W-1 reloaded rows each. Few backward blocks keep the partial
  * rows of dweight / dbias (written, then read once more) small next to x, dout and dx.

@@ -62,8 +62,8 @@
 #define M2_SW_TMAX 64
 /* The state is stored tile-major (kernels.h, m2_tile_off): register tile (n0, p0) is one
  * contiguous block of 8 vectors s0a s0b s1a .. s3b, the tiles in the order the sweep visits
- * them (n-tile outer), so a sweep reads and writes its state as one sequential stream (+4-5 %
- * forward against row-major [Np][Pp], whose tiles are 4 rows Pp apart). */
+ * them (n-tile outer), so a sweep reads and writes its state as one sequential stream (faster
+ * than row-major [Np][Pp], whose tiles are 4 rows Pp apart: docs/code_notes.md). */
 #define M2_SW_TILE_AT(n0, p0, Pp) m2_tile_off((n0), (p0), (Pp), 2 * M2V_LEN)
 /* the tile in registers from p, and `put` (m2v_store or m2v_stream) of it to p */
 #define SW_TILE_LOAD(p)                                                                         \
@@ -219,9 +219,9 @@ M2_INLINE void sweep_impl(int64_t T, int64_t Np, int64_t Pp, int nr, const int32
 }
 
 /* Every flag combination is its own specialization of sweep_impl (no flag tests in the token
- * loop), one function per V/W layout: the packed layout's constant stride (4 floats) is worth
- * ~5% in L1 over a row stride, and one function holding both layouts' 36 variants compiled
- * ~4% slower again (measured with dev/sweep_micro.c). */
+ * loop), one function per V/W layout: the packed layout's constant stride (4 floats) beats a
+ * row stride in L1, and one function holding both layouts' 36 variants compiled slower
+ * (docs/code_notes.md, dev/sweep_micro.c). */
 #define SW_CALL(ww, pp, rr, rv, vr)                                                             \
     sweep_impl(T, Np, Pp, nr, ridx, rf, u, V, ww ? W : NULL, rr ? r : NULL, S, Sc,             \
                ww ? w : NULL,                                                                   \
