@@ -200,7 +200,7 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
     return_all_states=True returns (out, all_states [B,(T,)H,P,N]).
     """
     if state.dim() > 3:
-        if (not return_all_states and x.is_cpu and _native.has_op("ssd_step")
+        if (not return_all_states and x.is_cpu and _native.available()
                 and not torch.is_grad_enabled() and not torch.compiler.is_compiling()):
             # the decode hot path (inference): straight to the binding, one frame less
             r = _native.ssd_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus,

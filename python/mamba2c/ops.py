@@ -34,12 +34,12 @@ NATIVE_OPS = frozenset({"ssd", "rmsnorm_gated", "conv1d", "conv1d_step", "ssd_st
 
 
 def _native_ok(name: str, t: Tensor) -> bool:
-    return name in NATIVE_OPS and t.device.type == "cpu" and _native.has_op(name)
+    return name in NATIVE_OPS and t.device.type == "cpu" and _native.available()
 
 
 def backend_of(name: str, device: str = "cpu") -> str:
     """"C" or "torch": who computes op `name` for tensors on `device`."""
-    return "C" if (name in NATIVE_OPS and device == "cpu" and _native.has_op(name)) else "torch"
+    return "C" if (name in NATIVE_OPS and device == "cpu" and _native.available()) else "torch"
 
 
 def ssd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,
@@ -131,7 +131,7 @@ def ssd_step(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tens
     or has a strided last dim, float64 activations with a float32 state, non-CPU tensors,
     and inputs that need gradients (the C step has no backward; the torch path is
     differentiable)."""
-    if (x.is_cpu and _native.has_op("ssd_step")
+    if (x.is_cpu and _native.available()
             and not (torch.is_grad_enabled()
                      and _needs_grad(x, dt, A, B, C, D, z, dt_bias, state))):
         if _custom_ops._is_compiling() and not return_all_states:

@@ -124,8 +124,8 @@ def _raw_forward(dtypes):
     order = ("out", "fin", "x", "dt", "A", "B", "C")
     for i, k in enumerate(order):
         _native._out_desc(s.buf, i * _native._TSZ, t[k], dtypes.get(k, _native.DT_F32))
-    popt = _native._options(s, [], 7, 1, None, None, None, None, None, False, 0.0,
-                            float("inf"), torch.float32, _native.DT_F32)
+    popt = _native._options(s, [], _native.abi.SLOT["ssd_probe"], 1, None, None, None, None,
+                            None, False, 0.0, float("inf"), torch.float32, _native.DT_F32)
     st = _native.load().mamba2_ssd_forward(_native._context(_native.BACKEND_CPU),
                                            *[s.base + i * _native._TSZ for i in range(7)],
                                            popt, None, 0)
@@ -222,8 +222,8 @@ def test_binding_overhead_report(capsys):
     out, fin = torch.empty(1, 1, 1, 1), torch.empty(1, 1, 1, 1)
     for i, t in enumerate((out, fin, x, dt, A, B, C)):
         _native._out_desc(s.buf, i * _native._TSZ, t, _native.DT_F32)
-    popt = _native._options(s, [], 7, 1, None, None, None, None, None, False, 0.0,
-                            float("inf"), torch.float32, _native.DT_F32)
+    popt = _native._options(s, [], _native.abi.SLOT["ssd_probe"], 1, None, None, None, None,
+                            None, False, 0.0, float("inf"), torch.float32, _native.DT_F32)
     fn = _native.load().mamba2_ssd_forward
     ctx = _native._context(_native.BACKEND_CPU)
     ptrs = [s.base + i * _native._TSZ for i in range(7)]
