@@ -149,11 +149,18 @@ def test_c_unsupported_maps_to_not_implemented():
 
 def test_unavailable_backend_is_not_implemented():
     x, dt, A, B, C = _tiny()
-    with mamba2c.use_backend("cuda"):
-        with pytest.raises(NotImplementedError, match="CUDA backend is not built"):
-            mamba2c.mamba_chunk_scan_combined(x, dt, A, B, C, 1)
+    # an unavailable backend fails where it is chosen, not at the next op (issue 16)
+    with pytest.raises(NotImplementedError, match="CUDA backend is not built"):
+        with mamba2c.use_backend("cuda"):
+            pytest.fail("use_backend('cuda') entered")
+    with pytest.raises(NotImplementedError, match="backend 'cuda' is not available"):
+        mamba2c.set_backend("cuda")
+    assert mamba2c.get_backend() == "cpu"  # unchanged by the failed calls
+    mamba2c.mamba_chunk_scan_combined(x, dt, A, B, C, 1)  # still runs on the CPU backend
     with pytest.raises(ValueError):
         mamba2c.set_backend("tpu")
+    with pytest.raises(ValueError):
+        mamba2c.use_backend("tpu")
 
 
 def test_status_mapping_table():

@@ -11,7 +11,7 @@ import threading
 
 import torch
 
-from . import abi
+from . import abi, loader
 from .abi import BACKENDS, NSLOTS, STATUS_OK, TSZ
 from .loader import _raise_status, load
 
@@ -67,12 +67,30 @@ _tls = threading.local()
 _default_backend = "cpu"
 
 
-def set_backend(name: str) -> None:
-    """Process-wide default backend for the SSD op: "cpu" (optimized) or "ref" (float64
-    accumulating reference, slow: the oracle). float64 inputs always use "ref"."""
-    global _default_backend
+def _require_backend(name: str) -> None:
+    """Fail now, not at the next op, when `name` is unknown or the loaded library cannot
+    run it: ValueError for a name that is no backend, LibraryNotFoundError without the
+    library, Mamba2NotImplementedError (a NotImplementedError) for a backend not built in.
+    Creates (and keeps) this thread's context for the backend, which its first op uses."""
     if name not in BACKENDS:
         raise ValueError(f"backend is {name!r}; expected one of {sorted(BACKENDS)}")
+    load()
+    _state()
+    try:
+        _context(BACKENDS[name])
+    except loader.Mamba2Error as e:
+        err = type(e)(f"mamba2c: backend {name!r} is not available in {loader._lib_path}: "
+                      f"{e}")
+        err.status = e.status
+        raise err from None
+
+
+def set_backend(name: str) -> None:
+    """Process-wide default backend for the SSD op: "cpu" (optimized) or "ref" (float64
+    accumulating reference, slow: the oracle). float64 inputs always use "ref".
+    Raises at once when the backend is not available (see _require_backend)."""
+    global _default_backend
+    _require_backend(name)
     _default_backend = name
 
 
@@ -84,8 +102,7 @@ class use_backend:
     """Context manager: `with mamba2c.use_backend("ref"): ...` (this thread only)."""
 
     def __init__(self, name: str):
-        if name not in BACKENDS:
-            raise ValueError(f"backend is {name!r}; expected one of {sorted(BACKENDS)}")
+        _require_backend(name)  # fails here, not at the first op inside the block
         self.name = name
 
     def __enter__(self):

@@ -10,6 +10,7 @@ import torch
 from . import abi, context, loader
 from .abi import DT_F32, DT_F64
 from .context import _context, _tls
+from .._checks import expect_rank
 from .loader import _raise_status
 from .policy import _F64, _act_dtype, _backend_for
 from .tensors import _desc, _index_desc, _out_desc
@@ -23,6 +24,7 @@ def conv1d_forward(x, weight, bias=None, initial_states=None, cu_seqlens=None,
                    activation: bool = False, return_final_states: bool = False):
     """x [B,L,C] (channel-last; row stride free), weight [C,W], bias [C], initial_states
     [S,C,W-1]. Returns (out [B,L,C] in x.dtype, final_states [S,C,W-1] or None)."""
+    expect_rank("x", x, "[B,L,C]")
     lib = loader._lib if loader._lib is not None else loader.load()
     s = getattr(_tls, "scratch", None) or context._state()
     cdtype = _act_dtype(x)

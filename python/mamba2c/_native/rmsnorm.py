@@ -11,6 +11,7 @@ import torch
 from . import abi, context, loader
 from .abi import DT_F32, DT_F64
 from .context import _context, _tls
+from .._checks import expect_rank
 from .loader import _raise_status
 from .policy import _F64, _act_dtype, _backend_for
 from .tensors import _desc, _out_desc
@@ -23,6 +24,7 @@ _RO = abi.RMSNORM_OPTIONS
 def rmsnorm_gated_forward(x, z, weight, bias, eps: float, group_size: int,
                           norm_before_gate: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     """x, z [M,D] (row stride free); returns (out [M,D] in x.dtype, rstd [M,D/group_size])."""
+    expect_rank("x", x, "[M,D]")
     lib = loader._lib if loader._lib is not None else loader.load()
     s = getattr(_tls, "scratch", None) or context._state()
     cdtype = _act_dtype(x, z)

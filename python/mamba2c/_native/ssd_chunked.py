@@ -13,6 +13,7 @@ import torch
 from . import abi, context, loader
 from .abi import DT_F32, DT_F64
 from .context import _context
+from .._checks import expect_rank
 from .loader import _raise_status
 from .policy import _F64, _backend_for, _f64_if
 from .tensors import _desc, _options, _out_desc
@@ -29,6 +30,7 @@ def _staged_call(fname, *ptrs):
 def chunk_cumsum(dt, A, chunk_size: int, dt_bias=None, dt_softplus: bool = False,
                  dt_lo: float = 0.0, dt_hi: float = math.inf):
     """dt [B,L,H], A [H] -> (dt_out [B,H,K,Q], dA_cumsum [B,H,K,Q])."""
+    expect_rank("dt", dt, "[B,L,H]")
     loader.load()
     s = context._state()
     S = _SL["chunk_cumsum"]
@@ -52,6 +54,7 @@ def chunk_cumsum(dt, A, chunk_size: int, dt_bias=None, dt_softplus: bool = False
 
 def bmm_chunk(B, C, chunk_size: int):
     """B, C [B,L,G,N] -> CB [B,K,G,Q,Q] (CB[i,j] = C_i . B_j within each chunk)."""
+    expect_rank("B", B, "[B,L,G,N]")
     loader.load()
     s = context._state()
     S = _SL["bmm_chunk"]
@@ -73,6 +76,9 @@ def bmm_chunk(B, C, chunk_size: int):
 def chunk_state(x, B, dt_out, dA_cumsum):
     """x [B,L,H,P], B [B,L,G,N], dt_out/dA_cumsum [B,H,K,Q] -> states [B,K,H,P,N]
     (each chunk's state from a zero initial state)."""
+    expect_rank("x", x, "[B,L,H,P]")
+    expect_rank("B", B, "[B,L,G,N]")
+    expect_rank("dA_cumsum", dA_cumsum, "[B,H,K,Q]")
     loader.load()
     s = context._state()
     S = _SL["chunk_state"]
@@ -96,6 +102,8 @@ def chunk_state(x, B, dt_out, dA_cumsum):
 def state_passing(states, dA_cumsum, initial_states=None):
     """states [B,K,H,P,N], dA_cumsum [B,H,K,Q] -> (states_start [B,K,H,P,N]: the state
     entering each chunk, final_state [B,H,P,N])."""
+    expect_rank("states", states, "[B,K,H,P,N]")
+    expect_rank("dA_cumsum", dA_cumsum, "[B,H,K,Q]")
     loader.load()
     s = context._state()
     S = _SL["state_passing"]
@@ -120,6 +128,8 @@ def state_passing(states, dA_cumsum, initial_states=None):
 def chunk_scan(CB, x, dt_out, dA_cumsum, C, states_start, D=None, z=None):
     """-> out [B,L,H,P] in x.dtype (y = intra-chunk part + the states_start part + D x,
     gated by silu(z) when z is given)."""
+    expect_rank("x", x, "[B,L,H,P]")
+    expect_rank("dA_cumsum", dA_cumsum, "[B,H,K,Q]")
     loader.load()
     s = context._state()
     S = _SL["chunk_scan"]

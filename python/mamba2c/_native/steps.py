@@ -23,6 +23,7 @@ import torch
 from . import abi, context, loader
 from .abi import BACKEND_REF, BACKENDS, DT_F32, DT_F64, TENSOR_R, TSZ
 from .context import _context, _tls
+from .._checks import step_ranks
 from .loader import _raise_status
 from .policy import _F32, _F64, _backend_for
 from .tensors import _act_desc, _bc_desc, _check_device, _desc, _index_desc, _out_desc
@@ -119,6 +120,7 @@ def _ssd_step_general(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_lo, 
                       state_indices, want_all, key):
     """ssd_step's packing code (every case); stores a template under `key` when the call
     used every tensor as is (no dtype conversion, no copy)."""
+    step_ranks(state, x, B, C)
     lib = loader._lib if loader._lib is not None else loader.load()
     s = getattr(_tls, "scratch", None) or context._state()
     sdt = state.dtype
