@@ -7,7 +7,10 @@ op wrappers; a wrapper module reads the module global `_lib` directly on its hot
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import os
+import shutil
+import subprocess
 import threading
 from pathlib import Path
 from typing import Optional
@@ -81,7 +84,24 @@ _PKG_DIR = Path(__file__).resolve().parent.parent  # the mamba2c package directo
 _LIB_NAMES = ("libmamba2c.so", "libmamba2c.dylib", "mamba2c.dll")
 
 
+def _pkg_config_libdir() -> Optional[str]:
+    """The libdir pkg-config reports for mamba2c (an installed library's prefix), or None
+    (no pkg-config, or no mamba2c.pc on its search path)."""
+    exe = shutil.which("pkg-config")
+    if exe is None:
+        return None
+    try:
+        r = subprocess.run([exe, "--variable=libdir", "mamba2c"], capture_output=True,
+                           text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (r.stdout.strip() or None) if r.returncode == 0 else None
+
+
 def _candidates():
+    """(path, where it came from), in search order. A path is a Path, or a str naming a
+    library (what ctypes.util.find_library returns) that the dynamic loader resolves with
+    its own search, or None: the place was asked and had none (`where` says why)."""
     env = os.environ.get("MAMBA2C_LIBRARY")
     if env:
         yield Path(env), "MAMBA2C_LIBRARY"
@@ -91,6 +111,33 @@ def _candidates():
         yield repo_build / name, "repository build/ directory"
     for name in _LIB_NAMES:
         yield _PKG_DIR / "lib" / name, "copy inside the package"
+    found = ctypes.util.find_library("mamba2c")
+    if found:
+        yield found, "ctypes.util.find_library"
+    else:
+        yield None, ("ctypes.util.find_library('mamba2c'): none in the ldconfig cache or on "
+                     "LD_LIBRARY_PATH")
+    libdir = _pkg_config_libdir()
+    if libdir is None:
+        yield None, ("pkg-config --variable=libdir mamba2c: no pkg-config, or no mamba2c.pc "
+                     "on PKG_CONFIG_PATH")
+    else:
+        for name in _LIB_NAMES:
+            yield Path(libdir) / name, "pkg-config --variable=libdir mamba2c"
+
+
+def _loaded_path(name: str) -> str:
+    """The file the dynamic loader opened for `name` (Linux: /proc/self/maps), else name."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.rstrip("\n").split(None, 5)[-1]
+                if os.path.basename(path) == name or (
+                        os.path.basename(path).startswith(name + ".")):
+                    return path
+    except OSError:
+        pass
+    return name
 
 
 _lib = None
@@ -104,8 +151,28 @@ def library_path() -> Optional[str]:
     return _lib_path if load(raise_on_error=False) else None
 
 
+def _try(path, why: str, tried: list):
+    """The bound CDLL for one candidate, or None (the reason appended to `tried`)."""
+    if path is None:
+        tried.append(why)
+        return None
+    if isinstance(path, Path) and not path.is_file():
+        tried.append(f"{path} ({why}: not found)")
+        return None
+    target = str(path)
+    try:
+        lib = ctypes.CDLL(target)
+        abi.bind(lib)
+    except (OSError, AttributeError) as e:
+        tried.append(f"{target} ({why}: {e})")
+        return None
+    return lib, (target if isinstance(path, Path) else _loaded_path(target))
+
+
 def load(raise_on_error: bool = True):
-    """Load libmamba2c once. Search order: $MAMBA2C_LIBRARY; <repo>/build/; mamba2c/lib/."""
+    """Load libmamba2c once. Search order: $MAMBA2C_LIBRARY (alone, when set); <repo>/build/;
+    mamba2c/lib/; an installed library (ctypes.util.find_library: the ldconfig cache and
+    LD_LIBRARY_PATH); pkg-config's libdir for mamba2c."""
     global _lib, _lib_path, _load_error
     if _lib is not None:
         return _lib
@@ -113,23 +180,17 @@ def load(raise_on_error: bool = True):
         if _lib is None and _load_error is None:
             tried = []
             for path, why in _candidates():
-                if not path.is_file():
-                    tried.append(f"{path} ({why}: not found)")
-                    continue
-                try:
-                    lib = ctypes.CDLL(str(path))
-                    abi.bind(lib)
-                except (OSError, AttributeError) as e:
-                    tried.append(f"{path} ({why}: {e})")
-                    continue
-                _lib, _lib_path = lib, str(path)
-                break
+                r = _try(path, why, tried)
+                if r is not None:
+                    _lib, _lib_path = r
+                    break
             if _lib is None:
                 _load_error = (
                     "libmamba2c was not found. Build it with\n"
                     "  cmake -S <repo> -B <repo>/build -DCMAKE_BUILD_TYPE=Release && "
                     "cmake --build <repo>/build\n"
-                    "or point MAMBA2C_LIBRARY at the shared library. Tried:\n  "
+                    "install it (cmake --install <repo>/build, then LD_LIBRARY_PATH or "
+                    "ldconfig), or point MAMBA2C_LIBRARY at the shared library. Tried:\n  "
                     + "\n  ".join(tried)
                 )
     if _lib is None and raise_on_error:
