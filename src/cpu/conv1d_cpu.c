@@ -237,7 +237,8 @@ static void final_task(void *arg, int64_t s, int thread) {
     const int64_t W1 = pr->W - 1;
     int64_t b, s0, s1;
     m2_conv1d_seq(pr, s, &b, &s0, &s1);
-    const float *x = (const float *)pr->x.p + b * pr->x.s[0];
+    /* x may be an empty tensor with no data (L = 0): no offset from NULL */
+    const float *x = pr->x.p ? (const float *)pr->x.p + b * pr->x.s[0] : NULL;
     const float *init = (const float *)pr->init.p;
     float *fin = (float *)pr->final.p + s * pr->final.s[0];
     for (int64_t c = 0; c < pr->C; c++)
@@ -541,10 +542,12 @@ static void step_task(void *arg, int64_t task, int thread) {
     float wt[MAXW * CB], hist[(MAXW - 1) * CB]; /* 30 KiB of stack at most */
     pack_weights(J->k, pr, c0, n, ld, wt);
     pack_state(pr, &pr->cache, q, c0, n, ld, hist);
-    const float *x = (const float *)pr->x.p + b * pr->x.s[0] + c0;
-    float *out = (float *)pr->out.p + b * pr->out.s[0] + c0;
+    /* T = 0: x and out may be empty tensors with no data (no offset from NULL) */
+    const float *x = pr->x.p ? (const float *)pr->x.p + b * pr->x.s[0] + c0 : NULL;
+    float *out = pr->out.p ? (float *)pr->out.p + b * pr->out.s[0] + c0 : NULL;
     const float *bias = pr->bias.p ? (const float *)pr->bias.p + c0 : NULL;
-    J->k->fwd(pr->W, pr->silu, T, n, x, pr->x.s[1], hist, ld, wt, ld, bias, out, pr->out.s[1]);
+    if (T > 0) J->k->fwd(pr->W, pr->silu, T, n, x, pr->x.s[1], hist, ld, wt, ld, bias, out, pr->out.s[1]);
+    if (W1 == 0) return; /* W = 1: the cache [S,C,0] holds nothing (and may have no data) */
     float *cache = (float *)pr->cache.p + q * pr->cache.s[0] + c0 * pr->cache.s[1];
     for (int64_t c = 0; c < n; c++)
         for (int64_t i = 0; i < W1; i++) {
