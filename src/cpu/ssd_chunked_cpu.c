@@ -157,13 +157,14 @@ static void passing_task(void *arg, int64_t task, int thread) {
     for (int64_t p = p0; p < p1; p++) {
         const float *init = pr->init.p ? row3(&pr->init, b, h, p) : NULL;
         float *fin = pr->final.p ? row3(&pr->final, b, h, p) : NULL;
-        float *ss0 = (float *)ss->p + b * ss->s[0] + h * ss->s[2] + p * ss->s[3];
-        const float *st0 = (const float *)st->p + b * st->s[0] + h * st->s[2] + p * st->s[3];
-        if (pr->K == 0) { /* no tokens: the final state is the initial one */
+        if (pr->K == 0) { /* no tokens: the final state is the initial one (and the staged
+                           * tensors are empty, possibly without data) */
             if (fin && init) memcpy(fin, init, row_bytes);
             if (fin && !init) memset(fin, 0, row_bytes);
             continue;
         }
+        float *ss0 = (float *)ss->p + b * ss->s[0] + h * ss->s[2] + p * ss->s[3];
+        const float *st0 = (const float *)st->p + b * st->s[0] + h * st->s[2] + p * st->s[3];
         /* S_start[0] = initial state (or 0) */
         if (init)
             memcpy(ss0, init, row_bytes);
