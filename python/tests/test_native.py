@@ -127,7 +127,8 @@ def _raw_forward(dtypes):
     popt = _native._options(s, [], _native.abi.SLOT["ssd_probe"], 1, None, None, None, None,
                             None, False, 0.0, float("inf"), torch.float32, _native.DT_F32)
     st = _native.load().mamba2_ssd_forward(_native._context(_native.BACKEND_CPU),
-                                           *[s.base + i * _native._TSZ for i in range(7)],
+                                           s.base, None,  # out, out_x
+                                           *[s.base + i * _native._TSZ for i in range(1, 7)],
                                            popt, None, 0)
     return st
 
@@ -234,6 +235,7 @@ def test_binding_overhead_report(capsys):
     fn = _native.load().mamba2_ssd_forward
     ctx = _native._context(_native.BACKEND_CPU)
     ptrs = [s.base + i * _native._TSZ for i in range(7)]
+    ptrs.insert(1, None)  # out_x
     bare = _bench(lambda: fn(ctx, *ptrs, popt, None, 0))
     raw = _bench(lambda: _native.ssd_forward(x, dt, A, B, C, 1))
     api = _bench(lambda: mamba2c.mamba_chunk_scan_combined(x, dt, A, B, C, 1))

@@ -39,13 +39,15 @@ import types
 
 from . import abi, context, conv1d, loader, policy, rmsnorm, ssd, ssd_chunked, steps, tensors
 from .abi import (BACKEND_CPU, BACKEND_CUDA, BACKEND_REF, DT_BF16, DT_F16, DT_F32, DT_F64,
-                  DT_I32, DT_I64, MAX_RANK, STATUS_BACKEND_UNAVAILABLE, STATUS_INTERNAL_ERROR,
+                  DT_I32, DT_I64, MAX_RANK, STATUS_BACKEND_UNAVAILABLE, STATUS_BUSY,
+                  STATUS_INTERNAL_ERROR,
                   STATUS_INVALID_ARGUMENT, STATUS_OK, STATUS_OUT_OF_MEMORY, STATUS_UNSUPPORTED,
                   STATUS_WORKSPACE_TOO_SMALL)
 from .context import (_context, _state, _tls, _workspace, get_backend, last_call_isa,
                       release_workspace, set_backend, use_backend)
 from .conv1d import conv1d_backward, conv1d_forward
-from .loader import (DeviceError, LibraryNotFoundError, Mamba2Error, Mamba2MemoryError,
+from .loader import (DeviceError, LibraryNotFoundError, Mamba2BusyError, Mamba2Error,
+                     Mamba2MemoryError,
                      Mamba2NotImplementedError, Mamba2RuntimeError, Mamba2TypeError,
                      Mamba2ValueError, _raise_status, available, library_path, load,
                      reuse_freed_memory, version)
@@ -61,7 +63,7 @@ from .tensors import (_act_desc, _bc_desc, _check_device, _cu_prep, _desc, _inde
 _BACKENDS = abi.BACKENDS
 _TORCH_DTYPE = abi.TORCH_DTYPE
 _TSZ = abi.TSZ                  # bytes of one tensor descriptor slot
-_SO = abi.SSD_STEP_OPTIONS.st   # the decode step's options packer (tests, bench/)
+_SO = abi.SSD_STEP_OPTIONS      # the decode step's options packer (tests, bench/; fills struct_size)
 _T = abi.TENSOR.st
 _TR = abi.TENSOR_R
 

@@ -7,16 +7,17 @@ A change of the header is an edit of these tables (plus the wrappers whose C sig
 changed), never of hand-written offsets:
 
   STRUCTS     the public structs, field by field (name, ctypes type[, constant value]).
-              A field with a constant (e.g. a future `struct_size`, SIZEOF) is filled in by
-              the packer; the wrappers pass the other fields, in table order.
+              A field with a constant (struct_size = SIZEOF, first in every options and
+              grads struct) is filled in by the packer; the wrappers pass the other fields,
+              in table order.
   PROTOTYPES  every entry point the binding calls: restype and argtypes.
   SLOTS       per C call, the tensor descriptors it takes (prototype order, then the tensors
               its options struct points at): each name's byte offset in the per-thread
               descriptor buffer (see context._Scratch).
 
-load() checks the derived layouts against the loaded library (check_abi): the tensor
-constructor's bytes, every `*_options_default()` against our packing of the same values,
-and, when the library exports mamba2_struct_size, every struct's size.
+load() checks the library's ABI version (mamba2_abi_version) and the derived layouts
+against it (check_abi): the tensor constructor's bytes, every `*_options_default()` against
+our packing of the same values, and every struct's size against mamba2_struct_size.
 """
 from __future__ import annotations
 
@@ -38,6 +39,9 @@ STATUS_OUT_OF_MEMORY = 3
 STATUS_WORKSPACE_TOO_SMALL = 4
 STATUS_BACKEND_UNAVAILABLE = 5
 STATUS_INTERNAL_ERROR = 6
+STATUS_BUSY = 7  # the context is in use by a call from another thread
+
+ABI_VERSION = 1  # MAMBA2C_ABI_VERSION this binding is written for
 
 # mamba2_dtype_t
 DT_F32, DT_F64, DT_BF16, DT_F16, DT_I32, DT_I64 = range(6)
@@ -62,6 +66,7 @@ _I64 = ctypes.c_int64
 _INT = ctypes.c_int  # C enums (mamba2_dtype_t, mamba2_activation_t)
 _F64 = ctypes.c_double
 _PTR = _VP  # const mamba2_tensor_t *
+_U32 = ctypes.c_uint32
 
 SIZEOF = object()  # a constant field's value: the struct's own size (ABI v1 struct_size)
 
@@ -71,34 +76,45 @@ SIZEOF = object()  # a constant field's value: the struct's own size (ABI v1 str
 # ---------------------------------------------------------------------------------------
 #   name: (fields, default-constructor symbol or None, its non-zero defaults)
 
+#   Every options and grads struct starts with uint32_t struct_size (ABI v1), a constant
+#   field the packers fill with the struct's sizeof; structs are append-only.
+_SS = ("struct_size", _U32, SIZEOF)
+
 STRUCTS: Dict[str, Tuple[list, Optional[str], dict]] = {
     "tensor": ([("data", _VP), ("dtype", _INT), ("rank", _I32),
                 ("shape", _I64 * MAX_RANK), ("stride", _I64 * MAX_RANK)], None, {}),
-    "ssd_options": ([("chunk_size", _I64), ("D", _PTR), ("z", _PTR), ("dt_bias", _PTR),
+    "ssd_options": ([_SS, ("chunk_size", _I64), ("D", _PTR), ("z", _PTR), ("dt_bias", _PTR),
                      ("initial_state", _PTR), ("cu_seqlens", _PTR), ("state_positions", _PTR),
-                     ("dt_softplus", _I32), ("dt_limit_lo", _F64), ("dt_limit_hi", _F64),
-                     ("out_x", _PTR)],
+                     ("dt_softplus", _I32), ("dt_limit_lo", _F64), ("dt_limit_hi", _F64)],
                     "mamba2_ssd_options_default", {"chunk_size": 256, "dt_limit_hi": math.inf}),
-    "ssd_grads": ([(n, _PTR) for n in ("dx", "ddt", "dA", "dBm", "dCm", "dD", "dz", "ddt_bias",
-                                       "dinitial_state")], None, {}),
-    "ssd_step_options": ([("D", _PTR), ("z", _PTR), ("dt_bias", _PTR), ("state_indices", _PTR),
-                          ("dt_softplus", _I32), ("dt_limit_lo", _F64), ("dt_limit_hi", _F64)],
+    "ssd_grads": ([_SS] + [(n, _PTR) for n in ("dx", "ddt", "dA", "dBm", "dCm", "dD", "dz",
+                                               "ddt_bias", "dinitial_state")], None, {}),
+    "ssd_chunked_options": ([_SS, ("chunk_size", _I64), ("D", _PTR), ("z", _PTR),
+                             ("dt_bias", _PTR), ("initial_state", _PTR), ("dt_softplus", _I32),
+                             ("dt_limit_lo", _F64), ("dt_limit_hi", _F64)],
+                            "mamba2_ssd_chunked_options_default",
+                            {"chunk_size": 256, "dt_limit_hi": math.inf}),
+    "ssd_step_options": ([_SS, ("D", _PTR), ("z", _PTR), ("dt_bias", _PTR),
+                          ("state_indices", _PTR), ("dt_softplus", _I32), ("dt_limit_lo", _F64),
+                          ("dt_limit_hi", _F64)],
                          "mamba2_ssd_step_options_default", {"dt_limit_hi": math.inf}),
-    "rmsnorm_gated_options": ([("eps", _F64), ("group_size", _I64), ("norm_before_gate", _I32)],
+    "rmsnorm_gated_options": ([_SS, ("eps", _F64), ("group_size", _I64),
+                               ("norm_before_gate", _I32)],
                               "mamba2_rmsnorm_gated_options_default", {"eps": 1e-5}),
-    "rmsnorm_gated_grads": ([(n, _PTR) for n in ("dx", "dz", "dweight", "dbias")], None, {}),
-    "conv1d_options": ([("bias", _PTR), ("initial_conv_state", _PTR), ("cu_seqlens", _PTR),
+    "rmsnorm_gated_grads": ([_SS] + [(n, _PTR) for n in ("dx", "dz", "dweight", "dbias")],
+                            None, {}),
+    "conv1d_options": ([_SS, ("bias", _PTR), ("initial_conv_state", _PTR), ("cu_seqlens", _PTR),
                         ("activation", _INT)], "mamba2_conv1d_options_default", {}),
-    "conv1d_grads": ([(n, _PTR) for n in ("dx", "dweight", "dbias", "dinitial_conv_state")],
-                     None, {}),
-    "conv1d_step_options": ([("bias", _PTR), ("state_indices", _PTR), ("activation", _INT)],
+    "conv1d_grads": ([_SS] + [(n, _PTR) for n in ("dx", "dweight", "dbias",
+                                                  "dinitial_conv_state")], None, {}),
+    "conv1d_step_options": ([_SS, ("bias", _PTR), ("state_indices", _PTR), ("activation", _INT)],
                             "mamba2_conv1d_step_options_default", {}),
 }
 
-# mamba2_struct_id_t (ABI v1: mamba2_struct_size(id)); checked only when the library has it
-STRUCT_IDS = {"tensor": 0, "ssd_options": 1, "ssd_grads": 2, "rmsnorm_gated_options": 4,
-              "rmsnorm_gated_grads": 5, "conv1d_options": 6, "conv1d_grads": 7,
-              "conv1d_step_options": 8, "ssd_step_options": 9}
+# mamba2_struct_id_t: mamba2_struct_size(id), checked for every struct at load time
+STRUCT_IDS = {"tensor": 0, "ssd_options": 1, "ssd_grads": 2, "ssd_chunked_options": 3,
+              "rmsnorm_gated_options": 4, "rmsnorm_gated_grads": 5, "conv1d_options": 6,
+              "conv1d_grads": 7, "conv1d_step_options": 8, "ssd_step_options": 9}
 
 _CODE = {_VP: "P", _I32: "i", _I64: "q", _F64: "d", _SZ: "N", ctypes.c_uint32: "I"}
 if _INT is not _I32:
@@ -160,6 +176,7 @@ LAYOUTS = {name: Layout(name, *spec) for name, spec in STRUCTS.items()}
 TENSOR = LAYOUTS["tensor"]
 SSD_OPTIONS = LAYOUTS["ssd_options"]
 SSD_GRADS = LAYOUTS["ssd_grads"]
+SSD_CHUNKED_OPTIONS = LAYOUTS["ssd_chunked_options"]
 SSD_STEP_OPTIONS = LAYOUTS["ssd_step_options"]
 RMSNORM_OPTIONS = LAYOUTS["rmsnorm_gated_options"]
 RMSNORM_GRADS = LAYOUTS["rmsnorm_gated_grads"]
@@ -195,14 +212,16 @@ PROTOTYPES = {
     "mamba2_context_get_num_threads": (_I32, [_VP]),
     "mamba2_context_get_isa": (ctypes.c_char_p, [_VP]),
     "mamba2_context_force_isa": (ctypes.c_int, [_VP, ctypes.c_char_p]),
-    # ctx, out, final_state, x, dt, A, Bm, Cm, opts, workspace, workspace_size
-    "mamba2_ssd_forward": _ops(10, True),
-    # ctx, out, final_state, position_states, x, dt, A, Bm, Cm, opts, workspace, size
-    "mamba2_ssd_forward_states": _ops(11, True),
-    # ctx, grads, dout, dfinal_state, x, dt, A, Bm, Cm, opts, workspace, workspace_size
-    "mamba2_ssd_backward": _ops(11, True),
-    # ctx, grads, dout, dfinal_state, x, dt, A, Bm, Cm, opts, size_t *workspace_size
-    "mamba2_ssd_backward_workspace_size": _ops(11),
+    "mamba2_abi_version": (_U32, []),
+    "mamba2_struct_size": (_SZ, [ctypes.c_int]),
+    # ctx, out, out_x, final_state, x, dt, A, Bm, Cm, opts, workspace, workspace_size
+    "mamba2_ssd_forward": _ops(11, True),
+    # ctx, out, out_x, final_state, position_states, x, dt, A, Bm, Cm, opts, workspace, size
+    "mamba2_ssd_forward_states": _ops(12, True),
+    # ctx, grads, dout, dfinal_state, x, dt, A, Bm, Cm, out_x, opts, workspace, workspace_size
+    "mamba2_ssd_backward": _ops(12, True),
+    # ctx, grads, dout, dfinal_state, x, dt, A, Bm, Cm, out_x, opts, size_t *workspace_size
+    "mamba2_ssd_backward_workspace_size": _ops(12),
     # ctx, out, rstd, x, z, weight, bias, opts, workspace, workspace_size
     "mamba2_rmsnorm_gated_forward": _ops(9, True),
     # ctx, grads, dout, x, z, weight, bias, rstd, opts, workspace, workspace_size
@@ -229,14 +248,16 @@ PROTOTYPES = {
 # ---------------------------------------------------------------------------------------
 
 # the tensors mamba2_ssd_options_t points at, in the order _options() fills them
-SSD_OPTION_TENSORS = ("D", "z", "dt_bias", "initial_state", "cu_seqlens", "state_positions",
-                      "out_x")
+SSD_OPTION_TENSORS = ("D", "z", "dt_bias", "initial_state", "cu_seqlens", "state_positions")
+# those of mamba2_ssd_chunked_options_t (the staged stages; _chunked_options())
+CHUNKED_OPTION_TENSORS = ("D", "z", "dt_bias", "initial_state")
 
 SLOTS = {
-    "ssd_forward": ("out", "final_state", "x", "dt", "A", "B", "C", *SSD_OPTION_TENSORS,
-                    "position_states"),
+    "ssd_forward": ("out", "out_x", "final_state", "x", "dt", "A", "B", "C",
+                    *SSD_OPTION_TENSORS, "position_states"),
     "ssd_backward": ("dx", "ddt", "dA", "dB", "dC", "dD", "dz", "ddt_bias", "dinitial_state",
-                     "dout", "dfinal_state", "x", "dt", "A", "B", "C", *SSD_OPTION_TENSORS),
+                     "dout", "dfinal_state", "x", "dt", "A", "B", "C", "out_x",
+                     *SSD_OPTION_TENSORS),
     "ssd_probe": ("out", "final_state", "x", "dt", "A", "B", "C", *SSD_OPTION_TENSORS),
     "rmsnorm_forward": ("out", "rstd", "x", "z", "weight", "bias"),
     "rmsnorm_backward": ("dx", "dz", "dweight", "dbias", "dout", "x", "z", "weight", "bias",
@@ -249,13 +270,13 @@ SLOTS = {
     # the decode step's block: these 12 descriptors, then the options struct (see steps.py)
     "ssd_step": ("state", "out", "all_states", "x", "dt", "A", "B", "C", "D", "z", "dt_bias",
                  "state_indices", "options"),
-    "chunk_cumsum": ("dt_out", "dA_cumsum", "dt", "A", *SSD_OPTION_TENSORS),
-    "bmm_chunk": ("CB", "B", "C", *SSD_OPTION_TENSORS),
-    "chunk_state": ("states", "x", "B", "dt_out", "dA_cumsum", *SSD_OPTION_TENSORS),
+    "chunk_cumsum": ("dt_out", "dA_cumsum", "dt", "A", *CHUNKED_OPTION_TENSORS),
+    "bmm_chunk": ("CB", "B", "C", *CHUNKED_OPTION_TENSORS),
+    "chunk_state": ("states", "x", "B", "dt_out", "dA_cumsum", *CHUNKED_OPTION_TENSORS),
     "state_passing": ("states_start", "final_state", "states", "dA_cumsum",
-                      *SSD_OPTION_TENSORS),
+                      *CHUNKED_OPTION_TENSORS),
     "chunk_scan": ("out", "CB", "x", "dt_out", "dA_cumsum", "C", "states_start",
-                   *SSD_OPTION_TENSORS),
+                   *CHUNKED_OPTION_TENSORS),
 }
 
 SLOT = {op: namedtuple(f"{op}_slots", names)(*(i * TSZ for i in range(len(names))))
@@ -273,7 +294,16 @@ class _Ret256(ctypes.Structure):
 
 def bind(lib) -> None:
     """Set argtypes/restype of every entry point once (ctypes then converts cheaply); an
-    AttributeError names a missing symbol (a library older than this binding)."""
+    AttributeError names a missing symbol (a library older than this binding). A library of
+    another ABI version is refused before any prototype is bound."""
+    ver = getattr(lib, "mamba2_abi_version", None)
+    if ver is None:
+        raise OSError(f"mamba2c: the library has no mamba2_abi_version: it predates ABI "
+                      f"{ABI_VERSION}, which this binding needs (rebuild libmamba2c)")
+    ver.restype, ver.argtypes = _U32, []
+    if ver() != ABI_VERSION:
+        raise OSError(f"mamba2c: the library has ABI version {ver()}; this binding needs "
+                      f"{ABI_VERSION} (library and binding from different releases)")
     for name, (res, args) in PROTOTYPES.items():
         fn = getattr(lib, name)
         fn.restype = res
@@ -292,12 +322,11 @@ def check_abi(lib) -> None:
     mine = TENSOR.pack(0x1000, DT_F64, 2, 3, 5, 0, 0, 0, 0, 7, 1, 0, 0, 0, 0)
     if bytes(t) != mine:
         raise OSError("mamba2c: mamba2_tensor_t layout differs from the binding's packing")
-    size_of = getattr(lib, "mamba2_struct_size", None)
-    if size_of is not None:
-        size_of.restype, size_of.argtypes = _SZ, [ctypes.c_int]
+    size_of = lib.mamba2_struct_size
+    size_of.restype, size_of.argtypes = _SZ, [ctypes.c_int]
     for name, lay in LAYOUTS.items():
-        sid = STRUCT_IDS.get(name)
-        if size_of is not None and sid is not None and size_of(sid) != lay.size:
+        sid = STRUCT_IDS[name]
+        if size_of(sid) != lay.size:
             raise OSError(f"mamba2c: the library's {name} struct has {size_of(sid)} bytes, the "
                           f"binding's {lay.size} (library and binding from different headers)")
         if lay.default_fn is None:

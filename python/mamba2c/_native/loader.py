@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Optional
 
 from . import abi
-from .abi import (STATUS_BACKEND_UNAVAILABLE, STATUS_INVALID_ARGUMENT, STATUS_OUT_OF_MEMORY,
-                  STATUS_UNSUPPORTED)
+from .abi import (STATUS_BACKEND_UNAVAILABLE, STATUS_BUSY, STATUS_INVALID_ARGUMENT,
+                  STATUS_OUT_OF_MEMORY, STATUS_UNSUPPORTED)
 
 # ---------------------------------------------------------------------------------------
 # Errors
@@ -50,6 +50,11 @@ class Mamba2RuntimeError(Mamba2Error, RuntimeError):
     """MAMBA2_STATUS_WORKSPACE_TOO_SMALL / INTERNAL_ERROR (a bug: please report)."""
 
 
+class Mamba2BusyError(Mamba2Error, RuntimeError):
+    """MAMBA2_STATUS_BUSY: the C context was in use by a call from another thread (the
+    binding keeps one context per thread, so this means a context was shared by hand)."""
+
+
 class DeviceError(NotImplementedError):
     """A tensor lives on a device this build cannot compute on (anything but CPU)."""
 
@@ -69,6 +74,8 @@ def _raise_status(status: int, fn: str) -> None:
         cls = Mamba2NotImplementedError
     elif status == STATUS_OUT_OF_MEMORY:
         cls = Mamba2MemoryError
+    elif status == STATUS_BUSY:
+        cls = Mamba2BusyError
     else:
         cls = Mamba2RuntimeError
     err = cls(text)

@@ -90,8 +90,9 @@ def _probe_half(backend: int, code: int) -> bool:
         popt = _options(s, [], S, 1, None, None, None, None, None, False, 0.0, math.inf,
                         torch.float32, DT_F32)
         try:
-            st = lib.mamba2_ssd_forward(context._context(backend),
-                                        *[s.base + getattr(S, k) for k in order], popt, None, 0)
+            st = lib.mamba2_ssd_forward(context._context(backend), s.base + S.out, None,
+                                        *[s.base + getattr(S, k) for k in order[1:]], popt,
+                                        None, 0)
         except Exception:  # e.g. a backend that cannot create a context
             st = -1
         ok = _half_ok[key] = st == STATUS_OK

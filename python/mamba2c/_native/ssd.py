@@ -28,7 +28,7 @@ def ssd_forward(x, dt, A, B, C, chunk_size: int, D=None, z=None, dt_bias=None,
     """One call of mamba2_ssd_forward. Returns (out [B,L,H,P] in x.dtype,
     final_state [S,H,P,N] in the parameter dtype: float32, or float64 for float64 input).
     return_out_x: also return out_x [B,L,H,P] in x.dtype, the output before the z gate
-    (y + D x; options.out_x), which ssd_backward(out_x=...) takes instead of recomputing y
+    (y + D x; the C call's out_x output), which ssd_backward(out_x=...) takes instead of recomputing y
     for dz — (out, final_state, out_x); out_x is None (not allocated) without z.
     No autograd here (see _custom_ops.py)."""
     r = _ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
@@ -73,24 +73,28 @@ def _ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_s
     _out_desc(buf, F.final_state, final, code)
     # out_x (the output before the gate) only helps the backward with z: else not allocated
     out_x = torch.empty(Bsz, L, H, P, dtype=adtype) if want_out_x and z is not None else None
+    p_ox = 0
+    if out_x is not None:
+        _out_desc(buf, F.out_x, out_x, acode)
+        p_ox = base + F.out_x
     keep = [_desc(buf, F.x, "x", x, adtype, acode),
             _desc(buf, F.dt, "dt", dt, adtype, acode),
             _desc(buf, F.A, "A", A, cdtype, code),
             _desc(buf, F.B, "B", B, adtype, acode),
             _desc(buf, F.C, "C", C, adtype, acode)]
     p_o = _options(s, keep, F, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
-                   dt_softplus, dt_lo, dt_hi, cdtype, code, positions, adtype, acode, out_x)
+                   dt_softplus, dt_lo, dt_hi, cdtype, code, positions, adtype, acode)
     ctx = _context(backend)
     pos_states = None
     if positions is None:
-        st = lib.mamba2_ssd_forward(ctx, base + F.out, base + F.final_state, base + F.x,
+        st = lib.mamba2_ssd_forward(ctx, base + F.out, p_ox, base + F.final_state, base + F.x,
                                     base + F.dt, base + F.A, base + F.B, base + F.C, p_o,
                                     None, 0)
         fname = "mamba2_ssd_forward"
     else:
         pos_states = torch.empty(positions.shape[0], H, P, N, dtype=cdtype)
         _out_desc(buf, F.position_states, pos_states, code)
-        st = lib.mamba2_ssd_forward_states(ctx, base + F.out, base + F.final_state,
+        st = lib.mamba2_ssd_forward_states(ctx, base + F.out, p_ox, base + F.final_state,
                                            base + F.position_states, base + F.x, base + F.dt,
                                            base + F.A, base + F.B, base + F.C, p_o, None, 0)
         fname = "mamba2_ssd_forward_states"
@@ -152,11 +156,15 @@ def ssd_backward(dout, dfinal, x, dt, A, B, C, chunk_size: int, D=None, z=None, 
              _desc(buf, Sl.A, "A", A, cdtype, code),
              _desc(buf, Sl.B, "B", B, adtype, acode),
              _desc(buf, Sl.C, "C", C, adtype, acode)]
+    p_ox = 0
+    if out_x is not None:  # an input here: the forward's out_x
+        keep.append(_desc(buf, Sl.out_x, "out_x", out_x, adtype, acode))
+        p_ox = base + Sl.out_x
     p_o = _options(s, keep, Sl, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
-                   dt_softplus, dt_lo, dt_hi, cdtype, code, None, adtype, acode, out_x)
+                   dt_softplus, dt_lo, dt_hi, cdtype, code, None, adtype, acode)
     ctx = _context(backend)
     args = (ctx, base + s.grd_off, base + Sl.dout, p_df, base + Sl.x, base + Sl.dt,
-            base + Sl.A, base + Sl.B, base + Sl.C, p_o)
+            base + Sl.A, base + Sl.B, base + Sl.C, p_ox, p_o)
     st = lib.mamba2_ssd_backward_workspace_size(*args, ctypes.addressof(s.ws_query))
     if st:
         _raise_status(st, "mamba2_ssd_backward")

@@ -2,8 +2,8 @@
 mamba2_ssd_chunk_cumsum / bmm_chunk / chunk_state / state_passing / chunk_scan.
 
 Q = chunk_size, K = ceil(L/Q). Staged tensors are float32 (float64 for float64
-activations); outputs are allocated here. Every stage takes mamba2_ssd_options_t, packed
-by tensors._options at the stage's own slots (abi.SLOT)."""
+activations); outputs are allocated here. Every stage takes mamba2_ssd_chunked_options_t,
+packed by tensors._options at the stage's own slots (abi.SLOT)."""
 from __future__ import annotations
 
 import math

@@ -90,13 +90,14 @@ def _cu_prep(cu):
 
 
 def _options(s, keep: list, slots, chunk_size, D, z, dt_bias, init, cu, dt_softplus, dt_lo,
-             dt_hi, cdtype, code, positions=None, zdtype=None, zcode=None, out_x=None) -> int:
-    """Pack the tensors mamba2_ssd_options_t points at (at their `slots`, an abi.SLOT entry
-    naming abi.SSD_OPTION_TENSORS) and the options struct; returns its address. z and out_x,
-    activations, are described in (zdtype, zcode) when given (half storage), else like the
-    parameters in (cdtype, code)."""
+             dt_hi, cdtype, code, positions=None, zdtype=None, zcode=None) -> int:
+    """Pack the tensors an SSD options struct points at (at their `slots`, an abi.SLOT entry
+    naming abi.SSD_OPTION_TENSORS, or abi.CHUNKED_OPTION_TENSORS for a staged stage, whose
+    mamba2_ssd_chunked_options_t has no cu_seqlens / state_positions) and the struct; returns
+    its address. z, an activation, is described in (zdtype, zcode) when given (half
+    storage), else like the parameters in (cdtype, code)."""
     buf, base = s.buf, s.base
-    pD = pz = pb = pi = pc = pp = px = 0
+    pD = pz = pb = pi = pc = pp = 0
     if D is not None:
         keep.append(_desc(buf, slots.D, "D", D, cdtype, code))
         pD = base + slots.D
@@ -118,12 +119,12 @@ def _options(s, keep: list, slots, chunk_size, D, z, dt_bias, init, cu, dt_softp
     if positions is not None:
         keep.append(_index_desc(buf, slots.state_positions, positions, "state_positions"))
         pp = base + slots.state_positions
-    if out_x is not None:
-        keep.append(_desc(buf, slots.out_x, "out_x", out_x, zdtype or cdtype,
-                          code if zcode is None else zcode))
-        px = base + slots.out_x
-    abi.SSD_OPTIONS.pack_into(buf, s.opt_off, int(chunk_size), pD, pz, pb, pi, pc, pp,
-                              1 if dt_softplus else 0, float(dt_lo), float(dt_hi), px)
+    if not hasattr(slots, "cu_seqlens"):  # a staged stage: mamba2_ssd_chunked_options_t
+        abi.SSD_CHUNKED_OPTIONS.pack_into(buf, s.opt_off, int(chunk_size), pD, pz, pb, pi,
+                                          1 if dt_softplus else 0, float(dt_lo), float(dt_hi))
+    else:
+        abi.SSD_OPTIONS.pack_into(buf, s.opt_off, int(chunk_size), pD, pz, pb, pi, pc, pp,
+                                  1 if dt_softplus else 0, float(dt_lo), float(dt_hi))
     return base + s.opt_off
 
 
