@@ -57,6 +57,7 @@ def test_a_shared_context_reports_busy_not_a_deadlock():
     """The binding keeps one context per thread; a context shared by hand across two
     threads must give BUSY (or succeed), never hang."""
     lib = _native.load()
+    _native._state()  # this thread's scratch and context table
     ctx = _native._context(abi.BACKEND_CPU)
     x = torch.randn(2, 256, 8, 32)
     dt = torch.rand(2, 256, 8) * 0.1
