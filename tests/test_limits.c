@@ -53,7 +53,10 @@ static void expect_answer(const char *what, mamba2_status_t st, int want_refused
 
 /* The forward and backward queries of problem p (backward: the gradients `grads`, a mask of
  * DX, DA, DBM), then both calls with a 64-byte workspace. refused: the queries must refuse. */
+static const char *only; /* -k NAME: only the problems whose name contains NAME */
+
 static void run(mamba2_context_t *ctx, const prob *p, unsigned grads, int refused) {
+    if (only && !strstr(p->name, only)) return;
     mamba2_tensor_t t[NT];
     make(p, t);
     th_begin("%s [B,L,H,P,N,G]=[%lld,%lld,%lld,%lld,%lld,%lld]", p->name, (long long)p->B,
@@ -85,8 +88,10 @@ static void run(mamba2_context_t *ctx, const prob *p, unsigned grads, int refuse
 }
 
 int main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
+    for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-v")) th_set_verbose(1);
+        if (!strcmp(argv[i], "-k") && i + 1 < argc) only = argv[++i];
+    }
     const int64_t K = 1024, M = K * K, G1 = M * K, T40 = G1 * K;
     const unsigned dx = 1u << DX, all = dx | (1u << DA) | (1u << DBM);
     /* a state of one head beyond size_t: the snapshot count divided by a wrapped product, the

@@ -32,9 +32,10 @@
  *
  * Workspace (64-byte aligned inside the caller's buffer; nothing is allocated): a global
  * region, then one region per thread, each a list of buffers (FWD_GLOBAL, FWD_THREAD,
- * BWD_GLOBAL, BWD_THREAD below) laid out with checked arithmetic (fwd_plan_make,
- * bwd_plan_make: a size that does not fit is refused, never wrapped) and bound to typed
- * pointers per task (fwd_bind, bwd_bind). The *_workspace queries report the plan's total.
+ * BWD_GLOBAL, BWD_THREAD below) laid out with checked arithmetic (m2_ssdc_fwd_plan,
+ * bwd_plan_make in ssd_cpu_bwd.c: a size that does not fit is refused with OUT_OF_MEMORY,
+ * never wrapped) and bound to typed pointers per task (fwd_bind, bwd_bind). The *_workspace
+ * queries report the plan's total.
  *
  * Determinism: every value is produced by one task, and every sum over tasks runs in an
  * order fixed by the problem alone:

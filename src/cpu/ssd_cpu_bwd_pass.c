@@ -194,6 +194,7 @@ static void bwd_recompute(const bwd_job *J, int64_t b, const m2_view *vin, int64
                      NULL, NULL, NULL);
     }
 }
+
 /* One head set's backward over a token range: what its passes share. */
 typedef struct bwd_set {
     const bwd_job *J;
@@ -237,8 +238,9 @@ static void pass_a_sweeps(const bwd_set *s, int64_t k, int64_t u, int64_t Tb) {
         if (pl->want_y) m2_ssdc_rows_act(pr, K, Cp + q * TN, &pr->Cm, b, u, g0 + q, Tb, N, Np, cv);
         if (pl->want_y || pl->want_decay)
             for (int64_t i = 0; i < Tb; i++)
-                cbv[q * T + i] = (float)K->dot(N, act_in(pr, K, &pr->Bm, b, u + i, g0 + q, N, cv),
-                                               act_in(pr, K, &pr->Cm, b, u + i, g0 + q, N, cv + RW));
+                cbv[q * T + i] =
+                    (float)K->dot(N, act_in(pr, K, &pr->Bm, b, u + i, g0 + q, N, cv),
+                                  act_in(pr, K, &pr->Cm, b, u + i, g0 + q, N, cv + RW));
     }
     const int64_t v = u + Tb, Tn = s->t1 - v < T ? s->t1 - v : T;
     /* the λ restart snapshots (pass B) are the sweep's second copy of its end state */
@@ -295,7 +297,8 @@ static void pass_a_rows(const bwd_set *s, int64_t u, int64_t Tb) {
                  * a_t dy·(S_{t-1} C) = C·acc, and the dCm row Ŝ_tᵀ r = acc + (r·u) B */
                 float *ar = acc + j * TN + i * Np;
                 if (pl->want_decay)
-                    s1[(t - t0) * nh + j] = K->dot(N, act_in(pr, K, &pr->Cm, b, t, h / hpg, N, cv), ar);
+                    s1[(t - t0) * nh + j] =
+                        K->dot(N, act_in(pr, K, &pr->Cm, b, t, h / hpg, N, cv), ar);
                 if (pl->want_dc) {
                     const float ru = (float)K->dot(P, rb + jt, ub + jt);
                     const float *Br = act_in(pr, K, &pr->Bm, b, t, h / hpg, N, cv + RW);
@@ -333,7 +336,8 @@ static void pass_a(const bwd_set *s) {
         if (pl->want_decay)
             for (int64_t j = 0; j < nh; j++) {
                 unsigned char st = 0;
-                for (int64_t i = 0; i < Tb; i++) st |= (double)d[j * T + i] * s->Ah[j] < BWD_STRONG_LOG;
+                for (int64_t i = 0; i < Tb; i++)
+                    st |= (double)d[j * T + i] * s->Ah[j] < BWD_STRONG_LOG;
                 ws->strong[k * nh + j] = st;
             }
         if (!pl->need_a_rows) continue;
@@ -354,7 +358,8 @@ static void pass_a(const bwd_set *s) {
                     for (int64_t p = 0; p < P; p++) sd += (double)dDacc[j * Pp + p];
                     s->pD[j] += sd;
                 } else {
-                    for (int64_t p = 0; p < P; p++) s->pD[j * pl->nD + p] += (double)dDacc[j * Pp + p];
+                    for (int64_t p = 0; p < P; p++)
+                        s->pD[j * pl->nD + p] += (double)dDacc[j * Pp + p];
                 }
             }
             memset(dDacc, 0, (size_t)(nh * Pp) * sizeof(float));
@@ -463,7 +468,8 @@ static void pass_b(const bwd_set *s, const m2_view *vdf, int64_t dfi) {
             for (int64_t e = k0 * nh; e < (k + 1) * nh; e++) any |= ws->strong[e];
             if (any)
                 bwd_recompute(s->J, b, s->vin, s->in, t0, t1, h0, nh, g0, s->ng, k0, k, ws->cb,
-                              k0 == 0 ? NULL : snap + (k0 / M - 1) * nh * SN, ws->stmp, ws->rcs, ws);
+                              k0 == 0 ? NULL : snap + (k0 / M - 1) * nh * SN, ws->stmp, ws->rcs,
+                              ws);
         }
         for (int64_t j = 0; j < nh; j++) ws->ctmp[j] = ws->cb[k * nh + j];
         K->dt_block(nh, Tb, T, act_dt(pr, K, b, u, h0, nh, Tb, ws->cvd), ACT_DT_LD(nh), s->dtb,

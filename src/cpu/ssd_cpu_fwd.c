@@ -65,6 +65,11 @@ int64_t m2_ssdc_head_set(const m2_ssd_problem *pr, int64_t items, int nthr, size
 
 mamba2_status_t m2_ssdc_fwd_plan(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
                                  fwd_plan *pl) {
+    /* the core bounds every size by MAX_DIM; checked again here so that the int64 arithmetic
+     * below (round_up, a product of two sizes) cannot overflow whoever calls */
+    const int64_t dims[7] = {pr->B, pr->L, pr->H, pr->P, pr->N, pr->G, pr->nseq};
+    for (int i = 0; i < 7; i++)
+        if (dims[i] < 0 || dims[i] > MAX_DIM) return m2_ssdc_too_big(pr, "forward");
     const m2_cpu_kernels *K = m2_ssdc_fwd_kernels(ctx, pr);
     pl->T = FWD_BLOCK;
     pl->pf_how = ctx->amd ? M2_PF_NTA : M2_PF_L2;
