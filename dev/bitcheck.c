@@ -8,6 +8,9 @@
  *   cc -O2 -Iinclude dev/bitcheck.c -Lbuild -lmamba2c -lm -Wl,-rpath,$PWD/build -o /tmp/bitcheck
  *   /tmp/bitcheck > /tmp/now.txt && diff dev/bitcheck_baseline.txt /tmp/now.txt
  *
+ * (The ws_fwd / ws_bwd lines are the workspace queries: a layout change moves them without
+ * changing a result; `grep -v ' ws_'` on both sides compares the hashes alone.)
+ *
  * Problems: the three benchmark shapes (L shortened), one whose sequence the backend splits
  * across tasks (L not a multiple of 64, strong decays: the direct decay contraction), one
  * varlen (cu_seqlens; one sequence split) with odd P, N and state positions, one small one
