@@ -44,6 +44,10 @@ typedef struct m2_rmsnorm_kernels {
 } m2_rmsnorm_kernels;
 
 extern const m2_rmsnorm_kernels m2_rmsnorm_kernels_scalar; /* rmsnorm_kernels_scalar.c      */
+#if defined(M2_KSETS_X86)
 extern const m2_rmsnorm_kernels m2_rmsnorm_kernels_avx2;   /* rmsnorm_kernels_avx2.c, -mavx2 */
+#elif defined(M2_KSETS_NEON)
+extern const m2_rmsnorm_kernels m2_rmsnorm_kernels_neon;   /* rmsnorm_kernels_neon.c         */
+#endif
 
 #endif /* MAMBA2C_CPU_RMSNORM_KERNELS_H */
