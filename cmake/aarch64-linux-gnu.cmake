@@ -8,7 +8,6 @@ set(CMAKE_SYSTEM_PROCESSOR aarch64)
 
 set(MAMBA2C_CROSS_PREFIX aarch64-linux-gnu-)
 set(CMAKE_C_COMPILER ${MAMBA2C_CROSS_PREFIX}gcc)
-set(CMAKE_CXX_COMPILER ${MAMBA2C_CROSS_PREFIX}g++)
 
 # The target's libraries and headers (libc6-dev-arm64-cross) only, never the host's.
 set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu)
