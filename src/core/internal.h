@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stddef.h>
 
+#include "core/ksets.h"
 #include "mamba2c.h"
 
 /* A validated tensor: data pointer and element strides (outermost first, padded with 0).

@@ -23,6 +23,8 @@
 
 #include <stdint.h>
 
+#include "core/ksets.h"
+
 #define M2C1_MAX_W 8        /* largest kernel width (W in 1..8)                           */
 #define M2C1_BLOCK_ALIGN 16 /* channel blocks start at multiples of this (AVX-512: 16 lanes) */
 

@@ -21,6 +21,8 @@
 
 #include <stdint.h>
 
+#include "core/ksets.h"
+
 /*
  * Cache lines to prefetch while a block's sweeps run: rows of the streamed tensors the block's
  * epilogue or the next block reads (ssd_cpu.c builds one plan per block for a set of heads,

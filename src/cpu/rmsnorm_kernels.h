@@ -13,6 +13,8 @@
 
 #include <stdint.h>
 
+#include "core/ksets.h"
+
 /* One row's group for the backward; every pointer already offset to the group. */
 typedef struct m2_rms_row {
     const float *x, *z, *dout; /* z may be NULL                                       */

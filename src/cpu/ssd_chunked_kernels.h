@@ -16,6 +16,8 @@
 
 #include <stdint.h>
 
+#include "core/ksets.h"
+
 typedef struct m2_ssd_chunk_kernels {
     const char *isa;
 

@@ -15,6 +15,8 @@
 
 #include <stdint.h>
 
+#include "core/ksets.h"
+
 typedef struct m2_ssd_step_kernels {
     const char *isa;
 
