@@ -129,9 +129,9 @@ MAMBA2_API mamba2_status_t mamba2_context_set_num_threads(mamba2_context_t *ctx,
 MAMBA2_API int32_t mamba2_context_get_num_threads(const mamba2_context_t *ctx);
 MAMBA2_API mamba2_backend_t mamba2_context_get_backend(const mamba2_context_t *ctx);
 /* The SIMD kernel set the CPU backend chose at run time: "avx512" (conv1d has AVX-512
- * kernels; the other ops run their AVX2 ones), "avx2+fma" or "scalar".
+ * kernels; the other ops run their AVX2 ones), "avx2+fma", "neon" (AArch64) or "scalar".
  * mamba2_context_force_isa(ctx, name) picks one of "scalar" (the portable path, for tests),
- * "avx2+fma" (or "avx2"), "avx512" (UNSUPPORTED where the CPU lacks it) or "auto"; the
+ * "avx2+fma" (or "avx2"), "avx512", "neon" (UNSUPPORTED where the CPU lacks it) or "auto"; the
  * environment variable MAMBA2C_ISA=scalar|avx2 caps the level the library may use. */
 MAMBA2_API const char *mamba2_context_get_isa(const mamba2_context_t *ctx);
 MAMBA2_API mamba2_status_t mamba2_context_force_isa(mamba2_context_t *ctx, const char *isa);

@@ -78,7 +78,12 @@ mamba2_backend_t mamba2_context_get_backend(const mamba2_context_t *ctx) {
 const char *mamba2_context_get_isa(const mamba2_context_t *ctx) {
     if (!ctx) return "none";
     if (ctx->backend == MAMBA2_BACKEND_REF) return "reference";
-    return ctx->isa == M2_ISA_AVX512 ? "avx512" : ctx->isa == M2_ISA_AVX2 ? "avx2+fma" : "scalar";
+    switch (ctx->isa) {
+    case M2_ISA_AVX512: return "avx512";
+    case M2_ISA_AVX2: return "avx2+fma";
+    case M2_ISA_NEON: return "neon";
+    default: return "scalar";
+    }
 }
 
 mamba2_status_t mamba2_context_force_isa(mamba2_context_t *ctx, const char *isa) {
@@ -89,19 +94,26 @@ mamba2_status_t mamba2_context_force_isa(mamba2_context_t *ctx, const char *isa)
         ctx->isa = M2_ISA_SCALAR;
         return MAMBA2_STATUS_OK;
     }
-    /* a set below the detected level is always usable (the levels are ordered) */
+    /* a set below the detected level of the same architecture is always usable */
     if (strcmp(isa, "avx2+fma") == 0 || strcmp(isa, "avx2") == 0) {
-        if (m2_detect_isa() < M2_ISA_AVX2)
+        if (!m2_isa_usable(M2_ISA_AVX2, m2_detect_isa()))
             return m2_error(MAMBA2_STATUS_UNSUPPORTED,
                             "this CPU does not support AVX2+FMA (or MAMBA2C_ISA caps it)");
         ctx->isa = M2_ISA_AVX2;
         return MAMBA2_STATUS_OK;
     }
     if (strcmp(isa, "avx512") == 0) {
-        if (m2_detect_isa() < M2_ISA_AVX512)
+        if (!m2_isa_usable(M2_ISA_AVX512, m2_detect_isa()))
             return m2_error(MAMBA2_STATUS_UNSUPPORTED,
                             "this CPU does not support AVX-512 F/VL/BW/DQ (or MAMBA2C_ISA caps it)");
         ctx->isa = M2_ISA_AVX512;
+        return MAMBA2_STATUS_OK;
+    }
+    if (strcmp(isa, "neon") == 0) {
+        if (!m2_isa_usable(M2_ISA_NEON, m2_detect_isa()))
+            return m2_error(MAMBA2_STATUS_UNSUPPORTED,
+                            "this CPU has no NEON (AArch64 ASIMD) set (or MAMBA2C_ISA caps it)");
+        ctx->isa = M2_ISA_NEON;
         return MAMBA2_STATUS_OK;
     }
     if (strcmp(isa, "auto") == 0) {
@@ -109,6 +121,6 @@ mamba2_status_t mamba2_context_force_isa(mamba2_context_t *ctx, const char *isa)
         return MAMBA2_STATUS_OK;
     }
     return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                    "isa is \"%s\"; expected \"scalar\", \"avx2+fma\", \"avx512\" or \"auto\"",
+                    "isa is \"%s\"; expected \"scalar\", \"avx2+fma\", \"avx512\", \"neon\" or \"auto\"",
                     isa);
 }

@@ -21,6 +21,8 @@
 
 #include <stdint.h>
 
+#include "core/ksets.h"
+
 /*
  * Cache lines to prefetch while a block's sweeps run: rows of the streamed tensors the block's
  * epilogue or the next block reads (ssd_cpu_fwd.c, ssd_cpu_bwd_pass.c build one plan per block for a set of heads,
@@ -207,7 +209,23 @@ typedef struct m2_cpu_kernels {
 } m2_cpu_kernels;
 
 extern const m2_cpu_kernels m2_cpu_kernels_scalar; /* ssd_kernels_scalar.c, any CPU     */
+#if defined(M2_KSETS_X86)
 extern const m2_cpu_kernels m2_cpu_kernels_avx2;   /* ssd_kernels_avx2.c, -mavx2 -mfma */
 extern const m2_cpu_kernels m2_cpu_kernels_avx512; /* ssd_kernels_avx512.c, -mavx512f.. */
+#else
+/* ssd_cpu.c picks its set by the x86 names: the AVX-512 one only where ctx->isa is
+ * M2_ISA_AVX512, the AVX2 one for any other level above M2_ISA_SCALAR. Off x86-64 neither
+ * exists, and the two names stand for this architecture's vector set (NEON on AArch64, whose
+ * ctx->isa is then M2_ISA_NEON) or for the scalar set (no vector set: ctx->isa is always
+ * M2_ISA_SCALAR there). */
+#if defined(M2_KSETS_NEON)
+extern const m2_cpu_kernels m2_cpu_kernels_neon; /* ssd_kernels_neon.c, AArch64 */
+#define m2_cpu_kernels_avx2 m2_cpu_kernels_neon
+#define m2_cpu_kernels_avx512 m2_cpu_kernels_neon
+#else
+#define m2_cpu_kernels_avx2 m2_cpu_kernels_scalar
+#define m2_cpu_kernels_avx512 m2_cpu_kernels_scalar
+#endif
+#endif
 
 #endif /* MAMBA2C_CPU_KERNELS_H */

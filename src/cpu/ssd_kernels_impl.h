@@ -608,9 +608,10 @@ static void M2K(fwd_out)(int64_t nh, int64_t n, const float *e, int64_t lde, con
                 m2v_stream(outx + i, v);
             else if (outx)
                 m2v_store(outx + i, v);
-            if (z) { /* v silu(z) as (v z) σ(z): v z is off σ's dependency chain */
+            if (z) { /* v silu(z) as (v z) σ(z), v z off σ's chain; v (z 0) below σ's clamp */
                 const m2v zv = m2v_load(z + i);
-                v = m2v_mul(m2v_mul(v, zv), m2v_sigmoid(zv));
+                v = m2v_exp_sat(zv, M2_SIGMOID_LIM, m2v_mul(v, m2v_mul(zv, m2v_zero())),
+                                m2v_mul(m2v_mul(v, zv), m2v_sigmoid(zv)));
             }
             if (nto)
                 m2v_stream(out + i, v);
