@@ -7,6 +7,7 @@
 The algorithms, the communication per layer and the scaling model: docs/distributed.md.
 """
 from ._comm import CPError, all_sum
+from .conv import cp_conv1d
 from .ssd import cp_mamba_chunk_scan_combined
 
-__all__ = ["cp_mamba_chunk_scan_combined", "CPError", "all_sum"]
+__all__ = ["cp_mamba_chunk_scan_combined", "cp_conv1d", "CPError", "all_sum"]

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .. import interface
-from ._comm import CPError, all_sum, check_status, gather_meta, group_info, needs_grad
+from ._comm import CPError, all_sum, check_status, gather_meta, group_info, link as _link, needs_grad
 from ._scan import state_scan
 
 __all__ = ["cp_mamba_chunk_scan_combined"]
@@ -153,21 +153,11 @@ def cp_mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_
     return out
 
 
-def _link(*ts: Tensor) -> Tensor:
-    """An exact 0 that depends on ts in the autograd graph (a sum over zero elements).
-    Collective autograd nodes must run their backwards in the same order on every rank;
-    these links make that order a data dependency on every rank, empty slices included."""
-    acc = None
-    for t in ts:
-        v = t.flatten()[:0].sum()
-        acc = v if acc is None else acc + v
-    return acc
-
-
 def _seq_layout(cu: Tensor, s: int, e: int):
     """The global sequences meeting [s, e): (indices, local cu_seqlens, continuing, owned)."""
     cu = [int(v) for v in cu.detach().cpu().tolist()]
-    idx = [i for i in range(len(cu) - 1) if cu[i] < e and cu[i + 1] > s] if e > s else []
+    idx = ([i for i in range(len(cu) - 1) if cu[i] < e and cu[i + 1] > s and cu[i] < cu[i + 1]]
+           if e > s else [])
     local = [max(cu[i], s) - s for i in idx] + [e - s]
     continuing = bool(idx) and cu[idx[0]] < s
     owned = [j for j, i in enumerate(idx) if cu[i + 1] <= e]
