@@ -14,7 +14,7 @@ import mamba2c
 
 import test_distributed_harness as harness
 
-STEPS, GLOBAL_BATCH, L, D_IN = 20, 4, 24, 12
+STEPS, GLOBAL_BATCH, L, D_IN = 20, 4, 16, 12
 LOSS_RTOL = 1e-5
 
 
