@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.distributed as dist
 
 import mamba2c
 from mamba2c import reference
@@ -39,6 +40,8 @@ CASES = {
         "varlen_across": ([7, 1, 20, 12], dict(cu=[0, 5, 30, 30, 40], G=2, Q=8, method="p2p")),
         "varlen_first_init": ([0, 9, 1, 14], dict(cu=[0, 3, 24], G=1, Q=4, init_rows=1)),
         "batch_bf16_4": ([5, 16, 1, 20], dict(Bsz=1, G=2, Q=8, dtype=torch.bfloat16)),
+        # a subgroup of global ranks 1 and 3 (group ranks 0 and 1): p2p needs the mapping
+        "subgroup_p2p": ([12, 9], dict(Bsz=2, G=2, Q=8, method="p2p", subgroup=[1, 3])),
     },
 }
 
@@ -82,15 +85,17 @@ def _loss(res, gy, gf, gv):
     return loss
 
 
-def _run_rank(rank, world, Ls, o, method):
+def _run_rank(rank, world, Ls, o, method, group=None):
     import mamba2c.distributed as md
+    if group is not None:
+        rank, world = dist.get_rank(group), dist.get_world_size(group)
     d, Bsz, L, cu = _problem(Ls, o)
     s = sum(Ls[:rank])
     e = s + Ls[rank]
     t = {k: (v[:, s:e] if k in ACT else v).detach().clone().requires_grad_(True)
          for k, v in d.items()}
     res = md.cp_mamba_chunk_scan_combined(t["x"], t["dt"], t["A"], t["B"], t["C"], o["Q"],
-                                          process_group=None, method=method,
+                                          process_group=group, method=method,
                                           **_kwargs(t, o, cu))
     nvar = len(cu) - 1 if cu is not None else 0
     gy, gf, gv = _cotangents(Bsz, L, world, tuple(res[1].shape), nvar)
@@ -103,9 +108,16 @@ def _run_rank(rank, world, Ls, o, method):
 def _case(Ls, o):
     def fn(rank, world):
         m = o.get("method", "all_gather")
-        a = _run_rank(rank, world, Ls, o, m)
-        b = _run_rank(rank, world, Ls, o, m)
-        other = _run_rank(rank, world, Ls, o, "p2p" if m == "all_gather" else "all_gather")
+        group = None
+        if "subgroup" in o:
+            members = o["subgroup"]
+            group = dist.new_group(sorted(members))  # every rank of the world creates it
+            if rank not in members:
+                return None
+        a = _run_rank(rank, world, Ls, o, m, group)
+        b = _run_rank(rank, world, Ls, o, m, group)
+        other = _run_rank(rank, world, Ls, o, "p2p" if m == "all_gather" else "all_gather",
+                          group)
         a["same_twice"] = _bitwise(a, b)
         a["same_methods"] = _bitwise(a, other)
         return a
@@ -168,6 +180,9 @@ def _assemble(outs, key, k=None):
 def test_cp_ssd(world, name):
     Ls, o = CASES[world][name]
     outs = harness.case_results(world, f"ssd/{name}")
+    if "subgroup" in o:  # group rank order = sorted global ranks
+        outs = [outs[g] for g in sorted(o["subgroup"])]
+        world = len(outs)
     assert all(r["same_twice"] for r in outs), "not bitwise identical run to run"
     assert all(r["same_methods"] for r in outs), "all_gather and p2p transports differ"
     d, Bsz, L, cu = _problem(Ls, o)

@@ -22,7 +22,6 @@ containing a sequence start passes nothing through.
 """
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
@@ -31,7 +30,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .. import interface
-from ._comm import CPError, all_sum, check_status, gather_meta, group_info, link as _link, needs_grad
+from ._comm import (CPError, all_sum, check_status, gather_meta, group_info, link as _link,
+                    needs_grad)
 from ._scan import state_scan
 
 __all__ = ["cp_mamba_chunk_scan_combined"]
@@ -238,10 +238,11 @@ def _varlen(x, dt, A, B, C, chunk_size, D, z, dt_bias, init, cu_seqlens, dt_soft
     else:  # an empty slice: linked to the inputs (exactly 0), which orders the collective
         S_loc = x.new_zeros(1, H, P, N, dtype=sdtype) + _link(x, dt, B, C)  # backwards
     S_in, S_final = state_scan(S_loc, logdecay, reset, group, method,
-                               want_final=return_final or return_varlen,
+                               want_final=return_final,
                                any_grad=any_grad)
     ecs = torch.exp(cs).to(cdtype)
-    out = _add(out_loc, _correction(C[:, :n], S_in, ecs, None if z is None else z[:, :n], cdtype), n)
+    corr = _correction(C[:, :n], S_in, ecs, None if z is None else z[:, :n], cdtype)
+    out = _add(out_loc, corr, n)
     res = [out]
     last_empty = cul[-2] == cul[-1]
     if return_varlen or (return_final and last_empty):
