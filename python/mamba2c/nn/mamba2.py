@@ -183,6 +183,9 @@ class Mamba2(nn.Module):
         no gradient is needed — decode under torch.no_grad() / torch.inference_mode();
         with gradients enabled and trainable parameters they take the differentiable torch
         path (see mamba2c.ops.ssd_step)."""
+        if self.process_group is not None:
+            raise NotImplementedError("Mamba2.step: decoding a tensor-parallel layer is not "
+                                      "supported (gather_state_dict into a single-process layer)")
         T = hidden_states.shape[1]
         one = T == 1
         zxbcdt = self.in_proj(hidden_states.squeeze(1) if one else hidden_states)
