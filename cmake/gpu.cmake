@@ -8,6 +8,7 @@
 set(MAMBA2C_GPU_KERNEL_FILES
   ${PROJECT_SOURCE_DIR}/src/gpu/kernels/common.h
   ${PROJECT_SOURCE_DIR}/src/gpu/kernels/ssd_chunked.cl
+  ${PROJECT_SOURCE_DIR}/src/gpu/kernels/ssd_bwd.cl
   # @@ more kernel files go above this line @@
 )
 set(MAMBA2C_GPU_SRC ${CMAKE_CURRENT_BINARY_DIR}/gpu_kernel_sources.c)
@@ -20,6 +21,7 @@ add_custom_command(OUTPUT ${MAMBA2C_GPU_SRC}
 target_sources(mamba2c_objs PRIVATE
   src/gpu/gpu_common.c
   src/gpu/ssd_ops.c
+  src/gpu/ssd_bwd.c
   src/opencl/opencl.c
   src/opencl/backend.c
   ${MAMBA2C_GPU_SRC}

@@ -4,4 +4,5 @@
 // into libmamba2c; src/cuda/cuda.c loads it with the driver API at context creation.
 #include "../gpu/kernels/common.h"
 #include "../gpu/kernels/ssd_chunked.cl"
+#include "../gpu/kernels/ssd_bwd.cl"
 // @@ more kernel files go above this line @@

@@ -3,17 +3,17 @@
  * reference, SPEC §8 tolerances (TH_TOL_F32, never loosened).
  *
  * Units:
- *  - fused: mamba2_ssd_forward on awkward shapes (L not a multiple of any chunk, P/N not
+ *  - fused: mamba2_ssd_forward and mamba2_ssd_backward (every gradient, or a subset) on awkward shapes (L not a multiple of any chunk, P/N not
  *    multiples of the 16x16 tiles, G < H, G = H, L = 1, L = 0, varlen with empty and length-1
  *    sequences, strided in_proj views, head-major views, every option) vs the reference on
- *    float64 copies; guards, gaps and unchanged inputs checked; a second run must give
- *    bitwise identical output buffers (determinism).
+ *    float64 copies; guards, gaps and unchanged inputs checked; a second forward + backward
+ *    must give bitwise identical output buffers (determinism).
  *  - stages: the five staged ops chained on OpenCL; each stage's outputs vs the float64
  *    reference run on exactly the inputs the chain gave it, the chain's out vs the fused
  *    float64 reference; strided (padded) views for the odd cases; padding of the staged
  *    tensors exact.
- *  - errors: what is not implemented is UNSUPPORTED with a message naming it (backward,
- *    forward_states, float64 and bf16 storage), bad arguments are INVALID_ARGUMENT, an
+ *  - errors: what is not implemented is UNSUPPORTED with a message naming it
+ *    (forward_states, float64 and bf16 storage), bad arguments are INVALID_ARGUMENT, an
  *    unknown MAMBA2C_OPENCL_DEVICE is BACKEND_UNAVAILABLE.
  * The same units run on the CUDA backend where a GPU and driver exist (elsewhere its context
  * must report BACKEND_UNAVAILABLE with a message).
@@ -31,9 +31,10 @@
 
 #define INF INFINITY
 #define SH(b, l, h, p, n, q, g) .B = b, .L = l, .H = h, .P = p, .N = n, .Q = q, .G = g
-#define ALL_BUT_LIMIT .z = 1, .dt_bias = 1, .softplus = 1, .init = 1, .final = 1
+#define ALL_BUT_LIMIT .z = 1, .dt_bias = 1, .softplus = 1, .init = 1, .final = 1, .dfinal = 1
 #define ALL_OPTS ALL_BUT_LIMIT, .limit = 1, .lo = 0.02, .hi = 0.08
-#define STATES .init = 1, .final = 1
+#define STATES .init = 1, .final = 1, .dfinal = 1
+#define GBIT(id) (1u << ((id) - TH_DX))
 
 /* ---- fused forward ----------------------------------------------------------------------- */
 
@@ -74,6 +75,11 @@ static th_ssd_case fused_cases[] = {
     {"long_L1024", SH(1, 1024, 2, 16, 32, 256, 2), .D_mode = 1, .z = 1, STATES},
     {"strong_decay", SH(1, 300, 2, 8, 8, 256, 1), .softplus = 1, .D_mode = 1, STATES,
      .dt_mode = TH_DT_LARGE},
+    {"layer_L2048_P64_N128_all", SH(1, 2048, 4, 64, 128, 128, 1), .D_mode = 2, ALL_OPTS},
+    {"partial_grads_a", SH(2, 33, 4, 8, 8, 16, 2), .D_mode = 1, ALL_OPTS,
+     .grad_mask = GBIT(TH_DX) | GBIT(TH_DA) | GBIT(TH_DCM) | GBIT(TH_DDTB)},
+    {"partial_grads_b", SH(2, 33, 4, 8, 8, 16, 2), .D_mode = 2, ALL_OPTS,
+     .grad_mask = GBIT(TH_DDT) | GBIT(TH_DBM) | GBIT(TH_DD) | GBIT(TH_DZ) | GBIT(TH_DINIT)},
 };
 #define NFUSED ((int)(sizeof fused_cases / sizeof fused_cases[0]))
 
@@ -114,9 +120,29 @@ static void test_fused(mamba2_context_t *gpu, mamba2_context_t *ref, th_ssd_case
         free(want);
         free(got);
     }
+    /* the backward: every gradient the case requests */
+    if (ok) {
+        ok = th_expect(th_ssd_io_backward(ref, &r, 1) == MAMBA2_STATUS_OK, "reference backward: %s",
+                       mamba2_last_error());
+        if (ok) {
+            st = th_ssd_io_backward(gpu, &g, 0);
+            ok = th_expect(st == MAMBA2_STATUS_OK, "gpu backward: %s: %s",
+                           mamba2_status_string(st), mamba2_last_error());
+        }
+        if (ok) ok = th_expect(th_ssd_io_check_memory(&g, msg, sizeof msg), "backward: %s", msg);
+        for (int id = TH_FIRST_GRAD; ok && id < TH_NT; id++) {
+            if (!r.v[id].present) continue;
+            int64_t n, n2;
+            double *want = read_all(&r, id, &n), *got = read_all(&g, id, &n2);
+            th_metric(th_tname[id], th_nerr(got, want, n), TH_TOL_F32);
+            free(want);
+            free(got);
+        }
+    }
     if (ok) { /* run to run: the same bytes, gaps and guards included */
         st = th_ssd_io_forward(gpu, &g2, 0);
-        ok = th_expect(st == MAMBA2_STATUS_OK, "opencl rerun: %s", mamba2_last_error());
+        if (st == MAMBA2_STATUS_OK) st = th_ssd_io_backward(gpu, &g2, 0);
+        ok = th_expect(st == MAMBA2_STATUS_OK, "gpu rerun: %s", mamba2_last_error());
         if (ok) th_expect(th_ssd_io_outputs_equal(&g, &g2, msg, sizeof msg), "rerun: %s", msg);
     }
     th_ssd_io_free(&r);
@@ -347,11 +373,19 @@ static void test_errors(mamba2_context_t *gpu) {
     th_ssd_data_make(&d, &c);
     th_ssd_io io;
 
-    th_begin("errors backward is UNSUPPORTED");
-    th_ssd_io_make(&io, &c, &d, MAMBA2_DTYPE_F32, TH_LAYOUT_CONTIG);
-    expect_status(th_ssd_io_backward(gpu, &io, 0), MAMBA2_STATUS_UNSUPPORTED, "backward",
-                  "backward");
-    th_ssd_io_free(&io);
+
+    th_begin("errors bf16 storage is UNSUPPORTED");
+    {
+        uint16_t xb[20 * 2 * 4];
+        int64_t sh[4] = {1, 20, 2, 4};
+        th_ssd_io_make(&io, &c, &d, MAMBA2_DTYPE_F32, TH_LAYOUT_CONTIG);
+        mamba2_tensor_t save = io.v[TH_X].t;
+        io.v[TH_X].t = mamba2_tensor_make(xb, MAMBA2_DTYPE_BF16, 4, sh);
+        memset(xb, 0, sizeof xb);
+        expect_status(th_ssd_io_forward(gpu, &io, 0), MAMBA2_STATUS_UNSUPPORTED, "opencl", "bf16");
+        io.v[TH_X].t = save;
+        th_ssd_io_free(&io);
+    }
     th_end();
 
     th_begin("errors float64 storage is UNSUPPORTED");

@@ -11,5 +11,17 @@ M2G_KERNEL(m2_ssd_bmm_chunk_16x16)
 M2G_KERNEL(m2_ssd_chunk_state_16x16)
 M2G_KERNEL(m2_ssd_state_passing_wi64)
 M2G_KERNEL(m2_ssd_chunk_scan_16x16)
+/* ---- SSD fused backward: ssd_bwd.cl ---- */
+M2G_KERNEL(m2_ssd_bwd_gate_wi64)
+M2G_KERNEL(m2_ssd_bwd_state_passing_wi64)
+M2G_KERNEL(m2_ssd_bwd_dx_16x16)
+M2G_KERNEL(m2_ssd_bwd_E_16x16)
+M2G_KERNEL(m2_ssd_bwd_dcb_wi64)
+M2G_KERNEL(m2_ssd_bwd_rq_wi64)
+M2G_KERNEL(m2_ssd_bwd_dbc_16x16)
+M2G_KERNEL(m2_ssd_bwd_tok_wi64)
+M2G_KERNEL(m2_ssd_bwd_dt_wi64)
+M2G_KERNEL(m2_ssd_bwd_dD_wi64)
+M2G_KERNEL(m2_ssd_bwd_params_wi64)
 /* ---- conv1d, gated RMSNorm, decode steps: their own sections below ---- */
 /* @@ more kernels go above this line @@ */

@@ -82,7 +82,9 @@ M2K_KERNEL void m2_ssd_bmm_chunk_16x16(
     if (i < Q && j < Q) CB[CB_o + sb * CB_s0 + sk * CB_s1 + g * CB_s2 + i * CB_s3 + j] = acc;
 }
 
-/* ---- chunk_state: states[p,n] = sum_{j<len} exp(cs_last - cs_j) d_j x[j,p] Bm[j,n] --------
+/* ---- chunk_state: states[p,n] = sum_{j<len} w_j x[j,p] Bm[j,n] with w_j = exp(cs_last - cs_j)
+ * d_j (mode 0). Mode 1 is the backward's use: w_j = exp(cs_j), with dy for x and Cm for Bm,
+ * giving the chunk's gradient contribution to the state entering it.
  * groups (ceil(P/16) * ceil(N/16), H, chunks), 16x16 work-items: a 16x16 tile of the state,
  * the chunk's tokens in steps of 16 through local memory.                                    */
 M2K_KERNEL void m2_ssd_chunk_state_16x16(
@@ -91,7 +93,8 @@ M2K_KERNEL void m2_ssd_chunk_state_16x16(
     M2K_GLOBAL const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
     M2K_GLOBAL const float *dto, m2_i64 dto_o, m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2,
     M2K_GLOBAL const float *dac, m2_i64 dac_o, m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2,
-    M2K_GLOBAL float *S, m2_i64 S_o, m2_i64 S_s0, m2_i64 S_s1, m2_i64 S_s2, m2_i64 S_s3) {
+    M2K_GLOBAL float *S, m2_i64 S_o, m2_i64 S_s0, m2_i64 S_s1, m2_i64 S_s2, m2_i64 S_s3,
+    m2_i32 mode) {
     M2K_LOCAL_ARRAY(float, xs, [16][17]);
     M2K_LOCAL_ARRAY(float, bs, [16][17]);
     const int lx = M2K_LOCAL_ID(0), ly = M2K_LOCAL_ID(1);
@@ -108,7 +111,7 @@ M2K_KERNEL void m2_ssd_chunk_state_16x16(
     for (m2_i64 j0 = 0; j0 < len; j0 += 16) {
         const m2_i64 j = j0 + ly;
         float w = 0.0f;
-        if (j < len) w = m2k_exp(cs_last - dac[oc + j]) * dto[od + j];
+        if (j < len) w = mode ? m2k_exp(dac[oc + j]) : m2k_exp(cs_last - dac[oc + j]) * dto[od + j];
         xs[ly][lx] = (j < len && p0 + lx < P) ? w * x[xb + (t0 + j) * x_s1 + p0 + lx] : 0.0f;
         bs[ly][lx] = (j < len && n0 + lx < N) ? Bm[bb + (t0 + j) * B_s1 + n0 + lx] : 0.0f;
         M2K_BARRIER();
