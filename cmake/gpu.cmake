@@ -7,6 +7,7 @@
 # the OpenCL driver when a context is created.
 set(MAMBA2C_GPU_KERNEL_FILES
   ${PROJECT_SOURCE_DIR}/src/gpu/kernels/common.h
+  ${PROJECT_SOURCE_DIR}/src/gpu/kernels/convert.cl
   ${PROJECT_SOURCE_DIR}/src/gpu/kernels/ssd_chunked.cl
   ${PROJECT_SOURCE_DIR}/src/gpu/kernels/ssd_bwd.cl
   # @@ more kernel files go above this line @@

@@ -6,3 +6,6 @@ target_include_directories(test_opencl_ssd PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(test_opencl_ssd PRIVATE mamba2c_test_harness)
 add_test(NAME opencl_ssd COMMAND test_opencl_ssd -q)
 set_tests_properties(opencl_ssd PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "gpu;opencl")
+# bf16/f16 storage of the fused SSD op on the OpenCL backend: the half test's own table
+add_test(NAME ssd_half_opencl COMMAND test_ssd_half --backend opencl -q)
+set_tests_properties(ssd_half_opencl PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "gpu;opencl")

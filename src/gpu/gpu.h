@@ -101,11 +101,17 @@ typedef struct m2g_out_rec {
     int64_t dims[5], s[5];
     size_t esize, span;
 } m2g_out_rec;
+typedef struct m2g_half_out { /* a half output: dense float32 scratch -> its storage */
+    m2g_t f32, half;
+    int64_t dims[4];
+    int kind; /* 1 bf16, 2 f16 */
+} m2g_half_out;
 typedef struct m2g_call {
     m2g_dev *dev;
-    int nown, nout;
+    int nown, nout, nhalf;
     m2g_mem own[M2G_CALL_MAX];
     m2g_out_rec out[M2G_CALL_MAX];
+    m2g_half_out half[16];
     size_t arena_used; /* device mode: bytes of the arena handed out so far */
 } m2g_call;
 
@@ -117,6 +123,13 @@ mamba2_status_t m2g_call_in(m2g_call *c, const m2_view *v, int rank, const int64
 /* An output tensor: every element is written by the op's kernels; copied back at the end. */
 mamba2_status_t m2g_call_out(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
                              size_t esize, m2g_t *t);
+/* Activations that may be stored as bf16/f16 (dtype): F32 goes to m2g_call_in / _out; a half
+ * tensor is converted on the device to (from) a dense float32 copy that the kernels see, so
+ * *t is then dense. The output conversions run in m2g_call_end, before the copy back. */
+mamba2_status_t m2g_call_in_act(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
+                                mamba2_dtype_t dtype, m2g_t *t);
+mamba2_status_t m2g_call_out_act(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
+                                 mamba2_dtype_t dtype, m2g_t *t);
 /* Device scratch of `bytes` (any content), and a buffer filled from host memory. */
 mamba2_status_t m2g_call_tmp(m2g_call *c, size_t bytes, m2g_mem *mem, int64_t *elem_off,
                              size_t esize);

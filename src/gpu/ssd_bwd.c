@@ -37,7 +37,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
     (void)ws;
     m2g_dev *d = m2g_of(ctx);
     if (pr->npos) return no_positions(d);
-    M2_TRY(m2g_need_f32(d->api, pr->act_dtype, pr->par_dtype));
+    M2_TRY(m2g_need_f32(d->api, MAMBA2_DTYPE_F32, pr->par_dtype)); /* half acts: converted */
     const int64_t B = pr->B, L = pr->L, H = pr->H, G = pr->G, P = pr->P, N = pr->N;
     const int64_t Q = M2G_FUSED_Q, S = pr->nseq, BLHP[4] = {B, L, H, P};
     ssd_dev s;
@@ -94,25 +94,25 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
     }
     /* inputs and outputs */
     m2g_t dout, dfin, dx, ddt, dA, dBm, dCm, dD, dz, db, dinit;
-    if (!st) st = m2g_call_in(&c, &pr->x, 4, BLHP, F4, &s.x);
-    if (!st) st = m2g_call_in(&c, &pr->dt, 3, BLHP, F4, &s.dt);
+    if (!st) st = m2g_call_in_act(&c, &pr->x, 4, BLHP, pr->act_dtype, &s.x);
+    if (!st) st = m2g_call_in_act(&c, &pr->dt, 3, BLHP, pr->act_dtype, &s.dt);
     if (!st) st = m2g_call_in(&c, &pr->A, 1, (int64_t[]){H}, F4, &s.A);
-    if (!st) st = m2g_call_in(&c, &pr->Bm, 4, (int64_t[]){B, L, G, N}, F4, &s.Bm);
-    if (!st) st = m2g_call_in(&c, &pr->Cm, 4, (int64_t[]){B, L, G, N}, F4, &s.Cm);
+    if (!st) st = m2g_call_in_act(&c, &pr->Bm, 4, (int64_t[]){B, L, G, N}, pr->act_dtype, &s.Bm);
+    if (!st) st = m2g_call_in_act(&c, &pr->Cm, 4, (int64_t[]){B, L, G, N}, pr->act_dtype, &s.Cm);
     if (!st) st = m2g_call_in(&c, &pr->D, pr->D_per_channel ? 2 : 1, (int64_t[]){H, P}, F4, &s.D);
-    if (!st) st = m2g_call_in(&c, &pr->z, 4, BLHP, F4, &s.z);
+    if (!st) st = m2g_call_in_act(&c, &pr->z, 4, BLHP, pr->act_dtype, &s.z);
     if (!st) st = m2g_call_in(&c, &pr->dt_bias, 1, (int64_t[]){H}, F4, &s.bias);
     if (!st) st = m2g_call_in(&c, &pr->init, 4, (int64_t[]){S, H, P, N}, F4, &s.init);
-    if (!st) st = m2g_call_in(&c, &pr->dout, 4, BLHP, F4, &dout);
+    if (!st) st = m2g_call_in_act(&c, &pr->dout, 4, BLHP, pr->act_dtype, &dout);
     if (!st) st = m2g_call_in(&c, &pr->dfinal, 4, (int64_t[]){S, H, P, N}, F4, &dfin);
-    if (!st) st = m2g_call_out(&c, &pr->dx, 4, BLHP, F4, &dx);
-    if (!st) st = m2g_call_out(&c, &pr->ddt, 3, BLHP, F4, &ddt);
+    if (!st) st = m2g_call_out_act(&c, &pr->dx, 4, BLHP, pr->act_dtype, &dx);
+    if (!st) st = m2g_call_out_act(&c, &pr->ddt, 3, BLHP, pr->act_dtype, &ddt);
     if (!st) st = m2g_call_out(&c, &pr->dA, 1, (int64_t[]){H}, F4, &dA);
-    if (!st) st = m2g_call_out(&c, &pr->dBm, 4, (int64_t[]){B, L, G, N}, F4, &dBm);
-    if (!st) st = m2g_call_out(&c, &pr->dCm, 4, (int64_t[]){B, L, G, N}, F4, &dCm);
+    if (!st) st = m2g_call_out_act(&c, &pr->dBm, 4, (int64_t[]){B, L, G, N}, pr->act_dtype, &dBm);
+    if (!st) st = m2g_call_out_act(&c, &pr->dCm, 4, (int64_t[]){B, L, G, N}, pr->act_dtype, &dCm);
     if (!st)
         st = m2g_call_out(&c, &pr->dD, pr->D_per_channel ? 2 : 1, (int64_t[]){H, P}, F4, &dD);
-    if (!st) st = m2g_call_out(&c, &pr->dz, 4, BLHP, F4, &dz);
+    if (!st) st = m2g_call_out_act(&c, &pr->dz, 4, BLHP, pr->act_dtype, &dz);
     if (!st) st = m2g_call_out(&c, &pr->ddt_bias, 1, (int64_t[]){H}, F4, &db);
     if (!st) st = m2g_call_out(&c, &pr->dinit, 4, (int64_t[]){S, H, P, N}, F4, &dinit);
 

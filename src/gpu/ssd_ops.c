@@ -334,7 +334,7 @@ mamba2_status_t m2g_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr,
                         "%s backend: states at chosen positions (mamba2_ssd_forward_states) are "
                         "not implemented on the GPU yet",
                         d->api);
-    M2_TRY(m2g_need_f32(d->api, pr->act_dtype, pr->par_dtype));
+    M2_TRY(m2g_need_f32(d->api, MAMBA2_DTYPE_F32, pr->par_dtype)); /* half acts: converted */
     const int64_t B = pr->B, L = pr->L, H = pr->H, G = pr->G, P = pr->P, N = pr->N;
     const int64_t Q = M2G_FUSED_Q, S = pr->nseq;
     ssd_dev s;
@@ -377,18 +377,18 @@ mamba2_status_t m2g_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr,
         s.start = s.states;
         s.start.off = s.states.off + (int64_t)n_st;
     }
-    if (!st) st = m2g_call_in(&c, &pr->x, 4, (int64_t[]){B, L, H, P}, F4, &s.x);
-    if (!st) st = m2g_call_in(&c, &pr->dt, 3, (int64_t[]){B, L, H}, F4, &s.dt);
+    if (!st) st = m2g_call_in_act(&c, &pr->x, 4, (int64_t[]){B, L, H, P}, pr->act_dtype, &s.x);
+    if (!st) st = m2g_call_in_act(&c, &pr->dt, 3, (int64_t[]){B, L, H}, pr->act_dtype, &s.dt);
     if (!st) st = m2g_call_in(&c, &pr->A, 1, (int64_t[]){H}, F4, &s.A);
-    if (!st) st = m2g_call_in(&c, &pr->Bm, 4, (int64_t[]){B, L, G, N}, F4, &s.Bm);
-    if (!st) st = m2g_call_in(&c, &pr->Cm, 4, (int64_t[]){B, L, G, N}, F4, &s.Cm);
+    if (!st) st = m2g_call_in_act(&c, &pr->Bm, 4, (int64_t[]){B, L, G, N}, pr->act_dtype, &s.Bm);
+    if (!st) st = m2g_call_in_act(&c, &pr->Cm, 4, (int64_t[]){B, L, G, N}, pr->act_dtype, &s.Cm);
     if (!st)
         st = m2g_call_in(&c, &pr->D, pr->D_per_channel ? 2 : 1, (int64_t[]){H, P}, F4, &s.D);
-    if (!st) st = m2g_call_in(&c, &pr->z, 4, (int64_t[]){B, L, H, P}, F4, &s.z);
+    if (!st) st = m2g_call_in_act(&c, &pr->z, 4, (int64_t[]){B, L, H, P}, pr->act_dtype, &s.z);
     if (!st) st = m2g_call_in(&c, &pr->dt_bias, 1, (int64_t[]){H}, F4, &s.bias);
     if (!st) st = m2g_call_in(&c, &pr->init, 4, (int64_t[]){S, H, P, N}, F4, &s.init);
-    if (!st) st = m2g_call_out(&c, &pr->out, 4, (int64_t[]){B, L, H, P}, F4, &s.out);
-    if (!st) st = m2g_call_out(&c, &pr->out_x, 4, (int64_t[]){B, L, H, P}, F4, &s.outx);
+    if (!st) st = m2g_call_out_act(&c, &pr->out, 4, (int64_t[]){B, L, H, P}, pr->act_dtype, &s.out);
+    if (!st) st = m2g_call_out_act(&c, &pr->out_x, 4, (int64_t[]){B, L, H, P}, pr->act_dtype, &s.outx);
     if (!st) st = m2g_call_out(&c, &pr->final, 4, (int64_t[]){S, H, P, N}, F4, &s.final);
     if (!st) st = m2g_run_cumsum(d, &s);
     if (!st) st = m2g_run_bmm(d, &s);
