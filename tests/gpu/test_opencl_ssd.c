@@ -13,7 +13,8 @@
  *    float64 reference; strided (padded) views for the odd cases; padding of the staged
  *    tensors exact.
  *  - errors: what is not implemented is UNSUPPORTED with a message naming it
- *    (forward_states, float64 and bf16 storage), bad arguments are INVALID_ARGUMENT, an
+ *    (forward_states, float64 storage, bf16 in the staged stages; bf16/f16 of the fused op
+ *    is tested by test_ssd_half --backend opencl), bad arguments are INVALID_ARGUMENT, an
  *    unknown MAMBA2C_OPENCL_DEVICE is BACKEND_UNAVAILABLE.
  * The same units run on the CUDA backend where a GPU and driver exist (elsewhere its context
  * must report BACKEND_UNAVAILABLE with a message).
@@ -374,17 +375,19 @@ static void test_errors(mamba2_context_t *gpu) {
     th_ssd_io io;
 
 
-    th_begin("errors bf16 storage is UNSUPPORTED");
+    th_begin("errors bf16 staged stages are UNSUPPORTED");
     {
-        uint16_t xb[20 * 2 * 4];
-        int64_t sh[4] = {1, 20, 2, 4};
-        th_ssd_io_make(&io, &c, &d, MAMBA2_DTYPE_F32, TH_LAYOUT_CONTIG);
-        mamba2_tensor_t save = io.v[TH_X].t;
-        io.v[TH_X].t = mamba2_tensor_make(xb, MAMBA2_DTYPE_BF16, 4, sh);
-        memset(xb, 0, sizeof xb);
-        expect_status(th_ssd_io_forward(gpu, &io, 0), MAMBA2_STATUS_UNSUPPORTED, "opencl", "bf16");
-        io.v[TH_X].t = save;
-        th_ssd_io_free(&io);
+        uint16_t dtb[1 * 16 * 2] = {0};
+        float A[2] = {-0.5f, -0.3f}, o1[2 * 2 * 8], o2[2 * 2 * 8];
+        const int64_t shd[3] = {1, 16, 2}, sha[1] = {2}, sho[4] = {1, 2, 2, 8};
+        mamba2_tensor_t tdt = mamba2_tensor_make(dtb, MAMBA2_DTYPE_BF16, 3, shd);
+        mamba2_tensor_t tA = mamba2_tensor_make(A, MAMBA2_DTYPE_F32, 1, sha);
+        mamba2_tensor_t t1 = mamba2_tensor_make(o1, MAMBA2_DTYPE_F32, 4, sho);
+        mamba2_tensor_t t2 = mamba2_tensor_make(o2, MAMBA2_DTYPE_F32, 4, sho);
+        mamba2_ssd_options_t o = mamba2_ssd_options_default();
+        o.chunk_size = 8;
+        expect_status(mamba2_ssd_chunk_cumsum(gpu, &t1, &t2, &tdt, &tA, &o),
+                      MAMBA2_STATUS_UNSUPPORTED, "opencl", "bf16 chunk_cumsum");
     }
     th_end();
 
