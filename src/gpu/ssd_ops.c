@@ -326,14 +326,65 @@ mamba2_status_t m2g_fused_tables(m2g_call *c, const m2_ssd_problem *pr, int64_t 
     return st;
 }
 
+/* mamba2_ssd_forward_states: the state after each chosen token, from the states at chunk
+ * starts. Positions are flat token indices b*L + t, increasing, as are the chunks (by row,
+ * then token), so one merge finds each one's chunk. */
+static mamba2_status_t pos_states(m2g_call *c, m2g_dev *d, const m2_ssd_problem *pr,
+                                  const ssd_dev *s) {
+    size_t bytes;
+    if (!m2_size_prod(&bytes, 2, (int64_t[]){pr->npos, 2 * (int64_t)sizeof(int64_t)}))
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "too many state positions");
+    int64_t *pt = malloc(bytes ? bytes : 1);
+    if (!pt) return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "cannot allocate a position table");
+    int64_t ci = 0, nseen = 0; /* chunk index walk: chunks of sequence order */
+    mamba2_status_t st = MAMBA2_STATUS_OK;
+    for (int64_t sq = 0; sq < pr->nseq && nseen < pr->npos; sq++) {
+        int64_t b, t0, t1;
+        m2_ssd_seq(pr, sq, &b, &t0, &t1);
+        for (int64_t u = t0; u < t1; u += s->Q, ci++) {
+            const int64_t len = t1 - u < s->Q ? t1 - u : s->Q, f0 = b * pr->L + u;
+            while (nseen < pr->npos && m2_ssd_pos(pr, nseen) < f0 + len) {
+                const int64_t f = m2_ssd_pos(pr, nseen);
+                if (f < f0) { /* the core's checks exclude it; never read out of bounds */
+                    st = m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                                  "state position %lld is in no sequence", (long long)f);
+                    break;
+                }
+                pt[2 * nseen] = ci;
+                pt[2 * nseen + 1] = f - f0;
+                nseen++;
+            }
+        }
+    }
+    if (!st && nseen != pr->npos)
+        st = m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "state positions beyond the last token");
+    m2g_mem ptab = 0;
+    if (!st) st = m2g_call_upload(c, pt, bytes, &ptab);
+    free(pt);
+    m2g_t ps;
+    if (!st)
+        st = m2g_call_out(c, &pr->pos_states, 4, (int64_t[]){pr->npos, s->H, s->P, s->N},
+                          sizeof(float), &ps);
+    if (st) return st;
+    m2g_args a = {0};
+    m2g_arg_mem(&a, s->ct);
+    m2g_arg_mem(&a, ptab);
+    m2g_arg_i64(&a, s->Q), m2g_arg_i64(&a, s->H), m2g_arg_i64(&a, s->G), m2g_arg_i64(&a, s->P),
+        m2g_arg_i64(&a, s->N);
+    m2g_arg_t(&a, &s->x, 3);
+    m2g_arg_t(&a, &s->Bm, 3);
+    m2g_arg_t(&a, &s->dto, 3);
+    m2g_arg_t(&a, &s->dac, 3);
+    m2g_arg_t(&a, &s->start, 4);
+    m2g_arg_t(&a, &ps, 3);
+    const size_t g[3] = {(size_t)(m2g_cdiv(s->P, 16) * m2g_cdiv(s->N, 16)), (size_t)s->H,
+                         (size_t)pr->npos};
+    return d->launch(d, M2G_K_m2_ssd_pos_state_16x16, g, L16x16, a.n, a.a);
+}
+
 mamba2_status_t m2g_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws) {
     (void)ws;
     m2g_dev *d = m2g_of(ctx);
-    if (pr->npos)
-        return m2_error(MAMBA2_STATUS_UNSUPPORTED,
-                        "%s backend: states at chosen positions (mamba2_ssd_forward_states) are "
-                        "not implemented on the GPU yet",
-                        d->api);
     M2_TRY(m2g_need_f32(d->api, MAMBA2_DTYPE_F32, pr->par_dtype)); /* half acts: converted */
     const int64_t B = pr->B, L = pr->L, H = pr->H, G = pr->G, P = pr->P, N = pr->N;
     const int64_t Q = M2G_FUSED_Q, S = pr->nseq;
@@ -395,6 +446,7 @@ mamba2_status_t m2g_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr,
     if (!st) st = m2g_run_state(d, &s);
     if (!st) st = m2g_run_passing(d, &s);
     if (!st) st = m2g_run_scan(d, &s);
+    if (!st && pr->npos) st = pos_states(&c, d, pr, &s);
     return m2g_call_end(&c, st);
 }
 
