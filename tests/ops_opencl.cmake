@@ -9,3 +9,9 @@ set_tests_properties(opencl_ssd PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 LABEL
 # bf16/f16 storage of the fused SSD op on the OpenCL backend: the half test's own table
 add_test(NAME ssd_half_opencl COMMAND test_ssd_half --backend opencl -q)
 set_tests_properties(ssd_half_opencl PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "gpu;opencl")
+# device mode: tensors in the caller's cl_mem buffers (the test dlopens the ICD loader itself)
+add_executable(test_opencl_device gpu/test_opencl_device.c)
+target_include_directories(test_opencl_device PRIVATE ${CMAKE_CURRENT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(test_opencl_device PRIVATE mamba2c_test_harness ${CMAKE_DL_LIBS})
+add_test(NAME opencl_device COMMAND test_opencl_device -q)
+set_tests_properties(opencl_device PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "gpu;opencl")

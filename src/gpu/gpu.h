@@ -49,6 +49,16 @@ typedef struct m2g_arg {
 } m2g_arg;
 #define M2G_MAX_ARGS 64
 
+/* Device mode with buffer handles (OpenCL): each registered buffer gets a range of a virtual
+ * address space, so tensor data pointers are base + byte offset, the core's overlap checks
+ * see real offsets, and the op code finds (buffer, element offset) by lookup. */
+typedef struct m2g_region {
+    uint64_t vbase;
+    size_t bytes;
+    m2g_mem mem;
+} m2g_region;
+#define M2G_MAX_REGIONS 256
+
 typedef struct m2g_dev m2g_dev;
 struct m2g_dev {
     const char *api;   /* "OpenCL", "CUDA" (for messages) */
@@ -57,6 +67,9 @@ struct m2g_dev {
     m2g_mem dummy;     /* a small buffer bound to absent optional tensor arguments */
     m2g_mem arena;     /* device mode: the context's scratch buffer */
     size_t arena_bytes;
+    int nregions;      /* device mode: registered buffers, by vbase */
+    uint64_t next_vbase;
+    m2g_region regions[M2G_MAX_REGIONS];
     mamba2_status_t (*alloc)(m2g_dev *d, size_t bytes, m2g_mem *mem);
     void (*release)(m2g_dev *d, m2g_mem mem);
     mamba2_status_t (*write)(m2g_dev *d, m2g_mem dst, size_t off, const void *src, size_t bytes);
@@ -137,6 +150,11 @@ mamba2_status_t m2g_call_upload(m2g_call *c, const void *src, size_t bytes, m2g_
 /* Copy the outputs back (st == OK) and release the call's buffers; returns st, or the first
  * failure of the copy. */
 mamba2_status_t m2g_call_end(m2g_call *c, mamba2_status_t st);
+
+/* Device mode: register / unregister a buffer of `bytes` (see m2g_region); *vbase receives
+ * the address of its byte 0. */
+mamba2_status_t m2g_register(m2g_dev *d, m2g_mem mem, size_t bytes, void **vbase);
+mamba2_status_t m2g_unregister(m2g_dev *d, m2g_mem mem);
 
 /* ceil(a / b) for a >= 0, b > 0 */
 static inline int64_t m2g_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }

@@ -76,6 +76,69 @@ static void fill_strides(const m2_view *v, int rank, m2g_t *t) {
     t->s[rank - 1] = 1;
 }
 
+mamba2_status_t m2g_register(m2g_dev *d, m2g_mem mem, size_t bytes, void **vbase) {
+    if (!d->device_memory)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "%s: buffers are registered only with a device-mode context", d->api);
+    if (!mem || bytes == 0 || bytes > ((uint64_t)1 << 44))
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "%s: register a non-NULL buffer of 1 byte to 16 TiB", d->api);
+    if (d->nregions >= M2G_MAX_REGIONS)
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s: at most %d registered buffers", d->api,
+                        M2G_MAX_REGIONS);
+    for (int i = 0; i < d->nregions; i++)
+        if (d->regions[i].mem == mem)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "%s: buffer already registered",
+                            d->api);
+    if (!d->next_vbase) d->next_vbase = (uint64_t)1 << 44;
+    const uint64_t span = ((uint64_t)bytes + ((uint64_t)1 << 20)) & ~(((uint64_t)1 << 20) - 1);
+    if (d->next_vbase > ((uint64_t)1 << 62) - span)
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s: virtual address range exhausted",
+                        d->api);
+    m2g_region *r = &d->regions[d->nregions++]; /* increasing vbase: appended in order */
+    r->vbase = d->next_vbase;
+    r->bytes = bytes;
+    r->mem = mem;
+    d->next_vbase += span; /* a gap of >= 1 MiB: ranges never touch */
+    *vbase = (void *)(uintptr_t)r->vbase;
+    return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t m2g_unregister(m2g_dev *d, m2g_mem mem) {
+    for (int i = 0; i < d->nregions; i++)
+        if (d->regions[i].mem == mem) {
+            memmove(&d->regions[i], &d->regions[i + 1],
+                    (size_t)(d->nregions - i - 1) * sizeof d->regions[0]);
+            d->nregions--;
+            return MAMBA2_STATUS_OK;
+        }
+    return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "%s: buffer not registered", d->api);
+}
+
+/* (buffer, element offset) of a device-mode data pointer covering span elements */
+static mamba2_status_t translate(m2g_dev *d, const void *p, size_t span, size_t esize,
+                                 m2g_t *t) {
+    const uint64_t a = (uint64_t)(uintptr_t)p;
+    for (int i = 0; i < d->nregions; i++) {
+        const m2g_region *r = &d->regions[i];
+        if (a < r->vbase || a - r->vbase >= r->bytes) continue;
+        const uint64_t off = a - r->vbase;
+        size_t need;
+        if (off % esize || !m2_size_mul(span, esize, &need) || need > r->bytes - off)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "%s: a tensor at byte %llu of a registered buffer of %zu bytes is "
+                            "misaligned or runs past its end",
+                            d->api, (unsigned long long)off, r->bytes);
+        t->mem = r->mem;
+        t->off = (int64_t)(off / esize);
+        return MAMBA2_STATUS_OK;
+    }
+    return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                    "%s: a tensor's data pointer is in no registered buffer "
+                    "(mamba2_opencl_register_buffer)",
+                    d->api);
+}
+
 static mamba2_status_t own(m2g_call *c, size_t bytes, m2g_mem *mem) {
     if (c->nown >= M2G_CALL_MAX)
         return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "%s backend: too many buffers in one call",
@@ -94,13 +157,16 @@ mamba2_status_t m2g_call_in(m2g_call *c, const m2_view *v, int rank, const int64
     }
     t->present = 1;
     fill_strides(v, rank, t);
-    if (c->dev->device_memory) {
-        t->mem = (m2g_mem)(uintptr_t)v->p;
-        return MAMBA2_STATUS_OK;
-    }
     size_t span, bytes;
     if (!view_span(rank, dims, t->s, &span) || !m2_size_mul(span, esize, &bytes))
         return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: tensor too large", c->dev->api);
+    if (c->dev->device_memory) {
+        if (span == 0) {
+            t->mem = c->dev->dummy;
+            return MAMBA2_STATUS_OK;
+        }
+        return translate(c->dev, v->p, span, esize, t);
+    }
     M2_TRY(own(c, bytes, &t->mem));
     if (bytes) M2_TRY(c->dev->write(c->dev, t->mem, 0, v->p, bytes));
     return MAMBA2_STATUS_OK;
@@ -115,15 +181,18 @@ mamba2_status_t m2g_call_out(m2g_call *c, const m2_view *v, int rank, const int6
     }
     t->present = 1;
     fill_strides(v, rank, t);
-    if (c->dev->device_memory) {
-        t->mem = (m2g_mem)(uintptr_t)v->p;
-        return MAMBA2_STATUS_OK;
-    }
-    if (c->nout >= M2G_CALL_MAX)
-        return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "%s backend: too many outputs", c->dev->api);
     size_t span, bytes;
     if (!view_span(rank, dims, t->s, &span) || !m2_size_mul(span, esize, &bytes))
         return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: tensor too large", c->dev->api);
+    if (c->dev->device_memory) {
+        if (span == 0) {
+            t->mem = c->dev->dummy;
+            return MAMBA2_STATUS_OK;
+        }
+        return translate(c->dev, v->p, span, esize, t);
+    }
+    if (c->nout >= M2G_CALL_MAX)
+        return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "%s backend: too many outputs", c->dev->api);
     M2_TRY(own(c, bytes, &t->mem));
     m2g_out_rec *r = &c->out[c->nout++];
     r->host = v->p;

@@ -353,3 +353,30 @@ mamba2_status_t m2_opencl_open_device(mamba2_context_t *ctx, void *context, void
     snprintf(c->base.name, sizeof c->base.name, "%s", dname);
     return finish_open(ctx, c);
 }
+
+/* ---- device mode: the caller's buffers ------------------------------------------------------ */
+
+static mamba2_status_t device_ctx(mamba2_context_t *ctx, m2g_dev **d) {
+    m2_clear_error();
+    if (!ctx) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+    if (ctx->backend != MAMBA2_BACKEND_OPENCL || !ctx->gpu || !m2g_of(ctx)->device_memory)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "ctx is not a device-mode OpenCL context (mamba2_context_create_opencl)");
+    *d = m2g_of(ctx);
+    return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t mamba2_opencl_register_buffer(mamba2_context_t *ctx, void *cl_buffer,
+                                              size_t bytes, void **base) {
+    m2g_dev *d = NULL;
+    M2_TRY(device_ctx(ctx, &d));
+    if (!base) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "base (output pointer) is NULL");
+    *base = NULL;
+    return m2g_register(d, (m2g_mem)(uintptr_t)cl_buffer, bytes, base);
+}
+
+mamba2_status_t mamba2_opencl_unregister_buffer(mamba2_context_t *ctx, void *cl_buffer) {
+    m2g_dev *d = NULL;
+    M2_TRY(device_ctx(ctx, &d));
+    return m2g_unregister(d, (m2g_mem)(uintptr_t)cl_buffer);
+}
