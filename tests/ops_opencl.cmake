@@ -15,3 +15,10 @@ target_include_directories(test_opencl_device PRIVATE ${CMAKE_CURRENT_SOURCE_DIR
 target_link_libraries(test_opencl_device PRIVATE mamba2c_test_harness ${CMAKE_DL_LIBS})
 add_test(NAME opencl_device COMMAND test_opencl_device -q)
 set_tests_properties(opencl_device PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "gpu;opencl")
+# the CUDA build (where nvcc was found): every kernel of list.h made it into the fat binary
+if(MAMBA2C_CUDA)
+  add_test(NAME cuda_fatbin_kernels COMMAND ${CMAKE_COMMAND}
+           -DLIST=${PROJECT_SOURCE_DIR}/src/gpu/kernels/list.h -DFATBIN=${MAMBA2C_FATBIN}
+           -P ${PROJECT_SOURCE_DIR}/cmake/check_fatbin.cmake)
+  set_tests_properties(cuda_fatbin_kernels PROPERTIES LABELS "gpu;cuda" TIMEOUT 120)
+endif()

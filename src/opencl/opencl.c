@@ -289,6 +289,20 @@ static mamba2_status_t finish_open(mamba2_context_t *ctx, cl_dev *c) {
     c->base.launch = d_launch;
     c->base.finish = d_finish;
     c->base.destroy = d_destroy;
+    /* the 16x16 kernels need 256 work-items per group and ~2.2 KB of local memory */
+    size_t wg = 0;
+    cl_ulong lmem = 0;
+    cl.clGetDeviceInfo(c->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof wg, &wg, NULL);
+    cl.clGetDeviceInfo(c->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof lmem, &lmem, NULL);
+    if (wg < 256 || lmem < 4096) {
+        const size_t w = wg;
+        const unsigned long long lm = (unsigned long long)lmem;
+        d_destroy(&c->base);
+        return m2_error(MAMBA2_STATUS_BACKEND_UNAVAILABLE,
+                        "OpenCL: the device allows %zu work-items per group and %llu bytes of "
+                        "local memory; the kernels need 256 and 4096",
+                        w, lm);
+    }
     mamba2_status_t st = build_program(c);
     if (st == MAMBA2_STATUS_OK) st = d_alloc(&c->base, 64, &c->base.dummy);
     if (st != MAMBA2_STATUS_OK) {
