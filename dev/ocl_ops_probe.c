@@ -1,7 +1,7 @@
 /*
  * ocl_ops_probe.c — standalone check of the conv1d / rmsnorm / step GPU kernels on any
- * OpenCL device (PoCL here), before the OpenCL backend exists: builds the kernel sources with
- * the provisional macro set (dev/ocl_ops_compat.h), runs them on host arrays copied into
+ * OpenCL device (PoCL here) without the library's OpenCL backend: builds the kernel sources with
+ * src/gpu/kernels/common.h (or the header named by argv[1]), runs them on host arrays copied into
  * whole buffers, and compares with the float64 reference backend through the public API.
  *
  *   gcc -O1 -Iinclude dev/ocl_ops_probe.c build/libmamba2c.a -lOpenCL -lm -lpthread \
@@ -22,6 +22,8 @@ static cl_context cctx;
 static cl_command_queue cq;
 static cl_program prog;
 static int fails, checks;
+static cl_mem dummy;
+static size_t cdiv(int64_t a, int64_t b) { return (size_t)((a + b - 1) / b); }
 
 static char *slurp(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -48,7 +50,8 @@ static void down(cl_mem m, void *p, size_t bytes) {
 }
 
 /* fmt: b = cl_mem (NULL ok), l = int64, i = int, f = float */
-static void launch(const char *name, size_t global, size_t local, const char *fmt, ...) {
+/* n work-items in groups of lx x ly (lx * ly items per group, groups along dimension 0) */
+static void launch(const char *name, size_t ngroups, size_t lx, size_t ly, const char *fmt, ...) {
     cl_int e;
     cl_kernel k = clCreateKernel(prog, name, &e);
     if (e) { fprintf(stderr, "kernel %s: %d\n", name, e); exit(1); }
@@ -58,7 +61,14 @@ static void launch(const char *name, size_t global, size_t local, const char *fm
     clGetKernelInfo(k, CL_KERNEL_NUM_ARGS, sizeof na, &na, NULL);
     for (const char *c = fmt; *c; c++) {
         if (*c == ' ') continue;
-        if (*c == 'b') { cl_mem m = va_arg(ap, cl_mem); e = clSetKernelArg(k, i, sizeof m, &m); }
+        if (*c == 'b') {
+            cl_mem m = va_arg(ap, cl_mem);
+            if (!m) m = dummy;
+            e = clSetKernelArg(k, i, sizeof m, &m);
+        } else if (*c == 'z') {
+            cl_long v = 0;
+            e = clSetKernelArg(k, i, sizeof v, &v);
+        }
         else if (*c == 'l') { cl_long v = va_arg(ap, int64_t); e = clSetKernelArg(k, i, sizeof v, &v); }
         else if (*c == 'i') { cl_int v = va_arg(ap, int); e = clSetKernelArg(k, i, sizeof v, &v); }
         else { cl_float v = (float)va_arg(ap, double); e = clSetKernelArg(k, i, sizeof v, &v); }
@@ -67,9 +77,9 @@ static void launch(const char *name, size_t global, size_t local, const char *fm
     }
     if (i != na) { fprintf(stderr, "%s: %u args given, %u wanted\n", name, i, na); exit(1); }
     va_end(ap);
-    size_t gs = (global + local - 1) / local * local;
-    if (gs) {
-        e = clEnqueueNDRangeKernel(cq, k, 1, NULL, &gs, &local, 0, NULL, NULL);
+    size_t gs[2] = {ngroups * lx, ly}, ls[2] = {lx, ly};
+    if (ngroups) {
+        e = clEnqueueNDRangeKernel(cq, k, 2, NULL, gs, ls, 0, NULL, NULL);
         if (e) { fprintf(stderr, "%s enqueue: %d\n", name, e); exit(1); }
     }
     clFinish(cq);
@@ -148,10 +158,11 @@ static void t_conv1d(int64_t B, int64_t L, int64_t C, int W, int silu, int with_
     }
     cl_mem bx = up(x, nx * 4), bw = up(w, C * W * 4), bb = up(bias, C * 4), bi = up(init, nseq * C * Wm * 4);
     cl_mem bcu = nseq_packed ? up(cu, (nseq + 1) * 8) : NULL, bo = up(o, B * L * C * 4), bf = up(f, nseq * C * Wm * 4);
-    launch("conv1d_fwd_f32", B * L * C, 64, "bll bll bl b bll bil lll ii", bo, L * C, C, bx, L * xs, xs, bw,
-           (int64_t)W, bb, bi, C * Wm, Wm, bcu, 1, nseq, B, L, C, W, silu);
-    launch("conv1d_final_f32", nseq * C * (W - 1), 64, "bllbllbllbillli", bf, C * Wm, Wm, bx, L * xs, xs,
-           bi, C * Wm, Wm, bcu, 1, nseq, L, C, W);
+    launch("m2_conv1d_fwd_wi64", cdiv(B * L * C, 64), 64, 1, "bzll bzll bzl bzi bzlli bil lll ii", bo, L * C, C,
+           bx, L * xs, xs, bw, (int64_t)W, bb, with_bias, bi, C * Wm, Wm, with_init, bcu, nseq_packed > 0, nseq, B,
+           L, C, W, silu);
+    launch("m2_conv1d_final_wi64", cdiv(nseq * C * (W - 1), 64), 64, 1, "bzll bzll bzlli bil lli", bf, C * Wm,
+           Wm, bx, L * xs, xs, bi, C * Wm, Wm, with_init, bcu, nseq_packed > 0, nseq, L, C, W);
     down(bo, o, B * L * C * 4);
     down(bf, f, nseq * C * Wm * 4);
     char t2[160];
@@ -178,12 +189,15 @@ static void t_conv1d(int64_t B, int64_t L, int64_t C, int W, int silu, int with_
     cl_mem bdx = up(dx, B * L * C * 4), bdw = up(dw, C * W * 4), bdb = up(db, C * 4), bdi = up(di, nseq * C * Wm * 4);
     float *pz = zerov(nblk * C * (W + 1));
     cl_mem bp = up(pz, (nblk * C * (W + 1) + 1) * 4);
-    launch("conv1d_bwd_f32", nblk * C, 64, "bllbbllbllbllblbbllbillllii", bdx, L * C, C, bp, bdo, L * C, C,
-           bdf, C * Wm, Wm, bx, L * xs, xs, bw, (int64_t)W, bb, bi, C * Wm, Wm, bcu, 1, nseq, B, L, C, W, silu);
+    launch("m2_conv1d_bwd_t64_wi64", cdiv(nblk * C, 64), 64, 1, "bzlli bzi bzll bzlli bzll bzl bzi bzlli bil lll ii",
+           bdx, L * C, C, 1, bp, 1, bdo, L * C, C, bdf, C * Wm, Wm, W > 1, bx, L * xs, xs, bw, (int64_t)W, bb,
+           with_bias, bi, C * Wm, Wm, with_init, bcu, nseq_packed > 0, nseq, B, L, C, W, silu);
     if (init)
-        launch("conv1d_bwd_dinit_f32", nseq * C, 64, "bllbllbllbllblbbllbilllii", bdi, C * Wm, Wm, bdo, L * C,
-               C, bdf, C * Wm, Wm, bx, L * xs, xs, bw, (int64_t)W, bb, bi, C * Wm, Wm, bcu, 1, nseq, L, C, W, silu);
-    launch("conv1d_bwd_reduce_f32", C * (W + 1), 64, "blbblli", bdw, (int64_t)W, bias ? bdb : NULL, bp, nblk, C, W);
+        launch("m2_conv1d_bwd_dinit_wi64", cdiv(nseq * C, 64), 64, 1, "bzll bzll bzlli bzll bzl bzi bzll bil llii",
+               bdi, C * Wm, Wm, bdo, L * C, C, bdf, C * Wm, Wm, W > 1, bx, L * xs, xs, bw, (int64_t)W, bb,
+               with_bias, bi, C * Wm, Wm, bcu, nseq_packed > 0, nseq, L, C, W, silu);
+    launch("m2_conv1d_bwd_reduce_wi64", cdiv(C * (W + 1), 64), 64, 1, "bzli bzi bz lli", bdw, (int64_t)W, 1, bdb,
+           with_bias, bp, nblk, C, W);
     down(bdx, dx, B * L * C * 4);
     down(bdw, dw, C * W * 4);
     down(bdb, db, C * 4);
@@ -215,6 +229,8 @@ static void t_conv1d_step(int64_t B, int64_t T, int64_t C, int W, int silu, int 
     int32_t idx[64];
     for (int b = 0; b < B; b++) idx[b] = (int32_t)(S - 1 - b);
     if (pad) idx[B / 2] = -1;
+    int64_t idx64[64];
+    for (int b = 0; b < B; b++) idx64[b] = idx[b];
     float *x = randv(B * T * C, 1), *w = randv(C * W, 0.5), *bias = with_bias ? randv(C, 0.5) : NULL;
     float *cache = randv(S * C * Wm, 1), *rcache = malloc(S * C * Wm * 4);
     memcpy(rcache, cache, S * C * Wm * 4);
@@ -233,9 +249,9 @@ static void t_conv1d_step(int64_t B, int64_t T, int64_t C, int W, int silu, int 
         exit(1);
     }
     cl_mem bo = up(o, B * T * C * 4), bc = up(cache, S * C * Wm * 4), bx = up(x, B * T * C * 4),
-           bw = up(w, C * W * 4), bb = up(bias, C * 4), bix = up(idx, B * 4);
-    launch("conv1d_step_f32", B * C, 64, "bll bll bll bl b bi lll ii", bo, T * C, C, bc, C * Wm, Wm, bx, T * C, C,
-           bw, (int64_t)W, bb, bix, 0, B, T, C, W, silu);
+           bw = up(w, C * W * 4), bb = up(bias, C * 4), bix = up(idx64, B * 8);
+    launch("m2_conv1d_step_wi64", cdiv(B * C, 64), 64, 1, "bzll bzll bzll bzl bzi bi lll ii", bo, T * C, C, bc,
+           C * Wm, Wm, bx, T * C, C, bw, (int64_t)W, bb, with_bias, bix, 1, B, T, C, W, silu);
     down(bo, o, B * T * C * 4);
     down(bc, cache, S * C * Wm * 4);
     char t2[160];
@@ -247,12 +263,6 @@ static void t_conv1d_step(int64_t B, int64_t T, int64_t C, int W, int silu, int 
     for (size_t i = 0; i < 6; i++)
         if (all[i]) clReleaseMemObject(all[i]);
     free(x); free(w); free(bias); free(cache); free(rcache); free(o); free(ro);
-}
-
-static size_t pow2_ls(int64_t S) {
-    size_t ls = 1;
-    while (ls < 128 && (int64_t)ls < S) ls *= 2;
-    return ls;
 }
 
 static void t_rmsnorm(int64_t M, int64_t D, int64_t S, int gate, int with_bias, int use_rstd, int64_t xs) {
@@ -280,9 +290,8 @@ static void t_rmsnorm(int64_t M, int64_t D, int64_t S, int gate, int with_bias, 
     }
     cl_mem bx = up(x, M * xs * 4), bz = up(z, M * xs * 4), bw = up(w, D * 4), bb = up(bias, D * 4);
     cl_mem bo = up(o, M * D * 4), br = up(r, M * G * 4);
-    size_t ls = pow2_ls(S);
-    launch("rmsnorm_fwd_f32", M * G * ls, ls, "blblblblbblllfi", bo, D, br, G, bx, xs, bz, xs, bw, bb, M, D, S,
-           eps, gate);
+    launch("m2_rmsnorm_fwd_wg128", M * G, 128, 1, "bzl bzli bzl bzl bz bzi lll fi", bo, D, br, G, 1, bx, xs, bz,
+           xs, bw, bb, with_bias, M, D, S, eps, gate);
     down(bo, o, M * D * 4);
     down(br, r, M * G * 4);
     char t2[160];
@@ -308,10 +317,12 @@ static void t_rmsnorm(int64_t M, int64_t D, int64_t S, int gate, int with_bias, 
     float *pz = zerov(nblk * D * 2), *rb = zerov(M * G);
     cl_mem bdo = up(dout, M * D * 4), bdx = up(dx, M * D * 4), bdz = up(dz, M * D * 4), bdw = up(dw, D * 4);
     cl_mem bdb = up(db, D * 4), bp = up(pz, (nblk * D * 2 + 1) * 4), brb = up(rb, (M * G + 1) * 4);
-    launch("rmsnorm_bwd_f32", M * G * ls, ls, "blblbblblblblbblllfi", bdx, D, gate ? bdz : NULL, D, brb, bdo, D,
-           use_rstd ? br : NULL, G, bx, xs, bz, xs, bw, bb, M, D, S, eps, gate);
-    launch("rmsnorm_bwd_dw_f32", nblk * D, 64, "bbbl bl bl llli", bp, brb, bdo, D, bx, xs, bz, xs, M, D, S, gate);
-    launch("rmsnorm_bwd_reduce_f32", D, 64, "bbbll", bdw, bias ? bdb : NULL, bp, nblk, D);
+    launch("m2_rmsnorm_bwd_wg128", M * G, 128, 1, "bzli bzli bzi bzl bzli bzl bzl bz bzi lll fi", bdx, D, 1, bdz,
+           D, gate != 0, brb, 1, bdo, D, br, G, use_rstd, bx, xs, bz, xs, bw, bb, with_bias, M, D, S, eps, gate);
+    launch("m2_rmsnorm_bwd_dw_r64_wi64", cdiv(nblk * D, 64), 64, 1, "bz bz bzl bzl bzl llli", bp, brb, bdo, D,
+           bx, xs, bz, xs, M, D, S, gate);
+    launch("m2_rmsnorm_bwd_reduce_wi64", cdiv(D, 64), 64, 1, "bzi bzi bz ll", bdw, 1, bdb, with_bias, bp, nblk,
+           D);
     down(bdx, dx, M * D * 4);
     down(bdz, dz, M * D * 4);
     down(bdw, dw, D * 4);
@@ -384,10 +395,11 @@ static void t_ssd_step(int64_t B, int64_t T, int64_t H, int64_t P, int64_t N, in
     cl_mem bdt = up(dt, B * T * H * 4), bA = up(A, H * 4), bB = up(Bm, nbc * 4), bC = up(Cm, nbc * 4);
     cl_mem bD = up(D, (Dpc ? H * P : H) * 4), bz = up(z, nx * 4), bdb = up(dtb, H * 4), bix = up(idx, B * 8);
     const int64_t npb = (P + 3) / 4;
-    launch("ssd_step_f32", B * H * npb * 128, 128, "blll blll bllll blll bll b blll blll bli blll b bi llllll iff", bst,
-           H * P * N, P * N, N, bo, T * H * P, H * P, P, bas, T * H * P * N, H * P * N, P * N, N, bx, T * H * P,
-           H * P, P, bdt, T * H, H, bA, bB, T * G * N, G * N, N, bC, T * G * N, G * N, N, bD, P, Dpc, bz,
-           T * H * P, H * P, P, bdb, bix, 1, B, T, H, P, N, G, sp, 0.0, sp ? 0.5 : INFINITY);
+    launch("m2_ssd_step_32x4", B * H * npb, 32, 4,
+           "bzlll bzlll bzlllli bzlll bzll bz bzlll bzlll bzli bzllli bzi bi llllll iff", bst, H * P * N, P * N, N,
+           bo, T * H * P, H * P, P, bas, T * H * P * N, H * P * N, P * N, N, with_as, bx, T * H * P, H * P, P, bdt,
+           T * H, H, bA, bB, T * G * N, G * N, N, bC, T * G * N, G * N, N, bD, P, Dpc ? 2 : 1, bz, T * H * P,
+           H * P, P, with_z, bdb, 1, bix, 1, B, T, H, P, N, G, sp, 0.0, sp ? 0.5 : INFINITY);
     down(bst, st, nst * 4);
     down(bo, o, nx * 4);
     down(bas, as, nas * 4);
@@ -407,7 +419,8 @@ static void t_ssd_step(int64_t B, int64_t T, int64_t H, int64_t P, int64_t N, in
     free(o); free(ro); free(as); free(ras);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const char *common_h = argc > 1 ? argv[1] : "src/gpu/kernels/common.h";
     cl_platform_id pf;
     cl_device_id dev;
     cl_uint np = 0;
@@ -417,7 +430,7 @@ int main(void) {
     }
     cctx = clCreateContext(NULL, 1, &dev, NULL, NULL, NULL);
     cq = clCreateCommandQueue(cctx, dev, 0, NULL);
-    const char *files[] = {"dev/ocl_ops_compat.h", "src/gpu/kernels/conv1d.cl", "src/gpu/kernels/rmsnorm.cl",
+    const char *files[] = {common_h, "src/gpu/kernels/conv1d.cl", "src/gpu/kernels/rmsnorm.cl",
                            "src/gpu/kernels/step.cl"};
     char *src[4];
     for (int i = 0; i < 4; i++)
@@ -432,6 +445,7 @@ int main(void) {
         return 1;
     }
     mamba2_context_create(&ref, MAMBA2_BACKEND_REF, 1);
+    dummy = clCreateBuffer(cctx, CL_MEM_READ_WRITE, 64, NULL, NULL);
 
     for (int W = 1; W <= 8; W++) {
         if (W > 4 && W != 8) continue;

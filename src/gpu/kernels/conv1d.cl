@@ -8,95 +8,99 @@
  *   final[s, c, i] = u_{len-W+1+i}
  * Positions below are absolute token indices of batch row b; sequence s covers [t0, t1).
  *
- * Launches (all 1-D; every work-item checks its own bounds, so any local size works):
- *   conv1d_fwd_f32          one item per (token, channel)              flops 2W (+4 SiLU)
- *   conv1d_final_f32        one item per (sequence, channel, i < W-1)  copies
- *   conv1d_bwd_f32          one item per (channel, block of CONV1D_TB tokens of a row):
- *                           dx and the block's partial sums of dweight/dbias, walking its
- *                           tokens with the inputs and g = dout·act'(pre) in registers
- *   conv1d_bwd_dinit_f32    one item per (sequence, channel): dinitial_conv_state
- *   conv1d_bwd_reduce_f32   one item per (channel, k <= W): the partial sums over blocks in
- *                           block order (fixed by the problem, so bitwise reproducible)
- * Index tensors (cu_seqlens) arrive as int32 or int64 (is64), as the caller gave them.
+ * Kernels (1-D groups of 64 work-items, one task each; flops per output element):
+ *   m2_conv1d_fwd_wi64          one item per (token, channel): 2W flops (+ SiLU)
+ *   m2_conv1d_final_wi64        one item per (sequence, channel, i < W-1): a copy
+ *   m2_conv1d_bwd_t64_wi64      one item per (channel, block of 64 tokens of a row): dx and
+ *                               the block's partial sums of dweight/dbias, walking its
+ *                               tokens with the inputs and g = dout·act'(pre) in registers
+ *                               (6W flops per token, + SiLU')
+ *   m2_conv1d_bwd_dinit_wi64    one item per (sequence, channel): dinitial_conv_state
+ *   m2_conv1d_bwd_reduce_wi64   one item per (channel, k <= W): the partial sums over blocks
+ *                               in block order (fixed by the problem: bitwise reproducible)
+ * Tensors arrive as (pointer, element offset, outer strides), the last dimension contiguous;
+ * an optional tensor also as a presence flag. cu_seqlens arrives as an int64 table.
  */
 
 #define CONV1D_TB 64   /* tokens per backward block (partial-sum granularity) */
 #define CONV1D_MAXW 8
 
-/* Element i of an int32 (is64 == 0) or int64 index array. */
-M2G_FN m2g_i64 cv_index(M2G_GLOBAL const int *p, int is64, m2g_i64 i) {
-    return is64 ? ((M2G_GLOBAL const m2g_i64 *)p)[i] : (m2g_i64)p[i];
-}
-
 /* The sequence holding token t of a packed row: the largest s with cu[s] <= t. */
-M2G_FN m2g_i64 cv_seq_of(M2G_GLOBAL const int *cu, int is64, m2g_i64 nseq, m2g_i64 t) {
-    m2g_i64 lo = 0, hi = nseq;
+M2K_FN m2_i64 cv_seq_of(M2K_GLOBAL const m2_i64 *cu, m2_i64 nseq, m2_i64 t) {
+    m2_i64 lo = 0, hi = nseq;
     while (lo < hi) {
-        const m2g_i64 mid = lo + (hi - lo + 1) / 2;
-        if (cv_index(cu, is64, mid) <= t) lo = mid;
+        const m2_i64 mid = lo + (hi - lo + 1) / 2;
+        if (cu[mid] <= t) lo = mid;
         else hi = mid - 1;
     }
     return lo;
 }
 
-M2G_FN float cv_silu(float v) { return v / (1.0f + M2G_EXP(-v)); }
 /* silu'(v) = sigmoid(v) (1 + v (1 - sigmoid(v))) */
-M2G_FN float cv_silu_grad(float v) {
-    const float sg = 1.0f / (1.0f + M2G_EXP(-v));
+M2K_FN float cv_silu_grad(float v) {
+    const float sg = m2k_sigmoid(v);
     return sg * (1.0f + v * (1.0f - sg));
 }
 
-/* u at absolute position m of row b (sequence s = [t0, t1)), channel c; 0 past t1. */
-M2G_FN float cv_u(M2G_GLOBAL const float *x, m2g_i64 xs0, m2g_i64 xs1,
-                  M2G_GLOBAL const float *init, m2g_i64 is0, m2g_i64 is1, int W, m2g_i64 s,
-                  m2g_i64 b, m2g_i64 t0, m2g_i64 t1, m2g_i64 c, m2g_i64 m) {
+/* u at absolute position m of row b (sequence s = [t0, t1)), channel c; 0 past t1. x and
+ * init are already offset. */
+M2K_FN float cv_u(M2K_GLOBAL const float *x, m2_i64 xs0, m2_i64 xs1,
+                  M2K_GLOBAL const float *init, m2_i64 is0, m2_i64 is1, int has_init, int W,
+                  m2_i64 s, m2_i64 b, m2_i64 t0, m2_i64 t1, m2_i64 c, m2_i64 m) {
     if (m >= t1) return 0.0f;
     if (m >= t0) return x[b * xs0 + m * xs1 + c];
-    if (!init) return 0.0f;
+    if (!has_init) return 0.0f;
     return init[s * is0 + c * is1 + (W - 1 + (m - t0))];
 }
 
-/* out[B,L,C]; x[B,L,C]; weight[C,W]; bias[C] or NULL; init[S,C,W-1] or NULL;
- * cu[nseq+1] or NULL (then B rows, sequence = row). */
-M2G_KERNEL conv1d_fwd_f32(M2G_GLOBAL float *out, m2g_i64 os0, m2g_i64 os1,
-                          M2G_GLOBAL const float *x, m2g_i64 xs0, m2g_i64 xs1,
-                          M2G_GLOBAL const float *w, m2g_i64 ws0, M2G_GLOBAL const float *bias,
-                          M2G_GLOBAL const float *init, m2g_i64 is0, m2g_i64 is1,
-                          M2G_GLOBAL const int *cu, int cu64, m2g_i64 nseq, m2g_i64 B,
-                          m2g_i64 L, m2g_i64 C, int W, int silu) {
-    const m2g_i64 gid = M2G_GID();
-    if (gid >= B * L * C) return;
-    const m2g_i64 c = gid % C, tok = gid / C, b = tok / L, t = tok % L;
-    m2g_i64 s = b, t0 = 0, t1 = L;
-    if (cu) {
-        s = cv_seq_of(cu, cu64, nseq, t);
-        t0 = cv_index(cu, cu64, s);
-        t1 = cv_index(cu, cu64, s + 1);
+/* Sequence s of token t of row b: [*t0, *t1). */
+#define CV_SEQ(t)                                                                          \
+    m2_i64 s = b, t0 = 0, t1 = L;                                                          \
+    if (has_cu) {                                                                          \
+        s = cv_seq_of(cu, nseq, (t));                                                      \
+        t0 = cu[s];                                                                        \
+        t1 = cu[s + 1];                                                                    \
     }
-    float acc = bias ? bias[c] : 0.0f;
-    for (int k = 0; k < W; k++)
-        acc += w[c * ws0 + k] *
-               cv_u(x, xs0, xs1, init, is0, is1, W, s, b, t0, t1, c, t - W + 1 + k);
-    out[b * os0 + t * os1 + c] = silu ? cv_silu(acc) : acc;
+
+#define CV_U(m) cv_u(x, x_s0, x_s1, init, i_s0, i_s1, has_init, W, s, b, t0, t1, c, (m))
+
+/* out[B,L,C] = act(bias + Σ_k w[c,k] u_{t-W+1+k}); x[B,L,C]; weight[C,W]; bias[C];
+ * init[S,C,W-1]; cu[nseq+1] (has_cu; B == 1) */
+M2K_KERNEL void m2_conv1d_fwd_wi64(
+    M2K_GLOBAL float *out, m2_i64 o_o, m2_i64 o_s0, m2_i64 o_s1,
+    M2K_GLOBAL const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1,
+    M2K_GLOBAL const float *w, m2_i64 w_o, m2_i64 w_s0,
+    M2K_GLOBAL const float *bias, m2_i64 b_o, m2_i32 has_bias,
+    M2K_GLOBAL const float *init, m2_i64 i_o, m2_i64 i_s0, m2_i64 i_s1, m2_i32 has_init,
+    M2K_GLOBAL const m2_i64 *cu, m2_i32 has_cu, m2_i64 nseq,
+    m2_i64 B, m2_i64 L, m2_i64 C, m2_i32 W, m2_i32 silu) {
+    const m2_i64 gid = M2K_GROUP_ID(0) * 64 + M2K_LOCAL_ID(0);
+    if (gid >= B * L * C) return;
+    out += o_o; x += x_o; w += w_o; bias += b_o; init += i_o;
+    const m2_i64 c = gid % C, tok = gid / C, b = tok / L, t = tok % L;
+    CV_SEQ(t)
+    float acc = has_bias ? bias[c] : 0.0f;
+    for (int k = 0; k < W; k++) acc += w[c * w_s0 + k] * CV_U(t - W + 1 + k);
+    out[b * o_s0 + t * o_s1 + c] = silu ? m2k_silu(acc) : acc;
 }
 
-/* final[S,C,W-1]: final[s,c,i] = u_{len-W+1+i}. */
-M2G_KERNEL conv1d_final_f32(M2G_GLOBAL float *fin, m2g_i64 fs0, m2g_i64 fs1,
-                            M2G_GLOBAL const float *x, m2g_i64 xs0, m2g_i64 xs1,
-                            M2G_GLOBAL const float *init, m2g_i64 is0, m2g_i64 is1,
-                            M2G_GLOBAL const int *cu, int cu64, m2g_i64 nseq, m2g_i64 L,
-                            m2g_i64 C, int W) {
-    const m2g_i64 gid = M2G_GID();
+/* final[S,C,W-1]: final[s,c,i] = u_{len-W+1+i} (W >= 2). */
+M2K_KERNEL void m2_conv1d_final_wi64(
+    M2K_GLOBAL float *fin, m2_i64 f_o, m2_i64 f_s0, m2_i64 f_s1,
+    M2K_GLOBAL const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1,
+    M2K_GLOBAL const float *init, m2_i64 i_o, m2_i64 i_s0, m2_i64 i_s1, m2_i32 has_init,
+    M2K_GLOBAL const m2_i64 *cu, m2_i32 has_cu, m2_i64 nseq, m2_i64 L, m2_i64 C, m2_i32 W) {
+    const m2_i64 gid = M2K_GROUP_ID(0) * 64 + M2K_LOCAL_ID(0);
     if (W < 2 || gid >= nseq * C * (W - 1)) return;
-    const m2g_i64 i = gid % (W - 1), c = (gid / (W - 1)) % C, s = gid / ((W - 1) * C);
-    m2g_i64 b = s, t0 = 0, t1 = L;
-    if (cu) {
+    fin += f_o; x += x_o; init += i_o;
+    const m2_i64 i = gid % (W - 1), c = (gid / (W - 1)) % C, s = gid / ((W - 1) * C);
+    m2_i64 b = s, t0 = 0, t1 = L;
+    if (has_cu) {
         b = 0;
-        t0 = cv_index(cu, cu64, s);
-        t1 = cv_index(cu, cu64, s + 1);
+        t0 = cu[s];
+        t1 = cu[s + 1];
     }
-    fin[s * fs0 + c * fs1 + i] =
-        cv_u(x, xs0, xs1, init, is0, is1, W, s, b, t0, t1, c, t1 - W + 1 + i);
+    fin[s * f_s0 + c * f_s1 + i] = CV_U(t1 - W + 1 + i);
 }
 
 /* g at position r (t0 <= r < t1) from the inputs U[i0 .. i0+W-1] = u_{r-W+1 .. r}. */
@@ -105,78 +109,77 @@ M2G_KERNEL conv1d_final_f32(M2G_GLOBAL float *fin, m2g_i64 fs0, m2g_i64 fs1,
         float pre_ = bv;                                                                   \
         for (int k_ = 0; k_ < CONV1D_MAXW; k_++)                                           \
             if (k_ < W) pre_ += wv[k_] * U[(i0) + k_];                                     \
-        const float d_ = dout[b * ds0 + (r) * ds1 + c];                                    \
+        const float d_ = dout[b * d_s0 + (r) * d_s1 + c];                                  \
         (dst) = silu ? d_ * cv_silu_grad(pre_) : d_;                                       \
     } while (0)
 
 /*
- * Backward over one block [tb, te) of row b for channel c. With the window
+ * Backward over one block [tb, te) of row b for channel c. With the windows
  *   U[i] = u_{j-W+1+i}  (i <= 2W-2)   and   G[i] = g_{j+i}  (i < W, 0 at or past t1)
  * at position j:   dx_j = Σ_{k<W} g_{j+W-1-k} w_k (+ dfinal_{j-t1+W-1} near the end)
  *                  dweight[k] += g_j u_{j-W+1+k},  dbias += g_j
- * part[blk, c, 0..W]: the block's dweight (k < W) and dbias (k = W) sums.
+ * part[blk, c, 0..W] (has_part): the block's dweight (k < W) and dbias (k = W) sums.
  */
-M2G_KERNEL conv1d_bwd_f32(M2G_GLOBAL float *dx, m2g_i64 dxs0, m2g_i64 dxs1,
-                          M2G_GLOBAL float *part, M2G_GLOBAL const float *dout, m2g_i64 ds0,
-                          m2g_i64 ds1, M2G_GLOBAL const float *dfin, m2g_i64 dfs0,
-                          m2g_i64 dfs1, M2G_GLOBAL const float *x, m2g_i64 xs0, m2g_i64 xs1,
-                          M2G_GLOBAL const float *w, m2g_i64 ws0, M2G_GLOBAL const float *bias,
-                          M2G_GLOBAL const float *init, m2g_i64 is0, m2g_i64 is1,
-                          M2G_GLOBAL const int *cu, int cu64, m2g_i64 nseq, m2g_i64 B,
-                          m2g_i64 L, m2g_i64 C, int W, int silu) {
-    const m2g_i64 nbt = (L + CONV1D_TB - 1) / CONV1D_TB;
-    const m2g_i64 gid = M2G_GID();
+M2K_KERNEL void m2_conv1d_bwd_t64_wi64(
+    M2K_GLOBAL float *dx, m2_i64 dx_o, m2_i64 dx_s0, m2_i64 dx_s1, m2_i32 has_dx,
+    M2K_GLOBAL float *part, m2_i64 p_o, m2_i32 has_part,
+    M2K_GLOBAL const float *dout, m2_i64 d_o, m2_i64 d_s0, m2_i64 d_s1,
+    M2K_GLOBAL const float *dfin, m2_i64 df_o, m2_i64 df_s0, m2_i64 df_s1, m2_i32 has_dfin,
+    M2K_GLOBAL const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1,
+    M2K_GLOBAL const float *w, m2_i64 w_o, m2_i64 w_s0,
+    M2K_GLOBAL const float *bias, m2_i64 b_o, m2_i32 has_bias,
+    M2K_GLOBAL const float *init, m2_i64 i_o, m2_i64 i_s0, m2_i64 i_s1, m2_i32 has_init,
+    M2K_GLOBAL const m2_i64 *cu, m2_i32 has_cu, m2_i64 nseq,
+    m2_i64 B, m2_i64 L, m2_i64 C, m2_i32 W, m2_i32 silu) {
+    const m2_i64 nbt = (L + CONV1D_TB - 1) / CONV1D_TB;
+    const m2_i64 gid = M2K_GROUP_ID(0) * 64 + M2K_LOCAL_ID(0);
     if (gid >= B * nbt * C) return;
-    const m2g_i64 c = gid % C, blk = gid / C, b = blk / nbt;
-    const m2g_i64 tb = (blk % nbt) * CONV1D_TB;
-    const m2g_i64 te = tb + CONV1D_TB < L ? tb + CONV1D_TB : L;
-    float wv[CONV1D_MAXW], U[2 * CONV1D_MAXW - 1], G[CONV1D_MAXW];
-    for (int k = 0; k < CONV1D_MAXW; k++) wv[k] = k < W ? w[c * ws0 + k] : 0.0f;
-    const float bv = bias ? bias[c] : 0.0f;
-    float dwacc[CONV1D_MAXW], dbacc = 0.0f;
-    for (int k = 0; k < CONV1D_MAXW; k++) dwacc[k] = 0.0f;
-
-    m2g_i64 s = b, t0 = 0, t1 = L;
-    if (cu) {
-        s = cv_seq_of(cu, cu64, nseq, tb);
-        t0 = cv_index(cu, cu64, s);
-        t1 = cv_index(cu, cu64, s + 1);
+    dx += dx_o; part += p_o; dout += d_o; dfin += df_o; x += x_o; w += w_o; bias += b_o;
+    init += i_o;
+    const m2_i64 c = gid % C, blk = gid / C, b = blk / nbt;
+    const m2_i64 tb = (blk % nbt) * CONV1D_TB;
+    const m2_i64 te = tb + CONV1D_TB < L ? tb + CONV1D_TB : L;
+    float wv[CONV1D_MAXW], U[2 * CONV1D_MAXW - 1], G[CONV1D_MAXW], dwacc[CONV1D_MAXW];
+    for (int k = 0; k < CONV1D_MAXW; k++) {
+        wv[k] = k < W ? w[c * w_s0 + k] : 0.0f;
+        dwacc[k] = 0.0f;
     }
+    const float bv = has_bias ? bias[c] : 0.0f;
+    float dbacc = 0.0f;
+    CV_SEQ(tb)
     int fresh = 1;
-    for (m2g_i64 j = tb; j < te; j++) {
-        if (j >= t1) { /* next packed sequence (empty ones skipped) */
-            while (cv_index(cu, cu64, s + 1) <= j) s++;
-            t0 = cv_index(cu, cu64, s);
-            t1 = cv_index(cu, cu64, s + 1);
+    for (m2_i64 j = tb; j < te; j++) {
+        if (j >= t1) { /* the next packed sequence (empty ones skipped) */
+            while (cu[s + 1] <= j) s++;
+            t0 = cu[s];
+            t1 = cu[s + 1];
             fresh = 1;
         }
         if (fresh) { /* fill the windows at j */
             for (int i = 0; i < 2 * CONV1D_MAXW - 1; i++)
-                U[i] = i < 2 * W - 1
-                           ? cv_u(x, xs0, xs1, init, is0, is1, W, s, b, t0, t1, c, j - W + 1 + i)
-                           : 0.0f;
+                U[i] = i < 2 * W - 1 ? CV_U(j - W + 1 + i) : 0.0f;
             for (int i = 0; i < CONV1D_MAXW; i++) {
                 G[i] = 0.0f;
                 if (i < W && j + i < t1) CV_G_AT(G[i], j + i, i);
             }
             fresh = 0;
         }
-        /* outputs at j */
+        /* the outputs at j */
         const float gj = G[0];
         dbacc += gj;
         for (int k = 0; k < CONV1D_MAXW; k++)
             if (k < W) dwacc[k] += gj * U[k];
-        if (dx) {
+        if (has_dx) {
             float du = 0.0f;
             for (int k = 0; k < CONV1D_MAXW; k++)
                 if (k < W) du += G[W - 1 - k] * wv[k];
-            const m2g_i64 i_f = j - t1 + W - 1; /* dfinal entry of position j, if any */
-            if (dfin && i_f >= 0) du += dfin[s * dfs0 + c * dfs1 + i_f];
-            dx[b * dxs0 + j * dxs1 + c] = du;
+            const m2_i64 i_f = j - t1 + W - 1; /* dfinal entry of position j, if any */
+            if (has_dfin && i_f >= 0) du += dfin[s * df_s0 + c * df_s1 + i_f];
+            dx[b * dx_s0 + j * dx_s1 + c] = du;
         }
         /* advance to j+1: U gains u_{j+W}, G gains g_{j+W} */
         if (j + 1 < te && j + 1 < t1) {
-            const float un = cv_u(x, xs0, xs1, init, is0, is1, W, s, b, t0, t1, c, j + W);
+            const float un = CV_U(j + W);
             for (int i = 0; i < 2 * CONV1D_MAXW - 2; i++)
                 if (i < 2 * W - 2) U[i] = U[i + 1];
             for (int i = 0; i < 2 * CONV1D_MAXW - 1; i++)
@@ -188,8 +191,8 @@ M2G_KERNEL conv1d_bwd_f32(M2G_GLOBAL float *dx, m2g_i64 dxs0, m2g_i64 dxs1,
                 if (i == W - 1) G[i] = gn;
         }
     }
-    if (part) {
-        M2G_GLOBAL float *pp = part + (blk * C + c) * (W + 1);
+    if (has_part) {
+        M2K_GLOBAL float *pp = part + (blk * C + c) * (W + 1);
         for (int k = 0; k < CONV1D_MAXW; k++)
             if (k < W) pp[k] = dwacc[k];
         pp[W] = dbacc;
@@ -198,55 +201,61 @@ M2G_KERNEL conv1d_bwd_f32(M2G_GLOBAL float *dx, m2g_i64 dxs0, m2g_i64 dxs1,
 
 /* dinit[S,C,W-1]: du at the W-1 positions before sequence s, m = t0-W+1+i:
  *   du_m = Σ_k g_{m+W-1-k} w_k over positions in [t0, t1), + dfinal where m >= t1-W+1. */
-M2G_KERNEL conv1d_bwd_dinit_f32(M2G_GLOBAL float *dinit, m2g_i64 dis0, m2g_i64 dis1,
-                                M2G_GLOBAL const float *dout, m2g_i64 ds0, m2g_i64 ds1,
-                                M2G_GLOBAL const float *dfin, m2g_i64 dfs0, m2g_i64 dfs1,
-                                M2G_GLOBAL const float *x, m2g_i64 xs0, m2g_i64 xs1,
-                                M2G_GLOBAL const float *w, m2g_i64 ws0,
-                                M2G_GLOBAL const float *bias, M2G_GLOBAL const float *init,
-                                m2g_i64 is0, m2g_i64 is1, M2G_GLOBAL const int *cu, int cu64,
-                                m2g_i64 nseq, m2g_i64 L, m2g_i64 C, int W, int silu) {
-    const m2g_i64 gid = M2G_GID();
+M2K_KERNEL void m2_conv1d_bwd_dinit_wi64(
+    M2K_GLOBAL float *dinit, m2_i64 di_o, m2_i64 di_s0, m2_i64 di_s1,
+    M2K_GLOBAL const float *dout, m2_i64 d_o, m2_i64 d_s0, m2_i64 d_s1,
+    M2K_GLOBAL const float *dfin, m2_i64 df_o, m2_i64 df_s0, m2_i64 df_s1, m2_i32 has_dfin,
+    M2K_GLOBAL const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1,
+    M2K_GLOBAL const float *w, m2_i64 w_o, m2_i64 w_s0,
+    M2K_GLOBAL const float *bias, m2_i64 b_o, m2_i32 has_bias,
+    M2K_GLOBAL const float *init, m2_i64 i_o, m2_i64 i_s0, m2_i64 i_s1,
+    M2K_GLOBAL const m2_i64 *cu, m2_i32 has_cu, m2_i64 nseq,
+    m2_i64 L, m2_i64 C, m2_i32 W, m2_i32 silu) {
+    const m2_i64 gid = M2K_GROUP_ID(0) * 64 + M2K_LOCAL_ID(0);
     if (W < 2 || gid >= nseq * C) return;
-    const m2g_i64 c = gid % C, s = gid / C;
-    m2g_i64 b = s, t0 = 0, t1 = L;
-    if (cu) {
+    dinit += di_o; dout += d_o; dfin += df_o; x += x_o; w += w_o; bias += b_o; init += i_o;
+    const int has_init = 1;
+    const m2_i64 c = gid % C, s = gid / C;
+    m2_i64 b = s, t0 = 0, t1 = L;
+    if (has_cu) {
         b = 0;
-        t0 = cv_index(cu, cu64, s);
-        t1 = cv_index(cu, cu64, s + 1);
+        t0 = cu[s];
+        t1 = cu[s + 1];
     }
-    const float bv = bias ? bias[c] : 0.0f;
+    const float bv = has_bias ? bias[c] : 0.0f;
     for (int i = 0; i < W - 1; i++) {
-        const m2g_i64 m = t0 - W + 1 + i;
+        const m2_i64 m = t0 - W + 1 + i;
         float du = 0.0f;
         for (int k = 0; k < W; k++) {
-            const m2g_i64 r = m + W - 1 - k;
+            const m2_i64 r = m + W - 1 - k;
             if (r < t0 || r >= t1) continue;
             float pre = bv;
-            for (int q = 0; q < W; q++)
-                pre += w[c * ws0 + q] *
-                       cv_u(x, xs0, xs1, init, is0, is1, W, s, b, t0, t1, c, r - W + 1 + q);
-            const float d = dout[b * ds0 + r * ds1 + c];
-            du += (silu ? d * cv_silu_grad(pre) : d) * w[c * ws0 + k];
+            for (int q = 0; q < W; q++) pre += w[c * w_s0 + q] * CV_U(r - W + 1 + q);
+            const float d = dout[b * d_s0 + r * d_s1 + c];
+            du += (silu ? d * cv_silu_grad(pre) : d) * w[c * w_s0 + k];
         }
-        const m2g_i64 i_f = m - t1 + W - 1;
-        if (dfin && i_f >= 0) du += dfin[s * dfs0 + c * dfs1 + i_f];
-        dinit[s * dis0 + c * dis1 + i] = du;
+        const m2_i64 i_f = m - t1 + W - 1;
+        if (has_dfin && i_f >= 0) du += dfin[s * df_s0 + c * df_s1 + i_f];
+        dinit[s * di_s0 + c * di_s1 + i] = du;
     }
 }
 
-/* dweight[C,W] (or NULL), dbias[C] (or NULL) = Σ over the nblk blocks, in block order. */
-M2G_KERNEL conv1d_bwd_reduce_f32(M2G_GLOBAL float *dw, m2g_i64 dws0, M2G_GLOBAL float *db,
-                                 M2G_GLOBAL const float *part, m2g_i64 nblk, m2g_i64 C, int W) {
-    const m2g_i64 gid = M2G_GID();
+/* dweight[C,W] (has_dw), dbias[C] (has_db) = Σ over the nblk blocks of part, in block
+ * order. */
+M2K_KERNEL void m2_conv1d_bwd_reduce_wi64(
+    M2K_GLOBAL float *dw, m2_i64 dw_o, m2_i64 dw_s0, m2_i32 has_dw,
+    M2K_GLOBAL float *db, m2_i64 db_o, m2_i32 has_db,
+    M2K_GLOBAL const float *part, m2_i64 p_o, m2_i64 nblk, m2_i64 C, m2_i32 W) {
+    const m2_i64 gid = M2K_GROUP_ID(0) * 64 + M2K_LOCAL_ID(0);
     if (gid >= C * (W + 1)) return;
-    const m2g_i64 c = gid / (W + 1);
+    dw += dw_o; db += db_o; part += p_o;
+    const m2_i64 c = gid / (W + 1);
     const int k = (int)(gid % (W + 1));
     float acc = 0.0f;
-    for (m2g_i64 blk = 0; blk < nblk; blk++) acc += part[blk * C * (W + 1) + gid];
+    for (m2_i64 blk = 0; blk < nblk; blk++) acc += part[blk * C * (W + 1) + gid];
     if (k < W) {
-        if (dw) dw[c * dws0 + k] = acc;
-    } else if (db) {
+        if (has_dw) dw[c * dw_s0 + k] = acc;
+    } else if (has_db) {
         db[c] = acc;
     }
 }
