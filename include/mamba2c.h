@@ -113,7 +113,8 @@ MAMBA2_API size_t mamba2_dtype_size(mamba2_dtype_t dtype);
 typedef enum mamba2_backend {
     MAMBA2_BACKEND_CPU = 0, /* optimized CPU kernels (AVX2+FMA or portable scalar)  */
     MAMBA2_BACKEND_REF = 1, /* float64-accumulating reference: the oracle, slow      */
-    MAMBA2_BACKEND_CUDA = 2 /* NVIDIA GPUs; BACKEND_UNAVAILABLE when not built in    */
+    MAMBA2_BACKEND_CUDA = 2, /* NVIDIA GPUs; BACKEND_UNAVAILABLE when not built in    */
+    MAMBA2_BACKEND_OPENCL = 3 /* OpenCL 1.2 devices: see "GPU backends" at the end      */
 } mamba2_backend_t;
 
 typedef struct mamba2_context mamba2_context_t;
@@ -568,6 +569,40 @@ MAMBA2_API mamba2_status_t mamba2_ssd_chunk_scan(
     const mamba2_tensor_t *Cm, const mamba2_tensor_t *states_start,
     const mamba2_ssd_options_t *opts);
 /* @@ more operators go above this line @@ */
+
+/* ------------------------------------------------------------------------- */
+/* GPU backends (OpenCL, CUDA)                                               */
+/* ------------------------------------------------------------------------- */
+/*
+ * Both run the same kernels (src/gpu/kernels/) behind the same entry points and checks as the
+ * CPU backends. Neither is a load-time dependency: libOpenCL.so.1 and libcuda.so.1 are opened
+ * with dlopen when a context is created; without a driver or a device the create call returns
+ * MAMBA2_STATUS_BACKEND_UNAVAILABLE with a message saying what is missing.
+ *
+ * Implemented today: the fused SSD forward (mamba2_ssd_forward; not _forward_states) and the
+ * five staged SSD stages, float32 storage. Every other op, the SSD backward and bf16/f16
+ * storage return MAMBA2_STATUS_UNSUPPORTED naming what is missing.
+ *
+ * Host mode: mamba2_context_create(&ctx, MAMBA2_BACKEND_OPENCL, n) opens the first available
+ * OpenCL device, or the one MAMBA2C_OPENCL_DEVICE names (an index in `clinfo -l` order, or a
+ * substring of "<platform> / <device>"). Tensor data pointers are ordinary host pointers: a
+ * call copies its inputs in, runs, copies its outputs back and returns when they are there.
+ * Only the elements of an output are written, never the gaps of a strided view.
+ *
+ * Device mode: mamba2_context_create_opencl(&ctx, cl_context, cl_device_id, cl_command_queue)
+ * binds a context to the caller's OpenCL objects (retained until mamba2_context_destroy).
+ * Every tensor's data pointer is then a cl_mem (cast to void *) whose element 0 is the
+ * tensor's element 0: to start a tensor inside a larger buffer, pass a sub-buffer
+ * (clCreateSubBuffer; its origin must be a multiple of CL_DEVICE_MEM_BASE_ADDR_ALIGN).
+ * Strides work as for host tensors. Index tensors (cu_seqlens, state_positions) stay host
+ * arrays: the argument checks read them. Work is queued on the caller's in-order queue and
+ * a call returns without waiting for it. Device scratch is owned by the context (grown to
+ * the largest call, freed with it), so the *_workspace_size queries report 0 bytes for
+ * GPU contexts and the workspace arguments are unused. A context (in either mode) serves one
+ * call at a time.
+ */
+MAMBA2_API mamba2_status_t mamba2_context_create_opencl(mamba2_context_t **ctx, void *cl_context,
+                                                        void *cl_device, void *cl_queue);
 
 #ifdef __cplusplus
 }

@@ -14,9 +14,24 @@ static int32_t online_cpus(void) {
     return (int32_t)n;
 }
 
-mamba2_status_t mamba2_context_create(mamba2_context_t **ctx, mamba2_backend_t backend,
-                                      int32_t num_threads) {
-    m2_clear_error();
+/* The caller's OpenCL objects (mamba2_context_create_opencl), NULL for host mode. */
+typedef struct cl_handles {
+    void *context, *device, *queue;
+} cl_handles;
+
+/* GPU backends: attach the device (src/opencl/, src/cuda/). */
+static mamba2_status_t open_device(mamba2_context_t *c, const cl_handles *cl) {
+    if (c->backend == MAMBA2_BACKEND_OPENCL)
+        return cl ? m2_opencl_open_device(c, cl->context, cl->device, cl->queue)
+                  : m2_opencl_open(c);
+#ifdef MAMBA2C_HAVE_CUDA
+    if (c->backend == MAMBA2_BACKEND_CUDA) return m2_cuda_open(c);
+#endif
+    return MAMBA2_STATUS_OK;
+}
+
+static mamba2_status_t create(mamba2_context_t **ctx, mamba2_backend_t backend,
+                              int32_t num_threads, const cl_handles *cl) {
     if (!ctx) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "ctx (output pointer) is NULL");
     *ctx = NULL;
     const m2_backend_ops *ops = NULL;
@@ -24,8 +39,14 @@ mamba2_status_t mamba2_context_create(mamba2_context_t **ctx, mamba2_backend_t b
     case MAMBA2_BACKEND_CPU: ops = &m2_cpu_backend; break;
     case MAMBA2_BACKEND_REF: ops = &m2_ref_backend; break;
     case MAMBA2_BACKEND_CUDA:
+#ifdef MAMBA2C_HAVE_CUDA
+        ops = &m2_cuda_backend;
+        break;
+#else
         return m2_error(MAMBA2_STATUS_BACKEND_UNAVAILABLE,
                         "the CUDA backend is not built into this library");
+#endif
+    case MAMBA2_BACKEND_OPENCL: ops = &m2_opencl_backend; break;
     default:
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "unknown backend %d", (int)backend);
     }
@@ -36,16 +57,35 @@ mamba2_status_t mamba2_context_create(mamba2_context_t **ctx, mamba2_backend_t b
     c->isa = m2_detect_isa();
     c->amd = m2_detect_amd();
     mamba2_status_t st = mamba2_context_set_num_threads(c, num_threads);
+    if (st == MAMBA2_STATUS_OK) st = open_device(c, cl);
     if (st != MAMBA2_STATUS_OK) {
-        free(c);
+        mamba2_context_destroy(c);
         return st;
     }
     *ctx = c;
     return MAMBA2_STATUS_OK;
 }
 
+mamba2_status_t mamba2_context_create(mamba2_context_t **ctx, mamba2_backend_t backend,
+                                      int32_t num_threads) {
+    m2_clear_error();
+    return create(ctx, backend, num_threads, NULL);
+}
+
+mamba2_status_t mamba2_context_create_opencl(mamba2_context_t **ctx, void *cl_context,
+                                             void *cl_device, void *cl_queue) {
+    m2_clear_error();
+    if (ctx) *ctx = NULL;
+    if (!cl_context || !cl_device || !cl_queue)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "cl_context, cl_device and cl_queue must all be given");
+    const cl_handles cl = {cl_context, cl_device, cl_queue};
+    return create(ctx, MAMBA2_BACKEND_OPENCL, 1, &cl);
+}
+
 void mamba2_context_destroy(mamba2_context_t *ctx) {
     if (!ctx) return;
+    m2_gpu_close(ctx);
     m2_pool_destroy(ctx->pool);
     free(ctx);
 }
@@ -78,6 +118,7 @@ mamba2_backend_t mamba2_context_get_backend(const mamba2_context_t *ctx) {
 const char *mamba2_context_get_isa(const mamba2_context_t *ctx) {
     if (!ctx) return "none";
     if (ctx->backend == MAMBA2_BACKEND_REF) return "reference";
+    if (ctx->backend == MAMBA2_BACKEND_OPENCL || ctx->backend == MAMBA2_BACKEND_CUDA) return "gpu";
     return ctx->isa == M2_ISA_AVX512 ? "avx512" : ctx->isa == M2_ISA_AVX2 ? "avx2+fma" : "scalar";
 }
 

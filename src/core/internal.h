@@ -221,10 +221,20 @@ struct mamba2_context {
     m2_pool *pool;
     m2_isa isa; /* CPU backend kernel set */
     int amd;    /* m2_detect_amd() */
+    void *gpu;  /* GPU backends: the device (struct m2g_dev, src/gpu/gpu.h); else NULL */
 };
 
 extern const m2_backend_ops m2_ref_backend;  /* src/ref/ */
 extern const m2_backend_ops m2_cpu_backend;  /* src/cpu/ */
+/* GPU backends (src/gpu/ op code over src/opencl/, src/cuda/ device layers): attach a device
+ * to ctx->gpu at creation, release it at destruction. */
+extern const m2_backend_ops m2_opencl_backend;
+mamba2_status_t m2_opencl_open(mamba2_context_t *ctx);
+mamba2_status_t m2_opencl_open_device(mamba2_context_t *ctx, void *context, void *device,
+                                      void *queue);
+extern const m2_backend_ops m2_cuda_backend;
+mamba2_status_t m2_cuda_open(mamba2_context_t *ctx);
+void m2_gpu_close(mamba2_context_t *ctx);
 
 /* ---- errors (src/core/error.c) ----------------------------------------------------- */
 

@@ -1,0 +1,15 @@
+/*
+ * list.h — every GPU kernel, one M2G_KERNEL(name) line each (an X-macro list). The host
+ * layers look each name up once per context (clCreateKernel / cuModuleGetFunction) and
+ * launch it by its id M2G_K_<name> (src/gpu/gpu.h). A kernel's name states its work-group
+ * shape: _16x16 is a 16 x 16 group (local size {16, 16, 1}), _wi64 a 1-D group of 64
+ * work-items each doing one task. Keep one section per op family (and its kernel file).
+ */
+/* ---- SSD staged pipeline / fused forward: ssd_chunked.cl ---- */
+M2G_KERNEL(m2_ssd_chunk_cumsum_wi64)
+M2G_KERNEL(m2_ssd_bmm_chunk_16x16)
+M2G_KERNEL(m2_ssd_chunk_state_16x16)
+M2G_KERNEL(m2_ssd_state_passing_wi64)
+M2G_KERNEL(m2_ssd_chunk_scan_16x16)
+/* ---- conv1d, gated RMSNorm, decode steps: their own sections below ---- */
+/* @@ more kernels go above this line @@ */
