@@ -114,7 +114,7 @@ mamba2_status_t m2g_conv1d_backward(mamba2_context_t *ctx, const m2_conv1d_probl
     if (!st) st = m2g_call_out(&c, &pr->dinit, 3, (int64_t[]){S, C, W - 1}, F4, &dinit);
     part.mem = d->dummy;
     if (!st && want_sums && nblk > 0) {
-        size_t n;
+        size_t n = 0;
         if (!m2_size_prod(&n, 4, (int64_t[]){nblk, C, W + 1, (int64_t)F4}))
             st = m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: conv1d scratch too large",
                           d->api);

@@ -18,5 +18,14 @@ const m2_backend_ops m2_opencl_backend = {
     .ssd_chunk_state = m2g_ssd_chunk_state,
     .ssd_state_passing = m2g_ssd_state_passing,
     .ssd_chunk_scan = m2g_ssd_chunk_scan,
+    .rmsnorm_forward_workspace = m2g_rmsnorm_forward_workspace,
+    .rmsnorm_forward = m2g_rmsnorm_forward,
+    .rmsnorm_backward_workspace = m2g_rmsnorm_backward_workspace,
+    .rmsnorm_backward = m2g_rmsnorm_backward,
+    .conv1d_forward = m2g_conv1d_forward,
+    .conv1d_backward_workspace = m2g_conv1d_backward_workspace,
+    .conv1d_backward = m2g_conv1d_backward,
+    .conv1d_step = m2g_conv1d_step,
+    .ssd_step = m2g_ssd_step,
     /* @@ more OpenCL ops are registered above this line @@ */
 };
