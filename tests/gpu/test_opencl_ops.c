@@ -417,28 +417,63 @@ static mamba2_status_t fwd_only_cv(mamba2_context_t *ctx, const void *p, gt *g) 
     return mamba2_conv1d_forward(ctx, gt_t(&g[COUT]), NULL, gt_t(&g[CX]), gt_t(&g[CW]), &o);
 }
 
-/* NaN propagation: the conv1d forward with one NaN input. */
-static void nan_checks(void) {
-    th_begin("nan: conv1d x[0,5,3] = NaN");
-    {
-        const cv_case c = {"nan", 1, 20, 9, 4, 0, 1, 0, 0, 0, 0};
-        spec s[CN];
-        cv_specs(&c, s, 99);
-        s[CX].vals[5 * 9 + 3] = NAN;
-        for (int i = CFIN; i < CN; i++) s[i].present = 0; /* forward, out only */
-        double *rg[CN], *rr[CN];
-        run(gpu, s, CN, 0, fwd_only_cv, &c, rg, "opencl");
-        run(ref, s, CN, 0, fwd_only_cv, &c, rr, "ref");
-        int same = 1;
-        for (int64_t i = 0; i < 20 * 9; i++) same &= isnan(rg[COUT][i]) == isnan(rr[COUT][i]);
-        th_expect(same && isnan(rr[COUT][5 * 9 + 3]), "NaN pattern differs from the reference");
-        free_res(rg, CN);
-        free_res(rr, CN);
-        free_specs(s, CN);
+/* NaN propagation: one NaN input; every output NaN exactly where the reference's is. */
+static void nan_pattern(const char *what, spec *s, int n, call_fn fn, const void *cs) {
+    th_begin("nan: %s", what);
+    double *rg[MAXT], *rr[MAXT];
+    mamba2_status_t st = run(gpu, s, n, 0, fn, cs, rg, "opencl");
+    th_expect(st == MAMBA2_STATUS_OK, "opencl: %s", mamba2_last_error());
+    st = run(ref, s, n, 0, fn, cs, rr, "ref");
+    th_expect(st == MAMBA2_STATUS_OK, "ref: %s", mamba2_last_error());
+    int nans = 0;
+    for (int i = 0; i < n; i++) {
+        if (!s[i].present || !s[i].is_out || !rg[i] || !rr[i]) continue;
+        const int64_t m = th_numel(s[i].rank, s[i].sh);
+        int64_t bad = 0;
+        for (int64_t k = 0; k < m; k++) {
+            bad += isnan(rg[i][k]) != isnan(rr[i][k]);
+            nans += isnan(rr[i][k]) != 0;
+        }
+        th_expect(bad == 0, "%s: %lld elements differ in NaN-ness from the reference", s[i].name,
+                  (long long)bad);
     }
+    th_expect(nans > 0, "the reference shows no NaN");
+    free_res(rg, n);
+    free_res(rr, n);
     th_end();
 }
 
+static void nan_checks(void) {
+    spec s[MAXT];
+    {
+        const cv_case c = {"nan", 1, 150, 9, 4, 1, 1, 1, 3, 0, 0};
+        cv_specs(&c, s, 99);
+        s[CX].vals[70 * 9 + 3] = NAN; /* a NaN input: later tokens must not see it */
+        nan_pattern("conv1d x[0,70,3]", s, CN, cv_call, &c);
+        free_specs(s, CN);
+    }
+    {
+        const cs_case c = {"nan", 3, 6, 21, 4, 5, 1, 1, 1, 0, 0, 0, 0};
+        cs_specs(&c, s, 98);
+        s[SX].vals[1 * 6 * 21 + 1 * 21 + 4] = NAN; /* row 1, token 1: tokens 5.. clean */
+        nan_pattern("conv1d_step x[1,1,4]", s, SN, cs_call, &c);
+        free_specs(s, SN);
+    }
+    {
+        const st_case c = st_cases[1];
+        st_specs(&c, s, 97);
+        s[TX].vals[(1 * 3 + 1) * 3 * 7 + 2 * 7 + 5] = NAN; /* row 1, token 1, head 2, p 5 */
+        nan_pattern("ssd_step x[1,1,2,5]", s, TN, st_call, &c);
+        free_specs(s, TN);
+    }
+    {
+        const rn_case c = rn_cases[2];
+        rn_specs(&c, s, 96);
+        s[RZ].vals[5 * 64 + 17] = NAN;
+        nan_pattern("rmsnorm z[5,17]", s, RN, rn_call, &c);
+        free_specs(s, RN);
+    }
+}
 
 /* Bad arguments reach the OpenCL context's checks: status, and outputs untouched. */
 static void error_checks(void) {

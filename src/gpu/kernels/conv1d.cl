@@ -14,7 +14,7 @@
  *   m2_conv1d_bwd_t64_wi64      one item per (channel, block of 64 tokens of a row): dx and
  *                               the block's partial sums of dweight/dbias, walking its
  *                               tokens with the inputs and g = dout·act'(pre) in registers
- *                               (6W flops per token, + SiLU')
+ *                               (2W + 2·8 + 2·8 flops per token, + SiLU')
  *   m2_conv1d_bwd_dinit_wi64    one item per (sequence, channel): dinitial_conv_state
  *   m2_conv1d_bwd_reduce_wi64   one item per (channel, k <= W): the partial sums over blocks
  *                               in block order (fixed by the problem: bitwise reproducible)
@@ -103,21 +103,16 @@ M2K_KERNEL void m2_conv1d_final_wi64(
     fin[s * f_s0 + c * f_s1 + i] = CV_U(t1 - W + 1 + i);
 }
 
-/* g at position r (t0 <= r < t1) from the inputs U[i0 .. i0+W-1] = u_{r-W+1 .. r}. */
-#define CV_G_AT(dst, r, i0)                                                                \
-    do {                                                                                   \
-        float pre_ = bv;                                                                   \
-        for (int k_ = 0; k_ < CONV1D_MAXW; k_++)                                           \
-            if (k_ < W) pre_ += wv[k_] * U[(i0) + k_];                                     \
-        const float d_ = dout[b * d_s0 + (r) * d_s1 + c];                                  \
-        (dst) = silu ? d_ * cv_silu_grad(pre_) : d_;                                       \
-    } while (0)
-
 /*
- * Backward over one block [tb, te) of row b for channel c. With the windows
- *   U[i] = u_{j-W+1+i}  (i <= 2W-2)   and   G[i] = g_{j+i}  (i < W, 0 at or past t1)
- * at position j:   dx_j = Σ_{k<W} g_{j+W-1-k} w_k (+ dfinal_{j-t1+W-1} near the end)
- *                  dweight[k] += g_j u_{j-W+1+k},  dbias += g_j
+ * Backward over one block [tb, te) of row b for channel c, one sequence segment at a time.
+ * The segment's positions r are streamed in order (from W-1 before its start to W-2 past its
+ * end) through two right-aligned windows of constant size, so every index is a constant
+ * (registers, whatever W <= 8 is):
+ *   V[7-i] = u_{r-i},  Gr[7-i] = g_{r-i},  g_r = dout_r act'(pre_r) (0 outside the segment's
+ *   part of the sequence), pre_r = bias + Σ_k w_k u_{r-W+1+k} = bias + Σ_m wa[m] V[m]
+ * with the weights placed once: wa[m] = w_{m-8+W}, wq[m] = w_{7-m} (m >= 8-W, else 0).
+ *   dx_j (j = r-W+1) = Σ_k g_{j+W-1-k} w_k = Σ_m Gr[m] wq[m]  (+ dfinal_{j-t1+W-1} at the end)
+ *   dweight[k] += g_r u_{r-W+1+k} = g_r V[8-W+k],  dbias += g_r   (r in the segment)
  * part[blk, c, 0..W] (has_part): the block's dweight (k < W) and dbias (k = W) sums.
  */
 M2K_KERNEL void m2_conv1d_bwd_t64_wi64(
@@ -139,62 +134,59 @@ M2K_KERNEL void m2_conv1d_bwd_t64_wi64(
     const m2_i64 c = gid % C, blk = gid / C, b = blk / nbt;
     const m2_i64 tb = (blk % nbt) * CONV1D_TB;
     const m2_i64 te = tb + CONV1D_TB < L ? tb + CONV1D_TB : L;
-    float wv[CONV1D_MAXW], U[2 * CONV1D_MAXW - 1], G[CONV1D_MAXW], dwacc[CONV1D_MAXW];
-    for (int k = 0; k < CONV1D_MAXW; k++) {
-        wv[k] = k < W ? w[c * w_s0 + k] : 0.0f;
-        dwacc[k] = 0.0f;
+    float wa[CONV1D_MAXW], wq[CONV1D_MAXW], dV[CONV1D_MAXW];
+    for (int m = 0; m < CONV1D_MAXW; m++) {
+        const int on = m >= CONV1D_MAXW - W;
+        wa[m] = on ? w[c * w_s0 + (m - CONV1D_MAXW + W)] : 0.0f;
+        wq[m] = on ? w[c * w_s0 + (CONV1D_MAXW - 1 - m)] : 0.0f;
+        dV[m] = 0.0f;
     }
     const float bv = has_bias ? bias[c] : 0.0f;
     float dbacc = 0.0f;
     CV_SEQ(tb)
-    int fresh = 1;
-    for (m2_i64 j = tb; j < te; j++) {
-        if (j >= t1) { /* the next packed sequence (empty ones skipped) */
-            while (cu[s + 1] <= j) s++;
+    for (m2_i64 j0 = tb; j0 < te;) {
+        if (j0 >= t1) { /* the next packed sequence (empty ones skipped) */
+            while (cu[s + 1] <= j0) s++;
             t0 = cu[s];
             t1 = cu[s + 1];
-            fresh = 1;
         }
-        if (fresh) { /* fill the windows at j */
-            for (int i = 0; i < 2 * CONV1D_MAXW - 1; i++)
-                U[i] = i < 2 * W - 1 ? CV_U(j - W + 1 + i) : 0.0f;
-            for (int i = 0; i < CONV1D_MAXW; i++) {
-                G[i] = 0.0f;
-                if (i < W && j + i < t1) CV_G_AT(G[i], j + i, i);
+        const m2_i64 j1 = te < t1 ? te : t1; /* the segment [j0, j1) */
+        float V[CONV1D_MAXW], Gr[CONV1D_MAXW];
+        for (int m = 0; m < CONV1D_MAXW; m++) V[m] = Gr[m] = 0.0f;
+        for (m2_i64 r = j0 - W + 1; r <= j1 + W - 2; r++) {
+            const float u = CV_U(r);
+            for (int m = 0; m < CONV1D_MAXW - 1; m++) V[m] = V[m + 1];
+            V[CONV1D_MAXW - 1] = u;
+            float g = 0.0f;
+            if (r >= j0 && r < t1) {
+                float pre = bv;
+                for (int m = 0; m < CONV1D_MAXW; m++) /* only the window: 0 * inf is NaN */
+                    if (m >= CONV1D_MAXW - W) pre += wa[m] * V[m];
+                const float d = dout[b * d_s0 + r * d_s1 + c];
+                g = silu ? d * cv_silu_grad(pre) : d;
             }
-            fresh = 0;
+            for (int m = 0; m < CONV1D_MAXW - 1; m++) Gr[m] = Gr[m + 1];
+            Gr[CONV1D_MAXW - 1] = g;
+            if (r >= j0 && r < j1) {
+                dbacc += g;
+                for (int m = 0; m < CONV1D_MAXW; m++) dV[m] += g * V[m];
+            }
+            const m2_i64 j = r - W + 1;
+            if (has_dx && j >= j0 && j < j1) {
+                float du = 0.0f;
+                for (int m = 0; m < CONV1D_MAXW; m++)
+                    if (m >= CONV1D_MAXW - W) du += Gr[m] * wq[m];
+                const m2_i64 i_f = j - t1 + W - 1; /* dfinal entry of position j, if any */
+                if (has_dfin && i_f >= 0) du += dfin[s * df_s0 + c * df_s1 + i_f];
+                dx[b * dx_s0 + j * dx_s1 + c] = du;
+            }
         }
-        /* the outputs at j */
-        const float gj = G[0];
-        dbacc += gj;
-        for (int k = 0; k < CONV1D_MAXW; k++)
-            if (k < W) dwacc[k] += gj * U[k];
-        if (has_dx) {
-            float du = 0.0f;
-            for (int k = 0; k < CONV1D_MAXW; k++)
-                if (k < W) du += G[W - 1 - k] * wv[k];
-            const m2_i64 i_f = j - t1 + W - 1; /* dfinal entry of position j, if any */
-            if (has_dfin && i_f >= 0) du += dfin[s * df_s0 + c * df_s1 + i_f];
-            dx[b * dx_s0 + j * dx_s1 + c] = du;
-        }
-        /* advance to j+1: U gains u_{j+W}, G gains g_{j+W} */
-        if (j + 1 < te && j + 1 < t1) {
-            const float un = CV_U(j + W);
-            for (int i = 0; i < 2 * CONV1D_MAXW - 2; i++)
-                if (i < 2 * W - 2) U[i] = U[i + 1];
-            for (int i = 0; i < 2 * CONV1D_MAXW - 1; i++)
-                if (i == 2 * W - 2) U[i] = un;
-            for (int i = 0; i < CONV1D_MAXW - 1; i++) G[i] = G[i + 1];
-            float gn = 0.0f;
-            if (j + W < t1) CV_G_AT(gn, j + W, W - 1);
-            for (int i = 0; i < CONV1D_MAXW; i++)
-                if (i == W - 1) G[i] = gn;
-        }
+        j0 = j1;
     }
     if (has_part) {
         M2K_GLOBAL float *pp = part + (blk * C + c) * (W + 1);
-        for (int k = 0; k < CONV1D_MAXW; k++)
-            if (k < W) pp[k] = dwacc[k];
+        for (int m = 0; m < CONV1D_MAXW; m++)
+            if (m >= CONV1D_MAXW - W) pp[m - (CONV1D_MAXW - W)] = dV[m];
         pp[W] = dbacc;
     }
 }

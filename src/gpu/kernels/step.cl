@@ -37,28 +37,26 @@ M2K_KERNEL void m2_conv1d_step_wi64(
     const m2_i64 q = has_idx ? idx[b] : b;
     if (q < 0) return;
     M2K_GLOBAL float *cq = cache + q * c_s0 + c * c_s1;
-    float wv[CONV1D_STEP_MAXW], R[CONV1D_STEP_MAXW];
-    for (int k = 0; k < CONV1D_STEP_MAXW; k++) {
-        wv[k] = k < W ? w[c * w_s0 + k] : 0.0f;
-        R[k] = k < W - 1 ? cq[k] : 0.0f;
+    /* right-aligned window of constant size (registers whatever W is): V[7-i] = u_{t-i};
+     * the cache holds the W-1 inputs before token 0, so it starts at V[9-W .. 7], and the
+     * weights sit where their inputs will be: wa[m] = w_{m-8+W} (m >= 8-W, else 0) */
+    float wa[CONV1D_STEP_MAXW], V[CONV1D_STEP_MAXW];
+    for (int m = 0; m < CONV1D_STEP_MAXW; m++) {
+        wa[m] = m >= CONV1D_STEP_MAXW - W ? w[c * w_s0 + (m - CONV1D_STEP_MAXW + W)] : 0.0f;
+        V[m] = m >= CONV1D_STEP_MAXW + 1 - W ? cq[m - (CONV1D_STEP_MAXW + 1 - W)] : 0.0f;
     }
     const float bv = has_bias ? bias[c] : 0.0f;
     for (m2_i64 t = 0; t < T; t++) {
-        const float xv = x[b * x_s0 + t * x_s1 + c];
-        /* the window is R[0 .. W-2], then x_t */
+        for (int m = 0; m < CONV1D_STEP_MAXW - 1; m++) V[m] = V[m + 1];
+        V[CONV1D_STEP_MAXW - 1] = x[b * x_s0 + t * x_s1 + c];
         float acc = bv;
-        for (int k = 0; k < CONV1D_STEP_MAXW - 1; k++)
-            if (k < W - 1) acc += wv[k] * R[k];
-        for (int k = 0; k < CONV1D_STEP_MAXW; k++)
-            if (k == W - 1) acc += wv[k] * xv;
+        for (int m = 0; m < CONV1D_STEP_MAXW; m++) /* only the window: 0 * inf is NaN */
+            if (m >= CONV1D_STEP_MAXW - W) acc += wa[m] * V[m];
         out[b * o_s0 + t * o_s1 + c] = silu ? m2k_silu(acc) : acc;
-        for (int k = 0; k < CONV1D_STEP_MAXW - 1; k++)
-            if (k < W - 2) R[k] = R[k + 1];
-        for (int k = 0; k < CONV1D_STEP_MAXW - 1; k++)
-            if (k == W - 2) R[k] = xv;
     }
-    for (int k = 0; k < CONV1D_STEP_MAXW - 1; k++)
-        if (k < W - 1) cq[k] = R[k];
+    /* the last W-1 inputs, oldest first */
+    for (int m = 0; m < CONV1D_STEP_MAXW; m++)
+        if (m >= CONV1D_STEP_MAXW + 1 - W) cq[m - (CONV1D_STEP_MAXW + 1 - W)] = V[m];
 }
 
 /*
