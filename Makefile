@@ -6,7 +6,7 @@ BUILD ?= build
 SAN_BUILD ?= build-san
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all demo test test-fast test-san test-python bench bench-plot install clean
+.PHONY: all demo test test-fast test-san test-python bench bench-plot install clean opencl-device
 
 all:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
@@ -15,10 +15,20 @@ all:
 demo: all
 	./$(BUILD)/examples/mamba2c-demo
 
-test-fast: all
+# The OpenCL tests need an OpenCL device: when `clinfo -l` lists none, install PoCL (OpenCL on
+# the CPU) so that they run instead of being skipped (needs root and apt-get, as in CI).
+opencl-device:
+	@if clinfo -l 2>/dev/null | grep -q 'Device'; then :; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  echo "no OpenCL device: installing PoCL"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    pocl-opencl-icd ocl-icd-opencl-dev opencl-headers clinfo >/dev/null; \
+	else echo "warning: no OpenCL device and cannot install PoCL: the OpenCL tests will skip"; fi
+
+test-fast: all opencl-device
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-test-san:
+test-san: opencl-device
 	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMAMBA2C_SANITIZE=ON -DMAMBA2C_BUILD_BENCH=OFF
 	cmake --build $(SAN_BUILD) -j $(JOBS)
 	cd $(SAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)

@@ -34,3 +34,40 @@ target_sources(mamba2c_objs PRIVATE
 foreach(t mamba2c mamba2c_static)
   target_link_libraries(${t} PUBLIC ${CMAKE_DL_LIBS})
 endforeach()
+
+# CUDA: on by default where nvcc is found. nvcc compiles the same kernel files (through
+# src/cuda/kernels.cu) into a fat binary for sm_80 and sm_90 (+ compute_90 PTX) that is
+# embedded into the library; src/cuda/cuda.c loads it through a dlopen'ed libcuda.so.1, so
+# the library neither links nor needs libcuda/cudart at load time. A failing nvcc compile
+# fails the build.
+find_program(MAMBA2C_NVCC nvcc HINTS /usr/local/cuda/bin $ENV{CUDA_HOME}/bin)
+if(MAMBA2C_NVCC)
+  set(MAMBA2C_CUDA_DEFAULT ON)
+else()
+  set(MAMBA2C_CUDA_DEFAULT OFF)
+endif()
+option(MAMBA2C_CUDA "Build the CUDA backend (needs nvcc; runs where an NVIDIA driver is)"
+       ${MAMBA2C_CUDA_DEFAULT})
+if(MAMBA2C_CUDA)
+  if(NOT MAMBA2C_NVCC)
+    message(FATAL_ERROR "MAMBA2C_CUDA=ON but nvcc was not found")
+  endif()
+  set(MAMBA2C_CUDA_ARCH_FLAGS
+    -gencode=arch=compute_80,code=sm_80
+    -gencode=arch=compute_90,code=sm_90
+    -gencode=arch=compute_90,code=compute_90)
+  set(MAMBA2C_FATBIN ${CMAKE_CURRENT_BINARY_DIR}/mamba2c_kernels.fatbin)
+  set(MAMBA2C_FATBIN_SRC ${CMAKE_CURRENT_BINARY_DIR}/cuda_fatbin.c)
+  add_custom_command(OUTPUT ${MAMBA2C_FATBIN}
+    COMMAND ${MAMBA2C_NVCC} -fatbin -O3 ${MAMBA2C_CUDA_ARCH_FLAGS} -Werror all-warnings
+            -o ${MAMBA2C_FATBIN} ${PROJECT_SOURCE_DIR}/src/cuda/kernels.cu
+    DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/kernels.cu ${MAMBA2C_GPU_KERNEL_FILES}
+    COMMENT "nvcc: the GPU kernels for sm_80, sm_90" VERBATIM)
+  add_custom_command(OUTPUT ${MAMBA2C_FATBIN_SRC}
+    COMMAND ${CMAKE_COMMAND} -DOUT=${MAMBA2C_FATBIN_SRC} -DNAME=m2g_cuda_fatbin -DBINARY=1
+            -DFILES=${MAMBA2C_FATBIN} -P ${PROJECT_SOURCE_DIR}/cmake/embed.cmake
+    DEPENDS ${MAMBA2C_FATBIN} ${PROJECT_SOURCE_DIR}/cmake/embed.cmake
+    COMMENT "Embedding the CUDA fat binary" VERBATIM)
+  target_sources(mamba2c_objs PRIVATE src/cuda/cuda.c src/cuda/backend.c ${MAMBA2C_FATBIN_SRC})
+  target_compile_definitions(mamba2c_objs PRIVATE MAMBA2C_HAVE_CUDA)
+endif()

@@ -15,7 +15,9 @@
  *  - errors: what is not implemented is UNSUPPORTED with a message naming it (backward,
  *    forward_states, float64 and bf16 storage), bad arguments are INVALID_ARGUMENT, an
  *    unknown MAMBA2C_OPENCL_DEVICE is BACKEND_UNAVAILABLE.
- * Exit code 77 (ctest SKIP_RETURN_CODE) only when no OpenCL device exists at all.
+ * The same units run on the CUDA backend where a GPU and driver exist (elsewhere its context
+ * must report BACKEND_UNAVAILABLE with a message).
+ * Exit code 77 (ctest SKIP_RETURN_CODE) only when no OpenCL (and no CUDA) device exists.
  * Usage: test_opencl_ssd [-q] [name-substring]
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
@@ -98,7 +100,7 @@ static void test_fused(mamba2_context_t *gpu, mamba2_context_t *ref, th_ssd_case
     int ok = th_expect(st == MAMBA2_STATUS_OK, "reference: %s", mamba2_last_error());
     if (ok) {
         st = th_ssd_io_forward(gpu, &g, 1);
-        ok = th_expect(st == MAMBA2_STATUS_OK, "opencl: %s: %s", mamba2_status_string(st),
+        ok = th_expect(st == MAMBA2_STATUS_OK, "gpu: %s: %s", mamba2_status_string(st),
                        mamba2_last_error());
     }
     char msg[256];
@@ -403,31 +405,49 @@ static void test_errors(mamba2_context_t *gpu) {
     th_ssd_data_free(&d);
 }
 
+/* A GPU context of `be`, or NULL (with a note) when that backend has no device here. */
+static mamba2_context_t *open_gpu(mamba2_backend_t be, const char *name) {
+    mamba2_context_t *ctx = NULL;
+    th_begin("%s context", name);
+    mamba2_status_t st = mamba2_context_create(&ctx, be, 1);
+    if (st == MAMBA2_STATUS_BACKEND_UNAVAILABLE) {
+        th_expect(mamba2_last_error()[0] != 0, "BACKEND_UNAVAILABLE without a message");
+        th_note("unavailable here: %s", mamba2_last_error());
+    } else {
+        th_expect(st == MAMBA2_STATUS_OK, "%s: %s", mamba2_status_string(st), mamba2_last_error());
+    }
+    th_end();
+    return st == MAMBA2_STATUS_OK ? ctx : NULL;
+}
+
 int main(int argc, char **argv) {
     const char *filter = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-q")) th_set_verbose(0);
         else filter = argv[i];
     }
-    mamba2_context_t *gpu = NULL;
-    mamba2_status_t st = mamba2_context_create(&gpu, MAMBA2_BACKEND_OPENCL, 1);
-    if (st == MAMBA2_STATUS_BACKEND_UNAVAILABLE) {
-        printf("SKIP: no OpenCL device: %s\n", mamba2_last_error());
+    /* the OpenCL backend (PoCL in CI), and the CUDA backend where a GPU and driver exist: the
+     * same kernels through the other device layer */
+    mamba2_context_t *gpus[2] = {open_gpu(MAMBA2_BACKEND_OPENCL, "opencl"),
+                                 open_gpu(MAMBA2_BACKEND_CUDA, "cuda")};
+    if (!gpus[0] && !gpus[1]) {
+        printf("SKIP: no OpenCL or CUDA device\n");
         return 77;
     }
-    if (st != MAMBA2_STATUS_OK) {
-        printf("FAIL: creating the OpenCL context: %s: %s\n", mamba2_status_string(st),
-               mamba2_last_error());
-        return 1;
-    }
     mamba2_context_t *ref = th_ctx(MAMBA2_BACKEND_REF, 1, NULL);
-    for (int i = 0; i < NFUSED; i++)
-        if (!filter || strstr(fused_cases[i].name, filter)) test_fused(gpu, ref, &fused_cases[i]);
-    for (int i = 0; i < NSTAGED; i++)
-        if (!filter || strstr(staged_cases[i].c.name, filter))
-            test_staged(gpu, ref, &staged_cases[i]);
-    if (!filter || strstr("errors", filter)) test_errors(gpu);
-    mamba2_context_destroy(gpu);
+    for (int g = 0; g < 2; g++) {
+        if (!gpus[g]) continue;
+        printf("backend %s\n", g ? "cuda" : "opencl");
+        for (int i = 0; i < NFUSED; i++)
+            if (!filter || strstr(fused_cases[i].name, filter))
+                test_fused(gpus[g], ref, &fused_cases[i]);
+        for (int i = 0; i < NSTAGED; i++)
+            if (!filter || strstr(staged_cases[i].c.name, filter))
+                test_staged(gpus[g], ref, &staged_cases[i]);
+    }
+    if (gpus[0] && (!filter || strstr("errors", filter))) test_errors(gpus[0]);
+    mamba2_context_destroy(gpus[0]);
+    mamba2_context_destroy(gpus[1]);
     mamba2_context_destroy(ref);
     return th_finish();
 }
