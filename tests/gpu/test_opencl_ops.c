@@ -14,6 +14,11 @@
  *    bitwise;
  * plus NaN propagation (a NaN input gives NaN exactly where the reference has one) and bad
  * arguments (the status, and outputs untouched).
+ * --device-mode adds the device-memory mode (mamba2_context_create_opencl on the test's own
+ * cl_context and queue, tensors as cl_mem): bitwise the host mode's results. Not in the default
+ * run yet: the core's overlap checks compare the cl_mem handles as if they were host addresses
+ * and refuse most calls ("output out overlaps input x in memory"), a device-mode issue of the
+ * entry points, not of these ops.
  * Exit code 77 (skipped) only when no OpenCL device or driver exists.
  */
 #include <math.h>
@@ -21,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cl_loader.h"
 #include "gt.h"
 #include "harness.h"
 #include "mamba2c.h"
@@ -558,9 +564,115 @@ static void check_padding(spec *s, int out_id, int as_id, int ix_id, int n, call
     free_res(rg, n);
 }
 
+/* ========================================================== device memory === */
+
+static tcl cl;
+static cl_context dcl_ctx;
+static cl_command_queue dcl_q;
+static mamba2_context_t *dgpu;
+
+/* 0 when the device mode cannot be set up (reported as a failure by the caller). */
+static int device_open(void) {
+    cl_platform_id pf[8];
+    cl_uint np = 0, nd = 0;
+    cl_device_id dev;
+    cl_int e = 0;
+    if (!tcl_load(&cl) || cl.clGetPlatformIDs(8, pf, &np) != CL_SUCCESS || !np) return 0;
+    for (cl_uint i = 0; i < np && !nd; i++)
+        if (cl.clGetDeviceIDs(pf[i], CL_DEVICE_TYPE_ALL, 1, &dev, &nd) != CL_SUCCESS) nd = 0;
+    if (!nd) return 0;
+    dcl_ctx = cl.clCreateContext(NULL, 1, &dev, NULL, NULL, &e);
+    if (!dcl_ctx || e) return 0;
+    dcl_q = cl.clCreateCommandQueue(dcl_ctx, dev, 0, &e);
+    if (!dcl_q || e) return 0;
+    return mamba2_context_create_opencl(&dgpu, dcl_ctx, dev, dcl_q) == MAMBA2_STATUS_OK;
+}
+
+/* The op on cl_mem tensors (contiguous; index tensors stay host arrays) == the host mode. */
+static void device_unit(const char *what, spec *s, int n, call_fn fn, const void *cs) {
+    th_begin("device mode: %s", what);
+    if (!th_expect(dgpu != NULL, "no device-mode context (%s)", mamba2_last_error())) {
+        th_end();
+        return;
+    }
+    double *rh[MAXT];
+    mamba2_status_t st = run(gpu, s, n, 0, fn, cs, rh, "opencl host");
+    gt g[MAXT];
+    cl_mem m[MAXT] = {0};
+    memset(g, 0, sizeof g);
+    for (int i = 0; i < n; i++) {
+        if (!s[i].present) continue;
+        if (s[i].dt != MAMBA2_DTYPE_F32) { /* an index tensor: host memory */
+            gt_make(&g[i], s[i].dt, s[i].rank, s[i].sh, 0, 0, s[i].vals);
+            continue;
+        }
+        const int64_t k = th_numel(s[i].rank, s[i].sh);
+        float *h = (float *)th_xmalloc((size_t)(k > 0 ? k : 1) * sizeof(float));
+        for (int64_t j = 0; j < k; j++) h[j] = s[i].is_out && !s[i].inout ? NAN : (float)s[i].vals[j];
+        cl_int e = 0;
+        m[i] = cl.clCreateBuffer(dcl_ctx, CL_MEM_READ_WRITE, (size_t)(k > 0 ? k : 1) * 4, NULL, &e);
+        if (k > 0) cl.clEnqueueWriteBuffer(dcl_q, m[i], CL_TRUE, 0, (size_t)k * 4, h, 0, NULL, NULL);
+        free(h);
+        g[i].present = 1;
+        g[i].t = mamba2_tensor_make((void *)m[i], MAMBA2_DTYPE_F32, s[i].rank, s[i].sh);
+    }
+    st = fn(dgpu, cs, g);
+    th_expect(st == MAMBA2_STATUS_OK, "device mode: %s", mamba2_last_error());
+    cl.clFinish(dcl_q);
+    for (int i = 0; i < n; i++) {
+        if (!s[i].present) continue;
+        if (!m[i]) {
+            gt_free(&g[i]);
+            continue;
+        }
+        const int64_t k = th_numel(s[i].rank, s[i].sh);
+        if (s[i].is_out && k > 0 && rh[i]) {
+            float *h = (float *)th_xmalloc((size_t)k * sizeof(float));
+            double *v = (double *)th_xmalloc((size_t)k * sizeof(double));
+            cl.clEnqueueReadBuffer(dcl_q, m[i], CL_TRUE, 0, (size_t)k * 4, h, 0, NULL, NULL);
+            for (int64_t j = 0; j < k; j++) v[j] = h[j];
+            th_expect(gt_bits_equal(v, rh[i], k), "%s differs from the host mode", s[i].name);
+            free(h);
+            free(v);
+        }
+        cl.clReleaseMemObject(m[i]);
+    }
+    free_res(rh, n);
+    th_end();
+}
+
+static void device_checks(void) {
+    spec s[MAXT];
+    const int ok = device_open();
+    if (!ok) {
+        th_begin("device mode: setup");
+        th_fail("cannot create a device-mode context: %s", mamba2_last_error());
+        th_end();
+        return;
+    }
+    int n = cv_specs(&cv_cases[7], s, 107);
+    device_unit("conv1d varlen_i32", s, n, cv_call, &cv_cases[7]);
+    free_specs(s, n);
+    n = rn_specs(&rn_cases[5], s, 205);
+    device_unit("rmsnorm g130_many_rows", s, n, rn_call, &rn_cases[5]);
+    free_specs(s, n);
+    n = cs_specs(&cs_cases[0], s, 300);
+    device_unit("conv1d_step w4_decode", s, n, cs_call, &cs_cases[0]);
+    free_specs(s, n);
+    n = st_specs(&st_cases[0], s, 400);
+    device_unit("ssd_step decode_t1", s, n, st_call, &st_cases[0]);
+    free_specs(s, n);
+    mamba2_context_destroy(dgpu);
+    cl.clReleaseCommandQueue(dcl_q);
+    cl.clReleaseContext(dcl_ctx);
+}
+
 int main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
+    int device_mode = 0;
+    for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-v")) th_set_verbose(2);
+        if (!strcmp(argv[i], "--device-mode")) device_mode = 1;
+    }
     mamba2_status_t st = mamba2_context_create(&gpu, MAMBA2_BACKEND_OPENCL, 0);
     if (st == MAMBA2_STATUS_BACKEND_UNAVAILABLE) {
         printf("skipped: no OpenCL device (%s)\n", mamba2_last_error());
@@ -615,6 +727,7 @@ int main(int argc, char **argv) {
     }
     nan_checks();
     error_checks();
+    if (device_mode) device_checks();
     mamba2_context_destroy(gpu);
     mamba2_context_destroy(ref);
     mamba2_context_destroy(cpu);
