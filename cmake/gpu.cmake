@@ -7,7 +7,9 @@
 # the OpenCL driver when a context is created.
 set(MAMBA2C_GPU_KERNEL_FILES
   ${PROJECT_SOURCE_DIR}/src/gpu/kernels/common.h
+  ${PROJECT_SOURCE_DIR}/src/gpu/kernels/convert.cl
   ${PROJECT_SOURCE_DIR}/src/gpu/kernels/ssd_chunked.cl
+  ${PROJECT_SOURCE_DIR}/src/gpu/kernels/ssd_bwd.cl
   ${PROJECT_SOURCE_DIR}/src/gpu/kernels/conv1d.cl
   ${PROJECT_SOURCE_DIR}/src/gpu/kernels/rmsnorm.cl
   ${PROJECT_SOURCE_DIR}/src/gpu/kernels/step.cl
@@ -23,6 +25,7 @@ add_custom_command(OUTPUT ${MAMBA2C_GPU_SRC}
 target_sources(mamba2c_objs PRIVATE
   src/gpu/gpu_common.c
   src/gpu/ssd_ops.c
+  src/gpu/ssd_bwd.c
   src/opencl/opencl.c
   src/opencl/backend.c
   ${MAMBA2C_GPU_SRC}

@@ -579,9 +579,9 @@ MAMBA2_API mamba2_status_t mamba2_ssd_chunk_scan(
  * with dlopen when a context is created; without a driver or a device the create call returns
  * MAMBA2_STATUS_BACKEND_UNAVAILABLE with a message saying what is missing.
  *
- * Implemented today: the fused SSD forward (mamba2_ssd_forward; not _forward_states) and the
- * five staged SSD stages, float32 storage. Every other op, the SSD backward and bf16/f16
- * storage return MAMBA2_STATUS_UNSUPPORTED naming what is missing.
+ * Implemented today: the fused SSD op (mamba2_ssd_forward, _forward_states, _backward; every
+ * option; float32, or bf16/f16 activation storage) and the five staged SSD stages (float32).
+ * The other op families return MAMBA2_STATUS_UNSUPPORTED naming the backend and the op.
  *
  * Host mode: mamba2_context_create(&ctx, MAMBA2_BACKEND_OPENCL, n) opens the first available
  * OpenCL device, or the one MAMBA2C_OPENCL_DEVICE names (an index in `clinfo -l` order, or a
@@ -591,18 +591,26 @@ MAMBA2_API mamba2_status_t mamba2_ssd_chunk_scan(
  *
  * Device mode: mamba2_context_create_opencl(&ctx, cl_context, cl_device_id, cl_command_queue)
  * binds a context to the caller's OpenCL objects (retained until mamba2_context_destroy).
- * Every tensor's data pointer is then a cl_mem (cast to void *) whose element 0 is the
- * tensor's element 0: to start a tensor inside a larger buffer, pass a sub-buffer
- * (clCreateSubBuffer; its origin must be a multiple of CL_DEVICE_MEM_BASE_ADDR_ALIGN).
- * Strides work as for host tensors. Index tensors (cu_seqlens, state_positions) stay host
- * arrays: the argument checks read them. Work is queued on the caller's in-order queue and
- * a call returns without waiting for it. Device scratch is owned by the context (grown to
+ * OpenCL buffers have no addresses, so each cl_mem a tensor lives in is registered once with
+ * mamba2_opencl_register_buffer(ctx, buffer, size_in_bytes, &base): the context gives it a
+ * range of a private address space, and a tensor's data pointer is base + its byte offset in
+ * the buffer (a multiple of its element size). The argument checks then see real offsets
+ * (overlap checks included); the kernels get (buffer, offset). Ranges of different buffers
+ * never touch. Strides work as for host tensors. Index tensors (cu_seqlens,
+ * state_positions) stay host arrays: the argument checks read them. Work is queued on the
+ * caller's in-order queue and a call returns without waiting for it. Device scratch is owned by the context (grown to
  * the largest call, freed with it), so the *_workspace_size queries report 0 bytes for
  * GPU contexts and the workspace arguments are unused. A context (in either mode) serves one
  * call at a time.
  */
 MAMBA2_API mamba2_status_t mamba2_context_create_opencl(mamba2_context_t **ctx, void *cl_context,
                                                         void *cl_device, void *cl_queue);
+/* Device mode: make cl_buffer (a cl_mem of `bytes` bytes) addressable; *base = its byte 0.
+ * Unregister before releasing the buffer (at most 256 at a time). */
+MAMBA2_API mamba2_status_t mamba2_opencl_register_buffer(mamba2_context_t *ctx, void *cl_buffer,
+                                                         size_t bytes, void **base);
+MAMBA2_API mamba2_status_t mamba2_opencl_unregister_buffer(mamba2_context_t *ctx,
+                                                           void *cl_buffer);
 
 #ifdef __cplusplus
 }

@@ -49,6 +49,16 @@ typedef struct m2g_arg {
 } m2g_arg;
 #define M2G_MAX_ARGS 64
 
+/* Device mode with buffer handles (OpenCL): each registered buffer gets a range of a virtual
+ * address space, so tensor data pointers are base + byte offset, the core's overlap checks
+ * see real offsets, and the op code finds (buffer, element offset) by lookup. */
+typedef struct m2g_region {
+    uint64_t vbase;
+    size_t bytes;
+    m2g_mem mem;
+} m2g_region;
+#define M2G_MAX_REGIONS 256
+
 typedef struct m2g_dev m2g_dev;
 struct m2g_dev {
     const char *api;   /* "OpenCL", "CUDA" (for messages) */
@@ -57,6 +67,9 @@ struct m2g_dev {
     m2g_mem dummy;     /* a small buffer bound to absent optional tensor arguments */
     m2g_mem arena;     /* device mode: the context's scratch buffer */
     size_t arena_bytes;
+    int nregions;      /* device mode: registered buffers, by vbase */
+    uint64_t next_vbase;
+    m2g_region regions[M2G_MAX_REGIONS];
     mamba2_status_t (*alloc)(m2g_dev *d, size_t bytes, m2g_mem *mem);
     void (*release)(m2g_dev *d, m2g_mem mem);
     mamba2_status_t (*write)(m2g_dev *d, m2g_mem dst, size_t off, const void *src, size_t bytes);
@@ -101,11 +114,17 @@ typedef struct m2g_out_rec {
     int64_t dims[5], s[5];
     size_t esize, span;
 } m2g_out_rec;
+typedef struct m2g_half_out { /* a half output: dense float32 scratch -> its storage */
+    m2g_t f32, half;
+    int64_t dims[4];
+    int kind; /* 1 bf16, 2 f16 */
+} m2g_half_out;
 typedef struct m2g_call {
     m2g_dev *dev;
-    int nown, nout;
+    int nown, nout, nhalf;
     m2g_mem own[M2G_CALL_MAX];
     m2g_out_rec out[M2G_CALL_MAX];
+    m2g_half_out half[16];
     size_t arena_used; /* device mode: bytes of the arena handed out so far */
 } m2g_call;
 
@@ -117,6 +136,13 @@ mamba2_status_t m2g_call_in(m2g_call *c, const m2_view *v, int rank, const int64
 /* An output tensor: every element is written by the op's kernels; copied back at the end. */
 mamba2_status_t m2g_call_out(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
                              size_t esize, m2g_t *t);
+/* Activations that may be stored as bf16/f16 (dtype): F32 goes to m2g_call_in / _out; a half
+ * tensor is converted on the device to (from) a dense float32 copy that the kernels see, so
+ * *t is then dense. The output conversions run in m2g_call_end, before the copy back. */
+mamba2_status_t m2g_call_in_act(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
+                                mamba2_dtype_t dtype, m2g_t *t);
+mamba2_status_t m2g_call_out_act(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
+                                 mamba2_dtype_t dtype, m2g_t *t);
 /* Device scratch of `bytes` (any content), and a buffer filled from host memory. */
 mamba2_status_t m2g_call_tmp(m2g_call *c, size_t bytes, m2g_mem *mem, int64_t *elem_off,
                              size_t esize);
@@ -124,6 +150,11 @@ mamba2_status_t m2g_call_upload(m2g_call *c, const void *src, size_t bytes, m2g_
 /* Copy the outputs back (st == OK) and release the call's buffers; returns st, or the first
  * failure of the copy. */
 mamba2_status_t m2g_call_end(m2g_call *c, mamba2_status_t st);
+
+/* Device mode: register / unregister a buffer of `bytes` (see m2g_region); *vbase receives
+ * the address of its byte 0. */
+mamba2_status_t m2g_register(m2g_dev *d, m2g_mem mem, size_t bytes, void **vbase);
+mamba2_status_t m2g_unregister(m2g_dev *d, m2g_mem mem);
 
 /* ceil(a / b) for a >= 0, b > 0 */
 static inline int64_t m2g_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }

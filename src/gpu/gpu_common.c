@@ -76,6 +76,69 @@ static void fill_strides(const m2_view *v, int rank, m2g_t *t) {
     t->s[rank - 1] = 1;
 }
 
+mamba2_status_t m2g_register(m2g_dev *d, m2g_mem mem, size_t bytes, void **vbase) {
+    if (!d->device_memory)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "%s: buffers are registered only with a device-mode context", d->api);
+    if (!mem || bytes == 0 || bytes > ((uint64_t)1 << 44))
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "%s: register a non-NULL buffer of 1 byte to 16 TiB", d->api);
+    if (d->nregions >= M2G_MAX_REGIONS)
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s: at most %d registered buffers", d->api,
+                        M2G_MAX_REGIONS);
+    for (int i = 0; i < d->nregions; i++)
+        if (d->regions[i].mem == mem)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "%s: buffer already registered",
+                            d->api);
+    if (!d->next_vbase) d->next_vbase = (uint64_t)1 << 44;
+    const uint64_t span = ((uint64_t)bytes + ((uint64_t)1 << 20)) & ~(((uint64_t)1 << 20) - 1);
+    if (d->next_vbase > ((uint64_t)1 << 62) - span)
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s: virtual address range exhausted",
+                        d->api);
+    m2g_region *r = &d->regions[d->nregions++]; /* increasing vbase: appended in order */
+    r->vbase = d->next_vbase;
+    r->bytes = bytes;
+    r->mem = mem;
+    d->next_vbase += span; /* a gap of >= 1 MiB: ranges never touch */
+    *vbase = (void *)(uintptr_t)r->vbase;
+    return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t m2g_unregister(m2g_dev *d, m2g_mem mem) {
+    for (int i = 0; i < d->nregions; i++)
+        if (d->regions[i].mem == mem) {
+            memmove(&d->regions[i], &d->regions[i + 1],
+                    (size_t)(d->nregions - i - 1) * sizeof d->regions[0]);
+            d->nregions--;
+            return MAMBA2_STATUS_OK;
+        }
+    return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "%s: buffer not registered", d->api);
+}
+
+/* (buffer, element offset) of a device-mode data pointer covering span elements */
+static mamba2_status_t translate(m2g_dev *d, const void *p, size_t span, size_t esize,
+                                 m2g_t *t) {
+    const uint64_t a = (uint64_t)(uintptr_t)p;
+    for (int i = 0; i < d->nregions; i++) {
+        const m2g_region *r = &d->regions[i];
+        if (a < r->vbase || a - r->vbase >= r->bytes) continue;
+        const uint64_t off = a - r->vbase;
+        size_t need;
+        if (off % esize || !m2_size_mul(span, esize, &need) || need > r->bytes - off)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "%s: a tensor at byte %llu of a registered buffer of %zu bytes is "
+                            "misaligned or runs past its end",
+                            d->api, (unsigned long long)off, r->bytes);
+        t->mem = r->mem;
+        t->off = (int64_t)(off / esize);
+        return MAMBA2_STATUS_OK;
+    }
+    return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                    "%s: a tensor's data pointer is in no registered buffer "
+                    "(mamba2_opencl_register_buffer)",
+                    d->api);
+}
+
 static mamba2_status_t own(m2g_call *c, size_t bytes, m2g_mem *mem) {
     if (c->nown >= M2G_CALL_MAX)
         return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "%s backend: too many buffers in one call",
@@ -94,13 +157,16 @@ mamba2_status_t m2g_call_in(m2g_call *c, const m2_view *v, int rank, const int64
     }
     t->present = 1;
     fill_strides(v, rank, t);
-    if (c->dev->device_memory) {
-        t->mem = (m2g_mem)(uintptr_t)v->p;
-        return MAMBA2_STATUS_OK;
-    }
     size_t span, bytes;
     if (!view_span(rank, dims, t->s, &span) || !m2_size_mul(span, esize, &bytes))
         return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: tensor too large", c->dev->api);
+    if (c->dev->device_memory) {
+        if (span == 0) {
+            t->mem = c->dev->dummy;
+            return MAMBA2_STATUS_OK;
+        }
+        return translate(c->dev, v->p, span, esize, t);
+    }
     M2_TRY(own(c, bytes, &t->mem));
     if (bytes) M2_TRY(c->dev->write(c->dev, t->mem, 0, v->p, bytes));
     return MAMBA2_STATUS_OK;
@@ -115,15 +181,18 @@ mamba2_status_t m2g_call_out(m2g_call *c, const m2_view *v, int rank, const int6
     }
     t->present = 1;
     fill_strides(v, rank, t);
-    if (c->dev->device_memory) {
-        t->mem = (m2g_mem)(uintptr_t)v->p;
-        return MAMBA2_STATUS_OK;
-    }
-    if (c->nout >= M2G_CALL_MAX)
-        return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "%s backend: too many outputs", c->dev->api);
     size_t span, bytes;
     if (!view_span(rank, dims, t->s, &span) || !m2_size_mul(span, esize, &bytes))
         return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: tensor too large", c->dev->api);
+    if (c->dev->device_memory) {
+        if (span == 0) {
+            t->mem = c->dev->dummy;
+            return MAMBA2_STATUS_OK;
+        }
+        return translate(c->dev, v->p, span, esize, t);
+    }
+    if (c->nout >= M2G_CALL_MAX)
+        return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "%s backend: too many outputs", c->dev->api);
     M2_TRY(own(c, bytes, &t->mem));
     m2g_out_rec *r = &c->out[c->nout++];
     r->host = v->p;
@@ -197,14 +266,17 @@ static mamba2_status_t copy_back(m2g_dev *d, const m2g_out_rec *r) {
     return st;
 }
 
+static mamba2_status_t flush_half(m2g_call *c);
+
 mamba2_status_t m2g_call_end(m2g_call *c, mamba2_status_t st) {
     m2g_dev *d = c->dev;
+    if (st == MAMBA2_STATUS_OK) st = flush_half(c);
     if (st == MAMBA2_STATUS_OK && !d->device_memory) {
         for (int i = 0; i < c->nout && st == MAMBA2_STATUS_OK; i++) st = copy_back(d, &c->out[i]);
     }
     /* device mode: no wait; a released buffer outlives the commands queued on it */
     for (int i = 0; i < c->nown; i++) d->release(d, c->own[i]);
-    c->nown = c->nout = 0;
+    c->nown = c->nout = c->nhalf = 0;
     return st;
 }
 
@@ -212,4 +284,93 @@ void m2_gpu_close(mamba2_context_t *ctx) {
     m2g_dev *d = (m2g_dev *)ctx->gpu;
     ctx->gpu = NULL;
     if (d) d->destroy(d);
+}
+
+/* ---- bf16/f16 activations ------------------------------------------------------------------ */
+
+/* dims padded in front to 4 (d[0..3]); n = their product */
+static void dims4(int rank, const int64_t *dims, int64_t d[4], int64_t *n) {
+    for (int i = 0; i < 4; i++) d[i] = 1;
+    for (int i = 0; i < rank; i++) d[4 - rank + i] = dims[i];
+    *n = d[0] * d[1] * d[2] * d[3];
+}
+/* the 3 outer strides of a view of `rank` dims, padded in front like dims4 */
+static void strides4(int rank, const m2g_t *t, int64_t s[3]) {
+    for (int i = 0; i < 3; i++) s[i] = 0;
+    for (int i = 0; i + 1 < rank; i++) s[4 - rank + i] = t->s[i];
+}
+
+static mamba2_status_t dense_f32(m2g_call *c, int64_t n, m2g_t *t) {
+    size_t bytes;
+    if (!m2_size_mul((size_t)n, sizeof(float), &bytes))
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: tensor too large", c->dev->api);
+    memset(t, 0, sizeof *t);
+    t->present = 1;
+    return own(c, bytes, &t->mem);
+}
+
+mamba2_status_t m2g_call_in_act(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
+                                mamba2_dtype_t dtype, m2g_t *t) {
+    if (dtype == MAMBA2_DTYPE_F32 || !v->p) return m2g_call_in(c, v, rank, dims, 4, t);
+    m2g_t h;
+    M2_TRY(m2g_call_in(c, v, rank, dims, 2, &h));
+    int64_t d[4], n, s[3];
+    dims4(rank, dims, d, &n);
+    strides4(rank, &h, s);
+    M2_TRY(dense_f32(c, n, t));
+    /* dense strides of the original rank */
+    int64_t acc = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        t->s[i] = acc;
+        acc *= dims[i];
+    }
+    m2g_args a = {0};
+    for (int i = 0; i < 4; i++) m2g_arg_i64(&a, d[i]);
+    m2g_arg_mem(&a, h.mem), m2g_arg_i64(&a, h.off);
+    for (int i = 0; i < 3; i++) m2g_arg_i64(&a, s[i]);
+    m2g_arg_i32(&a, dtype == MAMBA2_DTYPE_BF16 ? 1 : 2);
+    m2g_arg_mem(&a, t->mem), m2g_arg_i64(&a, 0);
+    const size_t g[3] = {(size_t)m2g_cdiv(n, 64), 1, 1}, l[3] = {64, 1, 1};
+    return c->dev->launch(c->dev, M2G_K_m2_cvt_to_f32_wi64, g, l, a.n, a.a);
+}
+
+mamba2_status_t m2g_call_out_act(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
+                                 mamba2_dtype_t dtype, m2g_t *t) {
+    if (dtype == MAMBA2_DTYPE_F32 || !v->p) return m2g_call_out(c, v, rank, dims, 4, t);
+    if (c->nhalf >= 16)
+        return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "%s backend: too many half outputs",
+                        c->dev->api);
+    m2g_half_out *o = &c->half[c->nhalf];
+    M2_TRY(m2g_call_out(c, v, rank, dims, 2, &o->half));
+    int64_t n;
+    dims4(rank, dims, o->dims, &n);
+    M2_TRY(dense_f32(c, n, t));
+    int64_t acc = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        t->s[i] = acc;
+        acc *= dims[i];
+    }
+    o->f32 = *t;
+    o->kind = dtype == MAMBA2_DTYPE_BF16 ? 1 : 2;
+    int64_t s4[3];
+    strides4(rank, &o->half, s4); /* kept padded to 4 dims for the kernel */
+    for (int i = 0; i < 3; i++) o->half.s[i] = s4[i];
+    c->nhalf++;
+    return MAMBA2_STATUS_OK;
+}
+
+static mamba2_status_t flush_half(m2g_call *c) {
+    for (int k = 0; k < c->nhalf; k++) {
+        const m2g_half_out *o = &c->half[k];
+        const int64_t n = o->dims[0] * o->dims[1] * o->dims[2] * o->dims[3];
+        m2g_args a = {0};
+        for (int i = 0; i < 4; i++) m2g_arg_i64(&a, o->dims[i]);
+        m2g_arg_mem(&a, o->f32.mem), m2g_arg_i64(&a, 0);
+        m2g_arg_mem(&a, o->half.mem), m2g_arg_i64(&a, o->half.off);
+        for (int i = 0; i < 3; i++) m2g_arg_i64(&a, o->half.s[i]);
+        m2g_arg_i32(&a, o->kind);
+        const size_t g[3] = {(size_t)m2g_cdiv(n, 64), 1, 1}, l[3] = {64, 1, 1};
+        M2_TRY(c->dev->launch(c->dev, M2G_K_m2_cvt_from_f32_wi64, g, l, a.n, a.a));
+    }
+    return MAMBA2_STATUS_OK;
 }

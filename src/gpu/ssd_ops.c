@@ -15,12 +15,13 @@
 
 #include "core/ssd_chunked.h"
 #include "gpu/gpu.h"
+#include "gpu/ssd_host.h"
 
 static const size_t L16x16[3] = {16, 16, 1}, L64[3] = {64, 1, 1};
 
 /* Every staged kernel here is float32: the backend declares act_dtypes = F32 only, and the
  * staged tensors are F32 by the core's rule (par_dtype). */
-static mamba2_status_t need_f32(const char *api, mamba2_dtype_t at, mamba2_dtype_t pt) {
+mamba2_status_t m2g_need_f32(const char *api, mamba2_dtype_t at, mamba2_dtype_t pt) {
     if (at != MAMBA2_DTYPE_F32 || pt != MAMBA2_DTYPE_F32)
         return m2_error(MAMBA2_STATUS_UNSUPPORTED, "%s backend: the SSD kernels take float32 only",
                         api);
@@ -59,16 +60,8 @@ static mamba2_status_t staged_tables(m2g_call *c, const m2_ssd_chunk_problem *pr
 
 /* ---- one launch per stage, on device tensors ------------------------------------------- */
 
-typedef struct ssd_dev {
-    m2g_mem ct, stab;
-    int64_t nc, nseq, Q, H, G, P, N;
-    m2g_t x, dt, A, Bm, Cm, D, z, bias, init;
-    int D_mode, softplus;
-    float lo, hi;
-    m2g_t dto, dac, CB, states, start, final, out, outx;
-} ssd_dev;
 
-static mamba2_status_t run_cumsum(m2g_dev *d, const ssd_dev *s) {
+mamba2_status_t m2g_run_cumsum(m2g_dev *d, const ssd_dev *s) {
     m2g_args a = {0};
     m2g_arg_mem(&a, s->ct);
     m2g_arg_i64(&a, s->nc);
@@ -87,7 +80,7 @@ static mamba2_status_t run_cumsum(m2g_dev *d, const ssd_dev *s) {
     return d->launch(d, M2G_K_m2_ssd_chunk_cumsum_wi64, g, L64, a.n, a.a);
 }
 
-static mamba2_status_t run_bmm(m2g_dev *d, const ssd_dev *s) {
+mamba2_status_t m2g_run_bmm(m2g_dev *d, const ssd_dev *s) {
     m2g_args a = {0};
     m2g_arg_mem(&a, s->ct);
     m2g_arg_i64(&a, s->Q);
@@ -100,7 +93,7 @@ static mamba2_status_t run_bmm(m2g_dev *d, const ssd_dev *s) {
     return d->launch(d, M2G_K_m2_ssd_bmm_chunk_16x16, g, L16x16, a.n, a.a);
 }
 
-static mamba2_status_t run_state(m2g_dev *d, const ssd_dev *s) {
+mamba2_status_t m2g_run_state(m2g_dev *d, const ssd_dev *s) {
     m2g_args a = {0};
     m2g_arg_mem(&a, s->ct);
     m2g_arg_i64(&a, s->Q);
@@ -113,12 +106,13 @@ static mamba2_status_t run_state(m2g_dev *d, const ssd_dev *s) {
     m2g_arg_t(&a, &s->dto, 3);
     m2g_arg_t(&a, &s->dac, 3);
     m2g_arg_t(&a, &s->states, 4);
+    m2g_arg_i32(&a, 0);
     const size_t g[3] = {(size_t)(m2g_cdiv(s->P, 16) * m2g_cdiv(s->N, 16)), (size_t)s->H,
                          (size_t)s->nc};
     return d->launch(d, M2G_K_m2_ssd_chunk_state_16x16, g, L16x16, a.n, a.a);
 }
 
-static mamba2_status_t run_passing(m2g_dev *d, const ssd_dev *s) {
+mamba2_status_t m2g_run_passing(m2g_dev *d, const ssd_dev *s) {
     m2g_args a = {0};
     m2g_arg_mem(&a, s->ct);
     m2g_arg_mem(&a, s->stab);
@@ -136,7 +130,7 @@ static mamba2_status_t run_passing(m2g_dev *d, const ssd_dev *s) {
     return d->launch(d, M2G_K_m2_ssd_state_passing_wi64, g, L64, a.n, a.a);
 }
 
-static mamba2_status_t run_scan(m2g_dev *d, const ssd_dev *s) {
+mamba2_status_t m2g_run_scan(m2g_dev *d, const ssd_dev *s) {
     m2g_args a = {0};
     m2g_arg_mem(&a, s->ct);
     m2g_arg_i64(&a, s->Q);
@@ -179,7 +173,7 @@ static void staged_common(const m2_ssd_chunk_problem *pr, ssd_dev *s) {
 
 mamba2_status_t m2g_ssd_chunk_cumsum(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr) {
     m2g_dev *d = m2g_of(ctx);
-    M2_TRY(need_f32(d->api, pr->act_dtype, pr->par_dtype));
+    M2_TRY(m2g_need_f32(d->api, pr->act_dtype, pr->par_dtype));
     ssd_dev s;
     staged_common(pr, &s);
     s.softplus = pr->dt_softplus;
@@ -194,13 +188,13 @@ mamba2_status_t m2g_ssd_chunk_cumsum(mamba2_context_t *ctx, const m2_ssd_chunk_p
     if (!st) st = m2g_call_in(&c, &pr->dt_bias, 1, (int64_t[]){H}, F4, &s.bias);
     if (!st) st = m2g_call_out(&c, &pr->dt_out, 4, (int64_t[]){B, H, K, Q}, F4, &s.dto);
     if (!st) st = m2g_call_out(&c, &pr->dA_cumsum, 4, (int64_t[]){B, H, K, Q}, F4, &s.dac);
-    if (!st) st = run_cumsum(d, &s);
+    if (!st) st = m2g_run_cumsum(d, &s);
     return m2g_call_end(&c, st);
 }
 
 mamba2_status_t m2g_ssd_bmm_chunk(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr) {
     m2g_dev *d = m2g_of(ctx);
-    M2_TRY(need_f32(d->api, pr->act_dtype, pr->par_dtype));
+    M2_TRY(m2g_need_f32(d->api, pr->act_dtype, pr->par_dtype));
     ssd_dev s;
     staged_common(pr, &s);
     const int64_t B = pr->B, L = pr->L, G = pr->G, N = pr->N, K = pr->K, Q = pr->Q;
@@ -210,13 +204,13 @@ mamba2_status_t m2g_ssd_bmm_chunk(mamba2_context_t *ctx, const m2_ssd_chunk_prob
     if (!st) st = m2g_call_in(&c, &pr->Cm, 4, (int64_t[]){B, L, G, N}, F4, &s.Cm);
     if (!st) st = m2g_call_in(&c, &pr->Bm, 4, (int64_t[]){B, L, G, N}, F4, &s.Bm);
     if (!st) st = m2g_call_out(&c, &pr->CB, 5, (int64_t[]){B, K, G, Q, Q}, F4, &s.CB);
-    if (!st) st = run_bmm(d, &s);
+    if (!st) st = m2g_run_bmm(d, &s);
     return m2g_call_end(&c, st);
 }
 
 mamba2_status_t m2g_ssd_chunk_state(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr) {
     m2g_dev *d = m2g_of(ctx);
-    M2_TRY(need_f32(d->api, pr->act_dtype, pr->par_dtype));
+    M2_TRY(m2g_need_f32(d->api, pr->act_dtype, pr->par_dtype));
     ssd_dev s;
     staged_common(pr, &s);
     const int64_t B = pr->B, L = pr->L, H = pr->H, G = pr->G, P = pr->P, N = pr->N, K = pr->K,
@@ -229,13 +223,13 @@ mamba2_status_t m2g_ssd_chunk_state(mamba2_context_t *ctx, const m2_ssd_chunk_pr
     if (!st) st = m2g_call_in(&c, &pr->dt_out, 4, (int64_t[]){B, H, K, Q}, F4, &s.dto);
     if (!st) st = m2g_call_in(&c, &pr->dA_cumsum, 4, (int64_t[]){B, H, K, Q}, F4, &s.dac);
     if (!st) st = m2g_call_out(&c, &pr->states, 5, (int64_t[]){B, K, H, P, N}, F4, &s.states);
-    if (!st) st = run_state(d, &s);
+    if (!st) st = m2g_run_state(d, &s);
     return m2g_call_end(&c, st);
 }
 
 mamba2_status_t m2g_ssd_state_passing(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr) {
     m2g_dev *d = m2g_of(ctx);
-    M2_TRY(need_f32(d->api, pr->par_dtype, pr->par_dtype));
+    M2_TRY(m2g_need_f32(d->api, pr->par_dtype, pr->par_dtype));
     ssd_dev s;
     staged_common(pr, &s);
     const int64_t B = pr->B, H = pr->H, P = pr->P, N = pr->N, K = pr->K, Q = pr->Q;
@@ -248,13 +242,13 @@ mamba2_status_t m2g_ssd_state_passing(mamba2_context_t *ctx, const m2_ssd_chunk_
     if (!st)
         st = m2g_call_out(&c, &pr->states_start, 5, (int64_t[]){B, K, H, P, N}, F4, &s.start);
     if (!st) st = m2g_call_out(&c, &pr->final, 4, (int64_t[]){B, H, P, N}, F4, &s.final);
-    if (!st) st = run_passing(d, &s);
+    if (!st) st = m2g_run_passing(d, &s);
     return m2g_call_end(&c, st);
 }
 
 mamba2_status_t m2g_ssd_chunk_scan(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr) {
     m2g_dev *d = m2g_of(ctx);
-    M2_TRY(need_f32(d->api, pr->act_dtype, pr->par_dtype));
+    M2_TRY(m2g_need_f32(d->api, pr->act_dtype, pr->par_dtype));
     ssd_dev s;
     staged_common(pr, &s);
     const int64_t B = pr->B, L = pr->L, H = pr->H, G = pr->G, P = pr->P, N = pr->N, K = pr->K,
@@ -276,15 +270,12 @@ mamba2_status_t m2g_ssd_chunk_scan(mamba2_context_t *ctx, const m2_ssd_chunk_pro
     if (!st) st = m2g_call_out(&c, &pr->out, 4, (int64_t[]){B, L, H, P}, F4, &s.out);
     m2_view none = {0};
     if (!st) st = m2g_call_out(&c, &none, 4, (int64_t[]){B, L, H, P}, F4, &s.outx);
-    if (!st) st = run_scan(d, &s);
+    if (!st) st = m2g_run_scan(d, &s);
     return m2g_call_end(&c, st);
 }
 
 /* ---- the fused forward ---------------------------------------------------------------------- */
 
-/* The fused forward's own block size (SPEC §1 lets a backend choose): 64 keeps the float32
- * cumulative decay sums short and fills the 16x16 tiles of every stage (docs/gpu.md §3). */
-#define M2G_FUSED_Q 64
 
 /* Device scratch lives in the call (host mode) or the context's arena (device mode), so the
  * core's host workspace is not used. */
@@ -297,7 +288,7 @@ mamba2_status_t m2g_ssd_forward_workspace(const mamba2_context_t *ctx, const m2_
 }
 
 /* Chunks of every sequence in order: ct[5c..] = {b, t0, len, 0, c}; st[2s..] = [c0, c1). */
-static mamba2_status_t fused_tables(m2g_call *c, const m2_ssd_problem *pr, int64_t Q,
+mamba2_status_t m2g_fused_tables(m2g_call *c, const m2_ssd_problem *pr, int64_t Q,
                                     int64_t *nc_out, m2g_mem *ct, m2g_mem *stab) {
     int64_t nc = 0;
     for (int64_t s = 0; s < pr->nseq; s++) {
@@ -335,15 +326,66 @@ static mamba2_status_t fused_tables(m2g_call *c, const m2_ssd_problem *pr, int64
     return st;
 }
 
+/* mamba2_ssd_forward_states: the state after each chosen token, from the states at chunk
+ * starts. Positions are flat token indices b*L + t, increasing, as are the chunks (by row,
+ * then token), so one merge finds each one's chunk. */
+static mamba2_status_t pos_states(m2g_call *c, m2g_dev *d, const m2_ssd_problem *pr,
+                                  const ssd_dev *s) {
+    size_t bytes;
+    if (!m2_size_prod(&bytes, 2, (int64_t[]){pr->npos, 2 * (int64_t)sizeof(int64_t)}))
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "too many state positions");
+    int64_t *pt = malloc(bytes ? bytes : 1);
+    if (!pt) return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "cannot allocate a position table");
+    int64_t ci = 0, nseen = 0; /* chunk index walk: chunks of sequence order */
+    mamba2_status_t st = MAMBA2_STATUS_OK;
+    for (int64_t sq = 0; sq < pr->nseq && nseen < pr->npos; sq++) {
+        int64_t b, t0, t1;
+        m2_ssd_seq(pr, sq, &b, &t0, &t1);
+        for (int64_t u = t0; u < t1; u += s->Q, ci++) {
+            const int64_t len = t1 - u < s->Q ? t1 - u : s->Q, f0 = b * pr->L + u;
+            while (nseen < pr->npos && m2_ssd_pos(pr, nseen) < f0 + len) {
+                const int64_t f = m2_ssd_pos(pr, nseen);
+                if (f < f0) { /* the core's checks exclude it; never read out of bounds */
+                    st = m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                                  "state position %lld is in no sequence", (long long)f);
+                    break;
+                }
+                pt[2 * nseen] = ci;
+                pt[2 * nseen + 1] = f - f0;
+                nseen++;
+            }
+        }
+    }
+    if (!st && nseen != pr->npos)
+        st = m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "state positions beyond the last token");
+    m2g_mem ptab = 0;
+    if (!st) st = m2g_call_upload(c, pt, bytes, &ptab);
+    free(pt);
+    m2g_t ps;
+    if (!st)
+        st = m2g_call_out(c, &pr->pos_states, 4, (int64_t[]){pr->npos, s->H, s->P, s->N},
+                          sizeof(float), &ps);
+    if (st) return st;
+    m2g_args a = {0};
+    m2g_arg_mem(&a, s->ct);
+    m2g_arg_mem(&a, ptab);
+    m2g_arg_i64(&a, s->Q), m2g_arg_i64(&a, s->H), m2g_arg_i64(&a, s->G), m2g_arg_i64(&a, s->P),
+        m2g_arg_i64(&a, s->N);
+    m2g_arg_t(&a, &s->x, 3);
+    m2g_arg_t(&a, &s->Bm, 3);
+    m2g_arg_t(&a, &s->dto, 3);
+    m2g_arg_t(&a, &s->dac, 3);
+    m2g_arg_t(&a, &s->start, 4);
+    m2g_arg_t(&a, &ps, 3);
+    const size_t g[3] = {(size_t)(m2g_cdiv(s->P, 16) * m2g_cdiv(s->N, 16)), (size_t)s->H,
+                         (size_t)pr->npos};
+    return d->launch(d, M2G_K_m2_ssd_pos_state_16x16, g, L16x16, a.n, a.a);
+}
+
 mamba2_status_t m2g_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws) {
     (void)ws;
     m2g_dev *d = m2g_of(ctx);
-    if (pr->npos)
-        return m2_error(MAMBA2_STATUS_UNSUPPORTED,
-                        "%s backend: states at chosen positions (mamba2_ssd_forward_states) are "
-                        "not implemented on the GPU yet",
-                        d->api);
-    M2_TRY(need_f32(d->api, pr->act_dtype, pr->par_dtype));
+    M2_TRY(m2g_need_f32(d->api, MAMBA2_DTYPE_F32, pr->par_dtype)); /* half acts: converted */
     const int64_t B = pr->B, L = pr->L, H = pr->H, G = pr->G, P = pr->P, N = pr->N;
     const int64_t Q = M2G_FUSED_Q, S = pr->nseq;
     ssd_dev s;
@@ -360,7 +402,7 @@ mamba2_status_t m2g_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr,
     s.D_mode = !pr->D.p ? 0 : pr->D_per_channel ? 2 : 1;
     m2g_call c;
     m2g_call_begin(&c, d);
-    mamba2_status_t st = fused_tables(&c, pr, Q, &s.nc, &s.ct, &s.stab);
+    mamba2_status_t st = m2g_fused_tables(&c, pr, Q, &s.nc, &s.ct, &s.stab);
     const int64_t nc = s.nc;
     /* scratch, one block: dt_out, dA_cumsum [1,H,nc,Q]; CB [1,nc,G,Q,Q]; states and
      * states_start [1,nc,H,P,N] (float32 each) */
@@ -386,46 +428,25 @@ mamba2_status_t m2g_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr,
         s.start = s.states;
         s.start.off = s.states.off + (int64_t)n_st;
     }
-    if (!st) st = m2g_call_in(&c, &pr->x, 4, (int64_t[]){B, L, H, P}, F4, &s.x);
-    if (!st) st = m2g_call_in(&c, &pr->dt, 3, (int64_t[]){B, L, H}, F4, &s.dt);
+    if (!st) st = m2g_call_in_act(&c, &pr->x, 4, (int64_t[]){B, L, H, P}, pr->act_dtype, &s.x);
+    if (!st) st = m2g_call_in_act(&c, &pr->dt, 3, (int64_t[]){B, L, H}, pr->act_dtype, &s.dt);
     if (!st) st = m2g_call_in(&c, &pr->A, 1, (int64_t[]){H}, F4, &s.A);
-    if (!st) st = m2g_call_in(&c, &pr->Bm, 4, (int64_t[]){B, L, G, N}, F4, &s.Bm);
-    if (!st) st = m2g_call_in(&c, &pr->Cm, 4, (int64_t[]){B, L, G, N}, F4, &s.Cm);
+    if (!st) st = m2g_call_in_act(&c, &pr->Bm, 4, (int64_t[]){B, L, G, N}, pr->act_dtype, &s.Bm);
+    if (!st) st = m2g_call_in_act(&c, &pr->Cm, 4, (int64_t[]){B, L, G, N}, pr->act_dtype, &s.Cm);
     if (!st)
         st = m2g_call_in(&c, &pr->D, pr->D_per_channel ? 2 : 1, (int64_t[]){H, P}, F4, &s.D);
-    if (!st) st = m2g_call_in(&c, &pr->z, 4, (int64_t[]){B, L, H, P}, F4, &s.z);
+    if (!st) st = m2g_call_in_act(&c, &pr->z, 4, (int64_t[]){B, L, H, P}, pr->act_dtype, &s.z);
     if (!st) st = m2g_call_in(&c, &pr->dt_bias, 1, (int64_t[]){H}, F4, &s.bias);
     if (!st) st = m2g_call_in(&c, &pr->init, 4, (int64_t[]){S, H, P, N}, F4, &s.init);
-    if (!st) st = m2g_call_out(&c, &pr->out, 4, (int64_t[]){B, L, H, P}, F4, &s.out);
-    if (!st) st = m2g_call_out(&c, &pr->out_x, 4, (int64_t[]){B, L, H, P}, F4, &s.outx);
+    if (!st) st = m2g_call_out_act(&c, &pr->out, 4, (int64_t[]){B, L, H, P}, pr->act_dtype, &s.out);
+    if (!st) st = m2g_call_out_act(&c, &pr->out_x, 4, (int64_t[]){B, L, H, P}, pr->act_dtype, &s.outx);
     if (!st) st = m2g_call_out(&c, &pr->final, 4, (int64_t[]){S, H, P, N}, F4, &s.final);
-    if (!st) st = run_cumsum(d, &s);
-    if (!st) st = run_bmm(d, &s);
-    if (!st) st = run_state(d, &s);
-    if (!st) st = run_passing(d, &s);
-    if (!st) st = run_scan(d, &s);
+    if (!st) st = m2g_run_cumsum(d, &s);
+    if (!st) st = m2g_run_bmm(d, &s);
+    if (!st) st = m2g_run_state(d, &s);
+    if (!st) st = m2g_run_passing(d, &s);
+    if (!st) st = m2g_run_scan(d, &s);
+    if (!st && pr->npos) st = pos_states(&c, d, pr, &s);
     return m2g_call_end(&c, st);
 }
 
-/* ---- the fused backward ------------------------------------------------------------------------ */
-
-static mamba2_status_t no_backward(const mamba2_context_t *ctx) {
-    return m2_error(MAMBA2_STATUS_UNSUPPORTED,
-                    "%s backend: the SSD backward (mamba2_ssd_backward) is not implemented on the "
-                    "GPU yet; use the CPU backend for gradients",
-                    ((const m2g_dev *)ctx->gpu)->api);
-}
-
-/* Both the query and the op refuse, so a caller learns it before allocating anything. */
-mamba2_status_t m2g_ssd_backward_workspace(const mamba2_context_t *ctx,
-                                           const m2_ssd_problem *pr, size_t *bytes) {
-    (void)pr;
-    *bytes = 0;
-    return no_backward(ctx);
-}
-
-mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws) {
-    (void)pr;
-    (void)ws;
-    return no_backward(ctx);
-}

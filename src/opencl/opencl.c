@@ -289,6 +289,20 @@ static mamba2_status_t finish_open(mamba2_context_t *ctx, cl_dev *c) {
     c->base.launch = d_launch;
     c->base.finish = d_finish;
     c->base.destroy = d_destroy;
+    /* the 16x16 kernels need 256 work-items per group and ~2.2 KB of local memory */
+    size_t wg = 0;
+    cl_ulong lmem = 0;
+    cl.clGetDeviceInfo(c->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof wg, &wg, NULL);
+    cl.clGetDeviceInfo(c->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof lmem, &lmem, NULL);
+    if (wg < 256 || lmem < 4096) {
+        const size_t w = wg;
+        const unsigned long long lm = (unsigned long long)lmem;
+        d_destroy(&c->base);
+        return m2_error(MAMBA2_STATUS_BACKEND_UNAVAILABLE,
+                        "OpenCL: the device allows %zu work-items per group and %llu bytes of "
+                        "local memory; the kernels need 256 and 4096",
+                        w, lm);
+    }
     mamba2_status_t st = build_program(c);
     if (st == MAMBA2_STATUS_OK) st = d_alloc(&c->base, 64, &c->base.dummy);
     if (st != MAMBA2_STATUS_OK) {
@@ -352,4 +366,31 @@ mamba2_status_t m2_opencl_open_device(mamba2_context_t *ctx, void *context, void
     cl.clGetDeviceInfo(c->device, CL_DEVICE_NAME, sizeof dname - 1, dname, NULL);
     snprintf(c->base.name, sizeof c->base.name, "%s", dname);
     return finish_open(ctx, c);
+}
+
+/* ---- device mode: the caller's buffers ------------------------------------------------------ */
+
+static mamba2_status_t device_ctx(mamba2_context_t *ctx, m2g_dev **d) {
+    m2_clear_error();
+    if (!ctx) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+    if (ctx->backend != MAMBA2_BACKEND_OPENCL || !ctx->gpu || !m2g_of(ctx)->device_memory)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "ctx is not a device-mode OpenCL context (mamba2_context_create_opencl)");
+    *d = m2g_of(ctx);
+    return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t mamba2_opencl_register_buffer(mamba2_context_t *ctx, void *cl_buffer,
+                                              size_t bytes, void **base) {
+    m2g_dev *d = NULL;
+    M2_TRY(device_ctx(ctx, &d));
+    if (!base) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "base (output pointer) is NULL");
+    *base = NULL;
+    return m2g_register(d, (m2g_mem)(uintptr_t)cl_buffer, bytes, base);
+}
+
+mamba2_status_t mamba2_opencl_unregister_buffer(mamba2_context_t *ctx, void *cl_buffer) {
+    m2g_dev *d = NULL;
+    M2_TRY(device_ctx(ctx, &d));
+    return m2g_unregister(d, (m2g_mem)(uintptr_t)cl_buffer);
 }

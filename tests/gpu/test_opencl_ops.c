@@ -14,11 +14,9 @@
  *    bitwise;
  * plus NaN propagation (a NaN input gives NaN exactly where the reference has one) and bad
  * arguments (the status, and outputs untouched).
- * --device-mode adds the device-memory mode (mamba2_context_create_opencl on the test's own
- * cl_context and queue, tensors as cl_mem): bitwise the host mode's results. Not in the default
- * run yet: the core's overlap checks compare the cl_mem handles as if they were host addresses
- * and refuse most calls ("output out overlaps input x in memory"), a device-mode issue of the
- * entry points, not of these ops.
+ * And the device-memory mode: mamba2_context_create_opencl on the test's own cl_context and
+ * queue, every tensor in its own registered cl_mem (mamba2_opencl_register_buffer; index
+ * tensors stay host arrays), the context's scratch arena: bitwise the host mode's results.
  * Exit code 77 (skipped) only when no OpenCL device or driver exists.
  */
 #include <math.h>
@@ -597,6 +595,7 @@ static void device_unit(const char *what, spec *s, int n, call_fn fn, const void
     }
     double *rh[MAXT];
     mamba2_status_t st = run(gpu, s, n, 0, fn, cs, rh, "opencl host");
+    th_expect(st == MAMBA2_STATUS_OK, "host mode: %s", mamba2_last_error());
     gt g[MAXT];
     cl_mem m[MAXT] = {0};
     memset(g, 0, sizeof g);
@@ -613,8 +612,11 @@ static void device_unit(const char *what, spec *s, int n, call_fn fn, const void
         m[i] = cl.clCreateBuffer(dcl_ctx, CL_MEM_READ_WRITE, (size_t)(k > 0 ? k : 1) * 4, NULL, &e);
         if (k > 0) cl.clEnqueueWriteBuffer(dcl_q, m[i], CL_TRUE, 0, (size_t)k * 4, h, 0, NULL, NULL);
         free(h);
+        void *base = NULL;
+        st = mamba2_opencl_register_buffer(dgpu, m[i], (size_t)(k > 0 ? k : 1) * 4, &base);
+        th_expect(st == MAMBA2_STATUS_OK, "register_buffer: %s", mamba2_last_error());
         g[i].present = 1;
-        g[i].t = mamba2_tensor_make((void *)m[i], MAMBA2_DTYPE_F32, s[i].rank, s[i].sh);
+        g[i].t = mamba2_tensor_make(base, MAMBA2_DTYPE_F32, s[i].rank, s[i].sh);
     }
     st = fn(dgpu, cs, g);
     th_expect(st == MAMBA2_STATUS_OK, "device mode: %s", mamba2_last_error());
@@ -635,6 +637,7 @@ static void device_unit(const char *what, spec *s, int n, call_fn fn, const void
             free(h);
             free(v);
         }
+        mamba2_opencl_unregister_buffer(dgpu, m[i]);
         cl.clReleaseMemObject(m[i]);
     }
     free_res(rh, n);
@@ -668,11 +671,8 @@ static void device_checks(void) {
 }
 
 int main(int argc, char **argv) {
-    int device_mode = 0;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "-v")) th_set_verbose(2);
-        if (!strcmp(argv[i], "--device-mode")) device_mode = 1;
-    }
     mamba2_status_t st = mamba2_context_create(&gpu, MAMBA2_BACKEND_OPENCL, 0);
     if (st == MAMBA2_STATUS_BACKEND_UNAVAILABLE) {
         printf("skipped: no OpenCL device (%s)\n", mamba2_last_error());
@@ -727,7 +727,7 @@ int main(int argc, char **argv) {
     }
     nan_checks();
     error_checks();
-    if (device_mode) device_checks();
+    device_checks();
     mamba2_context_destroy(gpu);
     mamba2_context_destroy(ref);
     mamba2_context_destroy(cpu);

@@ -3,17 +3,20 @@
  * reference, SPEC §8 tolerances (TH_TOL_F32, never loosened).
  *
  * Units:
- *  - fused: mamba2_ssd_forward on awkward shapes (L not a multiple of any chunk, P/N not
+ *  - fused: mamba2_ssd_forward and mamba2_ssd_backward (every gradient, or a subset) on awkward shapes (L not a multiple of any chunk, P/N not
  *    multiples of the 16x16 tiles, G < H, G = H, L = 1, L = 0, varlen with empty and length-1
  *    sequences, strided in_proj views, head-major views, every option) vs the reference on
- *    float64 copies; guards, gaps and unchanged inputs checked; a second run must give
- *    bitwise identical output buffers (determinism).
+ *    float64 copies; guards, gaps and unchanged inputs checked; a second forward + backward
+ *    must give bitwise identical output buffers (determinism).
  *  - stages: the five staged ops chained on OpenCL; each stage's outputs vs the float64
  *    reference run on exactly the inputs the chain gave it, the chain's out vs the fused
  *    float64 reference; strided (padded) views for the odd cases; padding of the staged
  *    tensors exact.
- *  - errors: what is not implemented is UNSUPPORTED with a message naming it (backward,
- *    forward_states, float64 and bf16 storage), bad arguments are INVALID_ARGUMENT, an
+ *  - positions: mamba2_ssd_forward_states (batched, varlen, positions at chunk edges) vs the
+ *    reference; out and final_state unchanged by asking for them; guards after the states.
+ *  - errors: what is not implemented is UNSUPPORTED with a message naming it
+ *    (float64 storage, bf16 in the staged stages; bf16/f16 of the fused op
+ *    is tested by test_ssd_half --backend opencl), bad arguments are INVALID_ARGUMENT, an
  *    unknown MAMBA2C_OPENCL_DEVICE is BACKEND_UNAVAILABLE.
  * The same units run on the CUDA backend where a GPU and driver exist (elsewhere its context
  * must report BACKEND_UNAVAILABLE with a message).
@@ -31,9 +34,10 @@
 
 #define INF INFINITY
 #define SH(b, l, h, p, n, q, g) .B = b, .L = l, .H = h, .P = p, .N = n, .Q = q, .G = g
-#define ALL_BUT_LIMIT .z = 1, .dt_bias = 1, .softplus = 1, .init = 1, .final = 1
+#define ALL_BUT_LIMIT .z = 1, .dt_bias = 1, .softplus = 1, .init = 1, .final = 1, .dfinal = 1
 #define ALL_OPTS ALL_BUT_LIMIT, .limit = 1, .lo = 0.02, .hi = 0.08
-#define STATES .init = 1, .final = 1
+#define STATES .init = 1, .final = 1, .dfinal = 1
+#define GBIT(id) (1u << ((id) - TH_DX))
 
 /* ---- fused forward ----------------------------------------------------------------------- */
 
@@ -74,6 +78,11 @@ static th_ssd_case fused_cases[] = {
     {"long_L1024", SH(1, 1024, 2, 16, 32, 256, 2), .D_mode = 1, .z = 1, STATES},
     {"strong_decay", SH(1, 300, 2, 8, 8, 256, 1), .softplus = 1, .D_mode = 1, STATES,
      .dt_mode = TH_DT_LARGE},
+    {"layer_L2048_P64_N128_all", SH(1, 2048, 4, 64, 128, 128, 1), .D_mode = 2, ALL_OPTS},
+    {"partial_grads_a", SH(2, 33, 4, 8, 8, 16, 2), .D_mode = 1, ALL_OPTS,
+     .grad_mask = GBIT(TH_DX) | GBIT(TH_DA) | GBIT(TH_DCM) | GBIT(TH_DDTB)},
+    {"partial_grads_b", SH(2, 33, 4, 8, 8, 16, 2), .D_mode = 2, ALL_OPTS,
+     .grad_mask = GBIT(TH_DDT) | GBIT(TH_DBM) | GBIT(TH_DD) | GBIT(TH_DZ) | GBIT(TH_DINIT)},
 };
 #define NFUSED ((int)(sizeof fused_cases / sizeof fused_cases[0]))
 
@@ -114,9 +123,29 @@ static void test_fused(mamba2_context_t *gpu, mamba2_context_t *ref, th_ssd_case
         free(want);
         free(got);
     }
+    /* the backward: every gradient the case requests */
+    if (ok) {
+        ok = th_expect(th_ssd_io_backward(ref, &r, 1) == MAMBA2_STATUS_OK, "reference backward: %s",
+                       mamba2_last_error());
+        if (ok) {
+            st = th_ssd_io_backward(gpu, &g, 0);
+            ok = th_expect(st == MAMBA2_STATUS_OK, "gpu backward: %s: %s",
+                           mamba2_status_string(st), mamba2_last_error());
+        }
+        if (ok) ok = th_expect(th_ssd_io_check_memory(&g, msg, sizeof msg), "backward: %s", msg);
+        for (int id = TH_FIRST_GRAD; ok && id < TH_NT; id++) {
+            if (!r.v[id].present) continue;
+            int64_t n, n2;
+            double *want = read_all(&r, id, &n), *got = read_all(&g, id, &n2);
+            th_metric(th_tname[id], th_nerr(got, want, n), TH_TOL_F32);
+            free(want);
+            free(got);
+        }
+    }
     if (ok) { /* run to run: the same bytes, gaps and guards included */
         st = th_ssd_io_forward(gpu, &g2, 0);
-        ok = th_expect(st == MAMBA2_STATUS_OK, "opencl rerun: %s", mamba2_last_error());
+        if (st == MAMBA2_STATUS_OK) st = th_ssd_io_backward(gpu, &g2, 0);
+        ok = th_expect(st == MAMBA2_STATUS_OK, "gpu rerun: %s", mamba2_last_error());
         if (ok) th_expect(th_ssd_io_outputs_equal(&g, &g2, msg, sizeof msg), "rerun: %s", msg);
     }
     th_ssd_io_free(&r);
@@ -330,6 +359,83 @@ static void test_staged(mamba2_context_t *gpu, mamba2_context_t *ref, ck_case *k
     th_end();
 }
 
+/* ---- states at chosen positions ------------------------------------------------------------ */
+
+static mamba2_status_t forward_states(mamba2_context_t *ctx, th_ssd_io *io, mamba2_tensor_t *pos,
+                                      mamba2_tensor_t *ps) {
+    const mamba2_tensor_t *t[TH_NT];
+    for (int i = 0; i < TH_NT; i++) t[i] = io->v[i].present ? &io->v[i].t : NULL;
+    io->opts.state_positions = pos;
+    mamba2_status_t st = mamba2_ssd_forward_states(ctx, t[TH_OUT], t[TH_FINAL], ps, t[TH_X],
+                                                   t[TH_DT], t[TH_A], t[TH_BM], t[TH_CM],
+                                                   &io->opts, NULL, 0);
+    io->opts.state_positions = NULL;
+    return st;
+}
+
+static void test_positions(mamba2_context_t *gpu, mamba2_context_t *ref, th_ssd_case *c,
+                           int npos, const int64_t *pos) {
+    th_ssd_data d;
+    th_ssd_data_make(&d, c);
+    th_begin("states %-26s %d positions", c->name, npos);
+    th_ssd_io r, g, g0;
+    th_ssd_io_make(&r, c, &d, MAMBA2_DTYPE_F64, TH_LAYOUT_CONTIG);
+    th_ssd_io_make(&g, c, &d, MAMBA2_DTYPE_F32, c->layout);
+    th_ssd_io_make(&g0, c, &d, MAMBA2_DTYPE_F32, c->layout);
+    const int64_t n = (int64_t)npos * d.H * d.P * d.N, psh[1] = {npos};
+    const int64_t ssh[4] = {npos, d.H, d.P, d.N};
+    double *sr = th_xmalloc((size_t)n * sizeof(double) + 8);
+    float *sg = th_xmalloc((size_t)(n + 16) * sizeof(float));
+    for (int64_t i = 0; i < n + 16; i++) sg[i] = i < n ? NAN : 12345.0f;
+    int64_t pv[16];
+    memcpy(pv, pos, (size_t)npos * sizeof(int64_t));
+    mamba2_tensor_t tp = mamba2_tensor_make(pv, MAMBA2_DTYPE_I64, 1, psh);
+    mamba2_tensor_t tr = mamba2_tensor_make(sr, MAMBA2_DTYPE_F64, 4, ssh);
+    mamba2_tensor_t tg = mamba2_tensor_make(sg, MAMBA2_DTYPE_F32, 4, ssh);
+    mamba2_status_t st = forward_states(ref, &r, &tp, &tr);
+    int ok = th_expect(st == MAMBA2_STATUS_OK, "reference: %s", mamba2_last_error());
+    if (ok) {
+        st = forward_states(gpu, &g, &tp, &tg);
+        ok = th_expect(st == MAMBA2_STATUS_OK, "gpu: %s: %s", mamba2_status_string(st),
+                       mamba2_last_error());
+    }
+    if (ok) {
+        double *gd = th_xmalloc((size_t)n * sizeof(double) + 8);
+        int guard = 1;
+        for (int64_t i = 0; i < n; i++) gd[i] = sg[i];
+        for (int64_t i = n; i < n + 16; i++) guard &= sg[i] == 12345.0f;
+        th_expect(guard, "the guard after the position states was written");
+        th_metric("position_states", th_nerr(gd, sr, n), TH_TOL_F32);
+        free(gd);
+        char msg[256];
+        th_expect(th_ssd_io_check_memory(&g, msg, sizeof msg), "gpu: %s", msg);
+        /* asking for states changes nothing else */
+        st = th_ssd_io_forward(gpu, &g0, 0);
+        if (th_expect(st == MAMBA2_STATUS_OK, "plain forward: %s", mamba2_last_error()))
+            th_expect(th_ssd_io_outputs_equal(&g, &g0, msg, sizeof msg), "with states: %s", msg);
+    }
+    free(sr);
+    free(sg);
+    th_ssd_io_free(&r);
+    th_ssd_io_free(&g);
+    th_ssd_io_free(&g0);
+    th_ssd_data_free(&d);
+    th_end();
+}
+
+static void run_positions(mamba2_context_t *gpu, mamba2_context_t *ref, const char *filter) {
+    static th_ssd_case pc[] = {
+        {"batched_B2_L37", SH(2, 37, 4, 5, 7, 8, 2), .D_mode = 1, ALL_OPTS},
+        {"batched_L150_chunk_edges", SH(1, 150, 2, 16, 32, 64, 1), .z = 1, STATES},
+        {"varlen_3seq", SH(1, 0, 3, 4, 9, 16, 3), .nseq = 3, .seqlen = {1, 14, 85}, STATES},
+    };
+    static const int64_t pos[3][8] = {{0, 5, 31, 36, 37, 73}, {0, 63, 64, 65, 127, 128, 149},
+                                      {0, 1, 14, 15, 20, 78, 79, 99}};
+    static const int np[3] = {6, 7, 8};
+    for (int i = 0; i < 3; i++)
+        if (!filter || strstr(pc[i].name, filter)) test_positions(gpu, ref, &pc[i], np[i], pos[i]);
+}
+
 /* ---- errors ---------------------------------------------------------------------------------- */
 
 static void expect_status(mamba2_status_t got, mamba2_status_t want, const char *word,
@@ -347,35 +453,26 @@ static void test_errors(mamba2_context_t *gpu) {
     th_ssd_data_make(&d, &c);
     th_ssd_io io;
 
-    th_begin("errors backward is UNSUPPORTED");
-    th_ssd_io_make(&io, &c, &d, MAMBA2_DTYPE_F32, TH_LAYOUT_CONTIG);
-    expect_status(th_ssd_io_backward(gpu, &io, 0), MAMBA2_STATUS_UNSUPPORTED, "backward",
-                  "backward");
-    th_ssd_io_free(&io);
+
+    th_begin("errors bf16 staged stages are UNSUPPORTED");
+    {
+        uint16_t dtb[1 * 16 * 2] = {0};
+        float A[2] = {-0.5f, -0.3f}, o1[2 * 2 * 8], o2[2 * 2 * 8];
+        const int64_t shd[3] = {1, 16, 2}, sha[1] = {2}, sho[4] = {1, 2, 2, 8};
+        mamba2_tensor_t tdt = mamba2_tensor_make(dtb, MAMBA2_DTYPE_BF16, 3, shd);
+        mamba2_tensor_t tA = mamba2_tensor_make(A, MAMBA2_DTYPE_F32, 1, sha);
+        mamba2_tensor_t t1 = mamba2_tensor_make(o1, MAMBA2_DTYPE_F32, 4, sho);
+        mamba2_tensor_t t2 = mamba2_tensor_make(o2, MAMBA2_DTYPE_F32, 4, sho);
+        mamba2_ssd_options_t o = mamba2_ssd_options_default();
+        o.chunk_size = 8;
+        expect_status(mamba2_ssd_chunk_cumsum(gpu, &t1, &t2, &tdt, &tA, &o),
+                      MAMBA2_STATUS_UNSUPPORTED, "opencl", "bf16 chunk_cumsum");
+    }
     th_end();
 
     th_begin("errors float64 storage is UNSUPPORTED");
     th_ssd_io_make(&io, &c, &d, MAMBA2_DTYPE_F64, TH_LAYOUT_CONTIG);
     expect_status(th_ssd_io_forward(gpu, &io, 0), MAMBA2_STATUS_UNSUPPORTED, "opencl", "f64");
-    th_ssd_io_free(&io);
-    th_end();
-
-    th_begin("errors forward_states is UNSUPPORTED");
-    th_ssd_io_make(&io, &c, &d, MAMBA2_DTYPE_F32, TH_LAYOUT_CONTIG);
-    {
-        int64_t pos[1] = {5}, psh[1] = {1}, ssh[4] = {1, 2, 4, 4};
-        float ps[32];
-        mamba2_tensor_t tp = mamba2_tensor_make(pos, MAMBA2_DTYPE_I64, 1, psh);
-        mamba2_tensor_t ts = mamba2_tensor_make(ps, MAMBA2_DTYPE_F32, 4, ssh);
-        io.opts.state_positions = &tp;
-        const mamba2_tensor_t *t[TH_NT];
-        for (int i = 0; i < TH_NT; i++) t[i] = io.v[i].present ? &io.v[i].t : NULL;
-        mamba2_status_t st = mamba2_ssd_forward_states(gpu, t[TH_OUT], t[TH_FINAL], &ts, t[TH_X],
-                                                       t[TH_DT], t[TH_A], t[TH_BM], t[TH_CM],
-                                                       &io.opts, NULL, 0);
-        expect_status(st, MAMBA2_STATUS_UNSUPPORTED, "positions", "forward_states");
-        io.opts.state_positions = NULL;
-    }
     th_ssd_io_free(&io);
     th_end();
 
@@ -444,6 +541,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < NSTAGED; i++)
             if (!filter || strstr(staged_cases[i].c.name, filter))
                 test_staged(gpus[g], ref, &staged_cases[i]);
+        run_positions(gpus[g], ref, filter);
     }
     if (gpus[0] && (!filter || strstr("errors", filter))) test_errors(gpus[0]);
     mamba2_context_destroy(gpus[0]);

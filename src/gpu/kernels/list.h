@@ -5,12 +5,28 @@
  * shape: _16x16 is a 16 x 16 group (local size {16, 16, 1}), _wi64 a 1-D group of 64
  * work-items each doing one task. Keep one section per op family (and its kernel file).
  */
+/* ---- bf16/f16 storage <-> float32: convert.cl ---- */
+M2G_KERNEL(m2_cvt_to_f32_wi64)
+M2G_KERNEL(m2_cvt_from_f32_wi64)
 /* ---- SSD staged pipeline / fused forward: ssd_chunked.cl ---- */
 M2G_KERNEL(m2_ssd_chunk_cumsum_wi64)
 M2G_KERNEL(m2_ssd_bmm_chunk_16x16)
 M2G_KERNEL(m2_ssd_chunk_state_16x16)
 M2G_KERNEL(m2_ssd_state_passing_wi64)
 M2G_KERNEL(m2_ssd_chunk_scan_16x16)
+M2G_KERNEL(m2_ssd_pos_state_16x16)
+/* ---- SSD fused backward: ssd_bwd.cl ---- */
+M2G_KERNEL(m2_ssd_bwd_gate_wi64)
+M2G_KERNEL(m2_ssd_bwd_state_passing_wi64)
+M2G_KERNEL(m2_ssd_bwd_dx_16x16)
+M2G_KERNEL(m2_ssd_bwd_E_16x16)
+M2G_KERNEL(m2_ssd_bwd_dcb_wi64)
+M2G_KERNEL(m2_ssd_bwd_rq_wi64)
+M2G_KERNEL(m2_ssd_bwd_dbc_16x16)
+M2G_KERNEL(m2_ssd_bwd_tok_wi64)
+M2G_KERNEL(m2_ssd_bwd_dt_wi64)
+M2G_KERNEL(m2_ssd_bwd_dD_wi64)
+M2G_KERNEL(m2_ssd_bwd_params_wi64)
 /* ---- conv1d, gated RMSNorm, decode steps: their own sections below ---- */
 /* ---- causal conv1d: conv1d.cl ---- */
 M2G_KERNEL(m2_conv1d_fwd_wi64)

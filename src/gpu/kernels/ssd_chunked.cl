@@ -82,7 +82,9 @@ M2K_KERNEL void m2_ssd_bmm_chunk_16x16(
     if (i < Q && j < Q) CB[CB_o + sb * CB_s0 + sk * CB_s1 + g * CB_s2 + i * CB_s3 + j] = acc;
 }
 
-/* ---- chunk_state: states[p,n] = sum_{j<len} exp(cs_last - cs_j) d_j x[j,p] Bm[j,n] --------
+/* ---- chunk_state: states[p,n] = sum_{j<len} w_j x[j,p] Bm[j,n] with w_j = exp(cs_last - cs_j)
+ * d_j (mode 0). Mode 1 is the backward's use: w_j = exp(cs_j), with dy for x and Cm for Bm,
+ * giving the chunk's gradient contribution to the state entering it.
  * groups (ceil(P/16) * ceil(N/16), H, chunks), 16x16 work-items: a 16x16 tile of the state,
  * the chunk's tokens in steps of 16 through local memory.                                    */
 M2K_KERNEL void m2_ssd_chunk_state_16x16(
@@ -91,7 +93,8 @@ M2K_KERNEL void m2_ssd_chunk_state_16x16(
     M2K_GLOBAL const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
     M2K_GLOBAL const float *dto, m2_i64 dto_o, m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2,
     M2K_GLOBAL const float *dac, m2_i64 dac_o, m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2,
-    M2K_GLOBAL float *S, m2_i64 S_o, m2_i64 S_s0, m2_i64 S_s1, m2_i64 S_s2, m2_i64 S_s3) {
+    M2K_GLOBAL float *S, m2_i64 S_o, m2_i64 S_s0, m2_i64 S_s1, m2_i64 S_s2, m2_i64 S_s3,
+    m2_i32 mode) {
     M2K_LOCAL_ARRAY(float, xs, [16][17]);
     M2K_LOCAL_ARRAY(float, bs, [16][17]);
     const int lx = M2K_LOCAL_ID(0), ly = M2K_LOCAL_ID(1);
@@ -108,7 +111,7 @@ M2K_KERNEL void m2_ssd_chunk_state_16x16(
     for (m2_i64 j0 = 0; j0 < len; j0 += 16) {
         const m2_i64 j = j0 + ly;
         float w = 0.0f;
-        if (j < len) w = m2k_exp(cs_last - dac[oc + j]) * dto[od + j];
+        if (j < len) w = mode ? m2k_exp(dac[oc + j]) : m2k_exp(cs_last - dac[oc + j]) * dto[od + j];
         xs[ly][lx] = (j < len && p0 + lx < P) ? w * x[xb + (t0 + j) * x_s1 + p0 + lx] : 0.0f;
         bs[ly][lx] = (j < len && n0 + lx < N) ? Bm[bb + (t0 + j) * B_s1 + n0 + lx] : 0.0f;
         M2K_BARRIER();
@@ -209,5 +212,48 @@ M2K_KERNEL void m2_ssd_chunk_scan_16x16(
         if (has_ox) ox[ox_o + b * ox_s0 + t * ox_s1 + h * ox_s2 + p] = y;
         if (has_z) y *= m2k_silu(z[z_o + b * z_s0 + t * z_s1 + h * z_s2 + p]);
         out[out_o + b * out_s0 + t * out_s1 + h * out_s2 + p] = y;
+    }
+}
+
+/* ---- states after chosen tokens (mamba2_ssd_forward_states): position k is token m of chunk
+ * c (pt[2k], pt[2k+1]); S = exp(cs_m) S_start[c] + sum_{j<=m} exp(cs_m - cs_j) d_j x_j Bm_j.
+ * groups (ceil(P/16) * ceil(N/16), H, positions), 16x16 work-items, as chunk_state.           */
+M2K_KERNEL void m2_ssd_pos_state_16x16(
+    M2K_GLOBAL const m2_i64 *ct, M2K_GLOBAL const m2_i64 *pt, m2_i64 Q, m2_i64 H, m2_i64 G,
+    m2_i64 P, m2_i64 N,
+    M2K_GLOBAL const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2,
+    M2K_GLOBAL const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
+    M2K_GLOBAL const float *dto, m2_i64 dto_o, m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2,
+    M2K_GLOBAL const float *dac, m2_i64 dac_o, m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2,
+    M2K_GLOBAL const float *S0, m2_i64 S0_o, m2_i64 S0_s0, m2_i64 S0_s1, m2_i64 S0_s2,
+    m2_i64 S0_s3,
+    M2K_GLOBAL float *ps, m2_i64 ps_o, m2_i64 ps_s0, m2_i64 ps_s1, m2_i64 ps_s2) {
+    M2K_LOCAL_ARRAY(float, xs, [16][17]);
+    M2K_LOCAL_ARRAY(float, bs, [16][17]);
+    const int lx = M2K_LOCAL_ID(0), ly = M2K_LOCAL_ID(1);
+    const m2_i64 ntn = (N + 15) / 16, tile = M2K_GROUP_ID(0);
+    const m2_i64 p0 = (tile / ntn) * 16, n0 = (tile % ntn) * 16;
+    const m2_i64 h = M2K_GROUP_ID(1), k = M2K_GROUP_ID(2), g = h / (H / G);
+    const m2_i64 c = pt[2 * k], m = pt[2 * k + 1];
+    const m2_i64 b = ct[5 * c], t0 = ct[5 * c + 1], sb = ct[5 * c + 3], sk = ct[5 * c + 4];
+    const m2_i64 od = dto_o + sb * dto_s0 + h * dto_s1 + sk * dto_s2;
+    const m2_i64 oc = dac_o + sb * dac_s0 + h * dac_s1 + sk * dac_s2;
+    const float cs_m = dac[oc + m];
+    const m2_i64 xb = x_o + b * x_s0 + h * x_s2, bb = B_o + b * B_s0 + g * B_s2;
+    float acc = 0.0f;
+    for (m2_i64 j0 = 0; j0 <= m; j0 += 16) {
+        const m2_i64 j = j0 + ly;
+        float w = 0.0f;
+        if (j <= m) w = m2k_exp(cs_m - dac[oc + j]) * dto[od + j];
+        xs[ly][lx] = (j <= m && p0 + lx < P) ? w * x[xb + (t0 + j) * x_s1 + p0 + lx] : 0.0f;
+        bs[ly][lx] = (j <= m && n0 + lx < N) ? Bm[bb + (t0 + j) * B_s1 + n0 + lx] : 0.0f;
+        M2K_BARRIER();
+        for (int q = 0; q < 16; q++) acc += xs[q][ly] * bs[q][lx];
+        M2K_BARRIER();
+    }
+    const m2_i64 p = p0 + ly, n = n0 + lx;
+    if (p < P && n < N) {
+        const float s0 = S0[S0_o + sb * S0_s0 + sk * S0_s1 + h * S0_s2 + p * S0_s3 + n];
+        ps[ps_o + k * ps_s0 + h * ps_s1 + p * ps_s2 + n] = m2k_exp(cs_m) * s0 + acc;
     }
 }
