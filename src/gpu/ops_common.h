@@ -53,7 +53,8 @@ static inline mamba2_status_t m2g_ops_inout(m2g_call *c, const m2_view *v, int r
     for (int i = 0; i < rank; i++)
         if (dims[i] == 0) return MAMBA2_STATUS_OK;
     for (int i = 0; i < rank; i++)
-        if (!m2_size_mul((size_t)(dims[i] - 1), (size_t)t->s[i], &e) || !m2_size_add(last, e, &last))
+        if (!m2_size_mul((size_t)(dims[i] - 1), (size_t)t->s[i], &e) ||
+            !m2_size_add(last, e, &last))
             return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: tensor too large",
                             c->dev->api);
     if (!m2_size_add(last, 1, &span) || !m2_size_mul(span, esize, &bytes))

@@ -186,7 +186,8 @@ mamba2_status_t m2g_conv1d_step(mamba2_context_t *ctx, const m2_conv1d_problem *
     if (!st) st = m2g_call_in(&c, &pr->x, 3, (int64_t[]){B, T, C}, F4, &x);
     if (!st) st = m2g_call_in(&c, &pr->weight, 2, (int64_t[]){C, W}, F4, &w);
     if (!st) st = m2g_call_in(&c, &pr->bias, 1, (int64_t[]){C}, F4, &bias);
-    if (!st) st = m2g_ops_index(&c, pr->state_indices, pr->idx_dtype, pr->state_indices ? B : 0, &idx);
+    if (!st)
+        st = m2g_ops_index(&c, pr->state_indices, pr->idx_dtype, pr->state_indices ? B : 0, &idx);
     if (!st) {
         m2g_args a = {0};
         m2g_arg_t(&a, &out, 2);

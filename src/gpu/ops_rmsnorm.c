@@ -100,7 +100,8 @@ mamba2_status_t m2g_rmsnorm_backward(mamba2_context_t *ctx, const m2_rmsnorm_pro
     if (!st && want_sums && M > 0) {
         /* one scratch request: r[M*G], then the partials [nblk, D, 2] */
         size_t n1 = 0, n2 = 0, n = 0;
-        if (!m2_size_prod(&n1, 2, (int64_t[]){M, G}) || !m2_size_prod(&n2, 3, (int64_t[]){nblk, D, 2}) ||
+        if (!m2_size_prod(&n1, 2, (int64_t[]){M, G}) ||
+            !m2_size_prod(&n2, 3, (int64_t[]){nblk, D, 2}) ||
             !m2_size_add(n1, n2, &n) || !m2_size_mul(n, F4, &n))
             st = m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: RMSNorm scratch too large",
                           d->api);

@@ -35,7 +35,8 @@ mamba2_status_t m2g_ssd_step(mamba2_context_t *ctx, const m2_ssd_step_problem *p
     }
     if (!st) st = m2g_call_in(&c, &pr->z, 4, (int64_t[]){B, T, H, P}, F4, &z);
     if (!st) st = m2g_call_in(&c, &pr->dt_bias, 1, (int64_t[]){H}, F4, &dtb);
-    if (!st) st = m2g_ops_index(&c, pr->state_indices, pr->idx_dtype, pr->state_indices ? B : 0, &idx);
+    if (!st)
+        st = m2g_ops_index(&c, pr->state_indices, pr->idx_dtype, pr->state_indices ? B : 0, &idx);
     if (!st && T > 0) {
         m2g_args a = {0};
         m2g_arg_t(&a, &cache, 3);

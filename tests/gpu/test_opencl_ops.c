@@ -166,7 +166,8 @@ static int cv_specs(const cv_case *c, spec *s, uint64_t seed) {
         cu->vals = (double *)th_xmalloc((size_t)(S + 1) * sizeof(double));
         /* awkward lengths: some empty, some shorter than W-1 */
         cu->vals[0] = 0;
-        for (int64_t i = 1; i < S; i++) cu->vals[i] = (double)(int64_t)th_rng_uniform(&r, 0, (double)L + 1);
+        for (int64_t i = 1; i < S; i++)
+            cu->vals[i] = (double)(int64_t)th_rng_uniform(&r, 0, (double)L + 1);
         cu->vals[S] = (double)L;
         for (int64_t i = 1; i < S; i++)
             for (int64_t j = i; j > 1 && cu->vals[j] < cu->vals[j - 1]; j--) {
@@ -609,10 +610,12 @@ static void device_unit(const char *what, spec *s, int n, call_fn fn, const void
         }
         const int64_t k = th_numel(s[i].rank, s[i].sh);
         float *h = (float *)th_xmalloc((size_t)(k > 0 ? k : 1) * sizeof(float));
-        for (int64_t j = 0; j < k; j++) h[j] = s[i].is_out && !s[i].inout ? NAN : (float)s[i].vals[j];
+        for (int64_t j = 0; j < k; j++)
+            h[j] = s[i].is_out && !s[i].inout ? NAN : (float)s[i].vals[j];
         cl_int e = 0;
         m[i] = cl.clCreateBuffer(dcl_ctx, CL_MEM_READ_WRITE, (size_t)(k > 0 ? k : 1) * 4, NULL, &e);
-        if (k > 0) cl.clEnqueueWriteBuffer(dcl_q, m[i], CL_TRUE, 0, (size_t)k * 4, h, 0, NULL, NULL);
+        if (k > 0)
+            cl.clEnqueueWriteBuffer(dcl_q, m[i], CL_TRUE, 0, (size_t)k * 4, h, 0, NULL, NULL);
         free(h);
         void *base = NULL;
         st = mamba2_opencl_register_buffer(dgpu, m[i], (size_t)(k > 0 ? k : 1) * 4, &base);
