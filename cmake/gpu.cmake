@@ -10,6 +10,9 @@ set(MAMBA2C_GPU_KERNEL_FILES
   ${PROJECT_SOURCE_DIR}/src/gpu/kernels/convert.cl
   ${PROJECT_SOURCE_DIR}/src/gpu/kernels/ssd_chunked.cl
   ${PROJECT_SOURCE_DIR}/src/gpu/kernels/ssd_bwd.cl
+  ${PROJECT_SOURCE_DIR}/src/gpu/kernels/conv1d.cl
+  ${PROJECT_SOURCE_DIR}/src/gpu/kernels/rmsnorm.cl
+  ${PROJECT_SOURCE_DIR}/src/gpu/kernels/step.cl
   # @@ more kernel files go above this line @@
 )
 set(MAMBA2C_GPU_SRC ${CMAKE_CURRENT_BINARY_DIR}/gpu_kernel_sources.c)
@@ -26,6 +29,9 @@ target_sources(mamba2c_objs PRIVATE
   src/opencl/opencl.c
   src/opencl/backend.c
   ${MAMBA2C_GPU_SRC}
+  src/gpu/ops_conv1d.c
+  src/gpu/ops_rmsnorm.c
+  src/gpu/ops_step.c
   # @@ more GPU host files go above this line @@
 )
 foreach(t mamba2c mamba2c_static)

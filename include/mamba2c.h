@@ -580,8 +580,9 @@ MAMBA2_API mamba2_status_t mamba2_ssd_chunk_scan(
  * MAMBA2_STATUS_BACKEND_UNAVAILABLE with a message saying what is missing.
  *
  * Implemented today: the fused SSD op (mamba2_ssd_forward, _forward_states, _backward; every
- * option; float32, or bf16/f16 activation storage) and the five staged SSD stages (float32).
- * The other op families return MAMBA2_STATUS_UNSUPPORTED naming the backend and the op.
+ * option; float32, or bf16/f16 activation storage), the five staged SSD stages, the causal
+ * conv1d (forward, backward, conv1d_step), the gated RMSNorm (forward, backward) and
+ * ssd_step (float32).
  *
  * Host mode: mamba2_context_create(&ctx, MAMBA2_BACKEND_OPENCL, n) opens the first available
  * OpenCL device, or the one MAMBA2C_OPENCL_DEVICE names (an index in `clinfo -l` order, or a

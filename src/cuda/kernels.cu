@@ -6,4 +6,7 @@
 #include "../gpu/kernels/convert.cl"
 #include "../gpu/kernels/ssd_chunked.cl"
 #include "../gpu/kernels/ssd_bwd.cl"
+#include "../gpu/kernels/conv1d.cl"
+#include "../gpu/kernels/rmsnorm.cl"
+#include "../gpu/kernels/step.cl"
 // @@ more kernel files go above this line @@

@@ -14,4 +14,16 @@
 .ssd_chunk_state = m2g_ssd_chunk_state,
 .ssd_state_passing = m2g_ssd_state_passing,
 .ssd_chunk_scan = m2g_ssd_chunk_scan,
+/* ---- gated RMSNorm (src/gpu/ops_rmsnorm.c) ---- */
+.rmsnorm_forward_workspace = m2g_rmsnorm_forward_workspace,
+.rmsnorm_forward = m2g_rmsnorm_forward,
+.rmsnorm_backward_workspace = m2g_rmsnorm_backward_workspace,
+.rmsnorm_backward = m2g_rmsnorm_backward,
+/* ---- causal conv1d and its decode step (src/gpu/ops_conv1d.c) ---- */
+.conv1d_forward = m2g_conv1d_forward,
+.conv1d_backward_workspace = m2g_conv1d_backward_workspace,
+.conv1d_backward = m2g_conv1d_backward,
+.conv1d_step = m2g_conv1d_step,
+/* ---- SSD decode step (src/gpu/ops_step.c) ---- */
+.ssd_step = m2g_ssd_step,
 /* @@ more GPU op entries go above this line @@ */

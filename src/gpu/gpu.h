@@ -172,6 +172,22 @@ mamba2_status_t m2g_ssd_bmm_chunk(mamba2_context_t *ctx, const m2_ssd_chunk_prob
 mamba2_status_t m2g_ssd_chunk_state(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
 mamba2_status_t m2g_ssd_state_passing(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
 mamba2_status_t m2g_ssd_chunk_scan(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
+/* conv1d, gated RMSNorm, decode steps (src/gpu/ops_conv1d.c, ops_rmsnorm.c, ops_step.c) */
+mamba2_status_t m2g_conv1d_forward(mamba2_context_t *ctx, const m2_conv1d_problem *pr);
+mamba2_status_t m2g_conv1d_backward_workspace(const mamba2_context_t *ctx,
+                                              const m2_conv1d_problem *pr, size_t *bytes);
+mamba2_status_t m2g_conv1d_backward(mamba2_context_t *ctx, const m2_conv1d_problem *pr,
+                                    void *ws);
+mamba2_status_t m2g_conv1d_step(mamba2_context_t *ctx, const m2_conv1d_problem *pr);
+mamba2_status_t m2g_rmsnorm_forward_workspace(const mamba2_context_t *ctx,
+                                              const m2_rmsnorm_problem *pr, size_t *bytes);
+mamba2_status_t m2g_rmsnorm_forward(mamba2_context_t *ctx, const m2_rmsnorm_problem *pr,
+                                    void *ws);
+mamba2_status_t m2g_rmsnorm_backward_workspace(const mamba2_context_t *ctx,
+                                               const m2_rmsnorm_problem *pr, size_t *bytes);
+mamba2_status_t m2g_rmsnorm_backward(mamba2_context_t *ctx, const m2_rmsnorm_problem *pr,
+                                     void *ws);
+mamba2_status_t m2g_ssd_step(mamba2_context_t *ctx, const m2_ssd_step_problem *pr);
 /* @@ more GPU op entry points go above this line @@ */
 
 #endif /* MAMBA2C_GPU_H */

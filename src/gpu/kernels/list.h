@@ -29,4 +29,18 @@ M2G_KERNEL(m2_ssd_bwd_dt_wi64)
 M2G_KERNEL(m2_ssd_bwd_dD_wi64)
 M2G_KERNEL(m2_ssd_bwd_params_wi64)
 /* ---- conv1d, gated RMSNorm, decode steps: their own sections below ---- */
+/* ---- causal conv1d: conv1d.cl ---- */
+M2G_KERNEL(m2_conv1d_fwd_wi64)
+M2G_KERNEL(m2_conv1d_final_wi64)
+M2G_KERNEL(m2_conv1d_bwd_t64_wi64)
+M2G_KERNEL(m2_conv1d_bwd_dinit_wi64)
+M2G_KERNEL(m2_conv1d_bwd_reduce_wi64)
+/* ---- gated RMSNorm: rmsnorm.cl (_wg128: one 1-D group of 128 per row group) ---- */
+M2G_KERNEL(m2_rmsnorm_fwd_wg128)
+M2G_KERNEL(m2_rmsnorm_bwd_wg128)
+M2G_KERNEL(m2_rmsnorm_bwd_dw_r64_wi64)
+M2G_KERNEL(m2_rmsnorm_bwd_reduce_wi64)
+/* ---- decode steps: step.cl ---- */
+M2G_KERNEL(m2_conv1d_step_wi64)
+M2G_KERNEL(m2_ssd_step_32x4)
 /* @@ more kernels go above this line @@ */
