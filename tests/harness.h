@@ -174,6 +174,7 @@ typedef struct th_ssd_io {
     th_view v[TH_NT];
     mamba2_ssd_options_t opts;
     mamba2_ssd_grads_t grads;
+    const mamba2_tensor_t *out_x; /* NULL unless a test sets it (forward out, backward in) */
     /* workspace of the last call (exact size, 16 mod 64 aligned, guarded tail) */
     unsigned char *ws_alloc;
     size_t ws_bytes;

@@ -57,21 +57,21 @@ static mamba2_ssd_options_t opts_of(args *a) {
 }
 
 static mamba2_ssd_grads_t grads_of(args *a) {
-    mamba2_ssd_grads_t g = {TP(a, TH_DX), TP(a, TH_DDT), TP(a, TH_DA), TP(a, TH_DBM), TP(a, TH_DCM),
+    mamba2_ssd_grads_t g = {0, TP(a, TH_DX), TP(a, TH_DDT), TP(a, TH_DA), TP(a, TH_DBM), TP(a, TH_DCM),
                             TP(a, TH_DD), TP(a, TH_DZ), TP(a, TH_DDTB), TP(a, TH_DINIT)};
     return g;
 }
 
 static mamba2_status_t fwd(args *a) {
     mamba2_ssd_options_t o = opts_of(a);
-    return mamba2_ssd_forward(a->ctx, TP(a, TH_OUT), TP(a, TH_FINAL), TP(a, TH_X), TP(a, TH_DT),
+    return mamba2_ssd_forward(a->ctx, TP(a, TH_OUT), NULL, TP(a, TH_FINAL), TP(a, TH_X), TP(a, TH_DT),
                               TP(a, TH_A), TP(a, TH_BM), TP(a, TH_CM), a->opts_null ? NULL : &o,
                               a->ws, a->ws_size);
 }
 
 static mamba2_status_t fwd_wss(args *a, size_t *sz) {
     mamba2_ssd_options_t o = opts_of(a);
-    return mamba2_ssd_forward_workspace_size(a->ctx, TP(a, TH_OUT), TP(a, TH_FINAL), TP(a, TH_X),
+    return mamba2_ssd_forward_workspace_size(a->ctx, TP(a, TH_OUT), NULL, TP(a, TH_FINAL), TP(a, TH_X),
                                              TP(a, TH_DT), TP(a, TH_A), TP(a, TH_BM), TP(a, TH_CM),
                                              a->opts_null ? NULL : &o, a->wss_null ? NULL : sz);
 }
@@ -81,7 +81,7 @@ static mamba2_status_t bwd(args *a) {
     mamba2_ssd_grads_t g = grads_of(a);
     return mamba2_ssd_backward(a->ctx, a->grads_null ? NULL : &g, TP(a, TH_DOUT), TP(a, TH_DFINAL),
                                TP(a, TH_X), TP(a, TH_DT), TP(a, TH_A), TP(a, TH_BM), TP(a, TH_CM),
-                               a->opts_null ? NULL : &o, a->ws, a->ws_size);
+                               NULL, a->opts_null ? NULL : &o, a->ws, a->ws_size);
 }
 
 static mamba2_status_t bwd_wss(args *a, size_t *sz) {
@@ -89,7 +89,7 @@ static mamba2_status_t bwd_wss(args *a, size_t *sz) {
     mamba2_ssd_grads_t g = grads_of(a);
     return mamba2_ssd_backward_workspace_size(a->ctx, a->grads_null ? NULL : &g, TP(a, TH_DOUT),
                                               TP(a, TH_DFINAL), TP(a, TH_X), TP(a, TH_DT),
-                                              TP(a, TH_A), TP(a, TH_BM), TP(a, TH_CM),
+                                              TP(a, TH_A), TP(a, TH_BM), TP(a, TH_CM), NULL,
                                               a->opts_null ? NULL : &o, a->wss_null ? NULL : sz);
 }
 
@@ -195,7 +195,7 @@ static void *thread_fn(void *arg) {
     const char *m = mamba2_last_error();
     snprintf(res, 256, "%s", m ? m : "(null)");
     /* fail here; must not change the main thread's message */
-    mamba2_status_t st = mamba2_ssd_forward(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0);
+    mamba2_status_t st = mamba2_ssd_forward(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0);
     (void)st;
     return NULL;
 }
@@ -713,7 +713,7 @@ int main(int argc, char **argv) {
         th_tensor_scatter(&bm, dd.v[TH_BM]);
         th_tensor_scatter(&cm, dd.v[TH_CM]);
         th_tensor_scatter(&dt, dd.v[TH_DT]);
-        mamba2_status_t st = mamba2_ssd_forward(cpu, &o, NULL, &x, &dt, &ci.v[TH_A].t, &bm, &cm,
+        mamba2_status_t st = mamba2_ssd_forward(cpu, &o, NULL, NULL, &x, &dt, &ci.v[TH_A].t, &bm, &cm,
                                                 &ci.opts, NULL, 0);
         th_expect(st == MAMBA2_STATUS_OK, "%s: %s", mamba2_status_string(st), mamba2_last_error());
         if (st == MAMBA2_STATUS_OK) {

@@ -281,9 +281,9 @@ static mamba2_status_t inst_call(mamba2_context_t *ctx, inst *in, int backward, 
     if (ws_mode) {
         st = backward ? mamba2_ssd_backward_workspace_size(
                             ctx, &in->grads, TV(in, TH_DOUT), TV(in, TH_DFINAL), TV(in, TH_X),
-                            TV(in, TH_DT), TV(in, TH_A), TV(in, TH_BM), TV(in, TH_CM), &in->opts,
-                            &need)
-                      : mamba2_ssd_forward_workspace_size(ctx, TV(in, TH_OUT), TV(in, TH_FINAL),
+                            TV(in, TH_DT), TV(in, TH_A), TV(in, TH_BM), TV(in, TH_CM), NULL,
+                            &in->opts, &need)
+                      : mamba2_ssd_forward_workspace_size(ctx, TV(in, TH_OUT), NULL, TV(in, TH_FINAL),
                                                           TV(in, TH_X), TV(in, TH_DT), TV(in, TH_A),
                                                           TV(in, TH_BM), TV(in, TH_CM), &in->opts,
                                                           &need);
@@ -297,8 +297,8 @@ static mamba2_status_t inst_call(mamba2_context_t *ctx, inst *in, int backward, 
     if (ws) memset(ws, TH_PAT_GUARD, need + TH_GUARD);
     st = backward ? mamba2_ssd_backward(ctx, &in->grads, TV(in, TH_DOUT), TV(in, TH_DFINAL),
                                         TV(in, TH_X), TV(in, TH_DT), TV(in, TH_A), TV(in, TH_BM),
-                                        TV(in, TH_CM), &in->opts, ws, need)
-                  : mamba2_ssd_forward(ctx, TV(in, TH_OUT), TV(in, TH_FINAL), TV(in, TH_X),
+                                        TV(in, TH_CM), NULL, &in->opts, ws, need)
+                  : mamba2_ssd_forward(ctx, TV(in, TH_OUT), NULL, TV(in, TH_FINAL), TV(in, TH_X),
                                        TV(in, TH_DT), TV(in, TH_A), TV(in, TH_BM), TV(in, TH_CM),
                                        &in->opts, ws, need);
     if (st != MAMBA2_STATUS_OK) {

@@ -14,6 +14,8 @@ static int32_t online_cpus(void) {
     return (int32_t)n;
 }
 
+static mamba2_status_t set_num_threads(mamba2_context_t *ctx, int32_t num_threads);
+
 /* The caller's OpenCL objects (mamba2_context_create_opencl), NULL for host mode. */
 typedef struct cl_handles {
     void *context, *device, *queue;
@@ -56,7 +58,8 @@ static mamba2_status_t create(mamba2_context_t **ctx, mamba2_backend_t backend,
     c->ops = ops;
     c->isa = m2_detect_isa();
     c->amd = m2_detect_amd();
-    mamba2_status_t st = mamba2_context_set_num_threads(c, num_threads);
+    atomic_init(&c->in_use, 0);
+    mamba2_status_t st = set_num_threads(c, num_threads);
     if (st == MAMBA2_STATUS_OK) st = open_device(c, cl);
     if (st != MAMBA2_STATUS_OK) {
         mamba2_context_destroy(c);
@@ -83,6 +86,21 @@ mamba2_status_t mamba2_context_create_opencl(mamba2_context_t **ctx, void *cl_co
     return create(ctx, MAMBA2_BACKEND_OPENCL, 1, &cl);
 }
 
+mamba2_status_t m2_ctx_enter(mamba2_context_t *ctx) {
+    if (!ctx) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+    int idle = 0;
+    if (!atomic_compare_exchange_strong_explicit(&ctx->in_use, &idle, 1, memory_order_acquire,
+                                                 memory_order_relaxed))
+        return m2_error(MAMBA2_STATUS_BUSY,
+                        "the context is in use by a call from another thread; a context serves "
+                        "one call at a time (use one context per calling thread)");
+    return MAMBA2_STATUS_OK;
+}
+
+void m2_ctx_leave(mamba2_context_t *ctx) {
+    atomic_store_explicit(&ctx->in_use, 0, memory_order_release);
+}
+
 void mamba2_context_destroy(mamba2_context_t *ctx) {
     if (!ctx) return;
     m2_gpu_close(ctx);
@@ -90,9 +108,7 @@ void mamba2_context_destroy(mamba2_context_t *ctx) {
     free(ctx);
 }
 
-mamba2_status_t mamba2_context_set_num_threads(mamba2_context_t *ctx, int32_t num_threads) {
-    m2_clear_error();
-    if (!ctx) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+static mamba2_status_t set_num_threads(mamba2_context_t *ctx, int32_t num_threads) {
     if (num_threads <= 0) num_threads = online_cpus();
     if (num_threads > 1024)
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "num_threads is %d; at most 1024 supported",
@@ -105,6 +121,14 @@ mamba2_status_t mamba2_context_set_num_threads(mamba2_context_t *ctx, int32_t nu
     ctx->pool = pool;
     ctx->num_threads = num_threads;
     return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t mamba2_context_set_num_threads(mamba2_context_t *ctx, int32_t num_threads) {
+    m2_clear_error();
+    M2_TRY(m2_ctx_enter(ctx));
+    mamba2_status_t st = set_num_threads(ctx, num_threads);
+    m2_ctx_leave(ctx);
+    return st;
 }
 
 int32_t mamba2_context_get_num_threads(const mamba2_context_t *ctx) {
@@ -127,9 +151,17 @@ const char *mamba2_context_get_isa(const mamba2_context_t *ctx) {
     }
 }
 
+static mamba2_status_t force_isa(mamba2_context_t *ctx, const char *isa);
+
 mamba2_status_t mamba2_context_force_isa(mamba2_context_t *ctx, const char *isa) {
     m2_clear_error();
-    if (!ctx) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+    M2_TRY(m2_ctx_enter(ctx));
+    mamba2_status_t st = force_isa(ctx, isa);
+    m2_ctx_leave(ctx);
+    return st;
+}
+
+static mamba2_status_t force_isa(mamba2_context_t *ctx, const char *isa) {
     if (!isa) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "isa is NULL");
     if (strcmp(isa, "scalar") == 0) {
         ctx->isa = M2_ISA_SCALAR;

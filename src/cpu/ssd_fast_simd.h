@@ -44,12 +44,13 @@ typedef __m256d m2vd_mask;
 #define m2vd_store_ps(p, v) _mm_storeu_ps((p), _mm256_cvtpd_ps(v))
 
 /* For m2vd_exp (after the sets): x clamped to [-708, 708] (e^-708 ~ 3e-308 stands in for
- * anything smaller, 0 once rounded to float), and 2^n from the magic-number sum t (its low
+ * anything smaller, 0 once rounded to float; x second in max and min, whose NaN operand
+ * rule then passes a NaN through, so exp(NaN) = NaN), and 2^n from the magic-number sum t (its low
  * mantissa bits hold the biased exponent of 2^n), as m2v_pow2_of_magic does in float */
 #define m2vd_fma(a, b, c) _mm256_fmadd_pd((a), (b), (c))
 #define m2vd_fnma(a, b, c) _mm256_fnmadd_pd((a), (b), (c))
 #define m2vd_exp_clamp(x)                                                                      \
-    _mm256_min_pd(_mm256_max_pd((x), _mm256_set1_pd(-708.0)), _mm256_set1_pd(708.0))
+    _mm256_min_pd(_mm256_set1_pd(708.0), _mm256_max_pd(_mm256_set1_pd(-708.0), (x)))
 #define m2vd_pow2_of_magic(t) _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_castpd_si256(t), 52))
 
 /* 1/x: the hardware estimate (12 bits) and one Newton step, r (2 - x r): about 2^-22
@@ -131,7 +132,7 @@ typedef __mmask8 m2vd_mask;
 #define m2vd_fma(a, b, c) _mm512_fmadd_pd((a), (b), (c))
 #define m2vd_fnma(a, b, c) _mm512_fnmadd_pd((a), (b), (c))
 #define m2vd_exp_clamp(x)                                                                      \
-    _mm512_min_pd(_mm512_max_pd((x), _mm512_set1_pd(-708.0)), _mm512_set1_pd(708.0))
+    _mm512_min_pd(_mm512_set1_pd(708.0), _mm512_max_pd(_mm512_set1_pd(-708.0), (x)))
 #define m2vd_pow2_of_magic(t) _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_castpd_si512(t), 52))
 
 /* 1/x: the 14-bit hardware estimate and one Newton step, r (2 - x r) */

@@ -68,8 +68,8 @@
 _Static_assert(M2_TILE_VECS == 2 && M2_TILE_COLS == 4, "the SW_* macros spell a 2 x 4 tile");
 /* The state is stored tile-major (kernels.h, m2_tile_off): register tile (n0, p0) is one
  * contiguous block of 8 vectors s0a s0b s1a .. s3b, the tiles in the order the sweep visits
- * them (n-tile outer), so a sweep reads and writes its state as one sequential stream (+4-5 %
- * forward against row-major [Np][Pp], whose tiles are 4 rows Pp apart). */
+ * them (n-tile outer), so a sweep reads and writes its state as one sequential stream (faster
+ * than row-major [Np][Pp], whose tiles are 4 rows Pp apart: docs/code_notes.md). */
 #define M2_SW_TILE_AT(n0, p0, Pp) m2_tile_off((n0), (p0), (Pp), M2_SW_TILE_P)
 /* the tile in registers from p, and `put` (m2v_store or m2v_stream) of it to p */
 #define SW_TILE_LOAD(p)                                                                         \
@@ -225,9 +225,9 @@ M2_INLINE void sweep_impl(int64_t T, int64_t Np, int64_t Pp, int nr, const int32
 }
 
 /* Every flag combination is its own specialization of sweep_impl (no flag tests in the token
- * loop), one function per V/W layout: the packed layout's constant stride (4 floats) is worth
- * ~5% in L1 over a row stride, and one function holding both layouts' 36 variants compiled
- * ~4% slower again (measured with dev/sweep_micro.c). */
+ * loop), one function per V/W layout: the packed layout's constant stride (4 floats) beats a
+ * row stride in L1, and one function holding both layouts' 36 variants compiled slower
+ * (docs/code_notes.md, dev/sweep_micro.c). */
 #define SW_CALL(ww, pp, rr, rv, vr)                                                             \
     sweep_impl(T, Np, Pp, nr, ridx, rf, u, V, ww ? W : NULL, rr ? r : NULL, S, Sc,             \
                ww ? w : NULL,                                                                   \
@@ -407,6 +407,12 @@ M2_INLINE m2vd dt_act(m2vd r, int softplus, m2vd *g) {
     return m2vd_select(big, r, sp);
 }
 
+/* d = clamp(v, lo, hi), a NaN v passed through as NaN (SPEC §9; the reference's clamp), the
+ * bits of min(max(v, lo), hi) otherwise */
+M2_INLINE m2vd dt_clamp(m2vd v, m2vd lo, m2vd hi) {
+    return m2vd_select(m2vd_ge(v, v), m2vd_min(m2vd_max(v, lo), hi), v);
+}
+
 /* dt_block for a few heads: each head's tokens along the vector lanes instead of the heads
  * (a set of 1-8 heads would fill 1-8 of 16 lanes). The same operations on every element in
  * the same order as the head-vectorized loop below (the segment scale token after token in
@@ -427,8 +433,7 @@ static void M2K(dt_heads)(int64_t nh, int64_t T, int64_t ldo, const float *raw, 
             const m2vd v = dt_act(m2vd_add(m2vd_load_ps(rr + i), m2vd_set1(bj)), softplus, &g);
             m2vd_store_ps(vv + i, v);
             m2vd_store_ps(gg + i, g);
-            m2vd_store_ps(dd + i, m2vd_min(m2vd_max(m2vd_load_ps(vv + i), m2vd_set1(lo)),
-                                           m2vd_set1(hi)));
+            m2vd_store_ps(dd + i, dt_clamp(m2vd_load_ps(vv + i), m2vd_set1(lo), m2vd_set1(hi)));
             m2vd_store(la + i, m2vd_mul(m2vd_load_ps(dd + i), m2vd_set1(aj))); /* exact */
         }
         /* the segment scale, token after token; restarts where dt_block finds them */
@@ -520,7 +525,7 @@ static void M2K(dt_block)(int64_t nh, int64_t T, int64_t ldo, const float *raw, 
                     float vf[M2VD_LEN];
                     m2vd_store_ps(vf, v);
                     const m2vd vd = m2vd_load_ps(vf), vlo = m2vd_set1(lo), vhi = m2vd_set1(hi);
-                    m2vd_store_ps(di + k, m2vd_min(m2vd_max(vd, vlo), vhi));
+                    m2vd_store_ps(di + k, dt_clamp(vd, vlo, vhi));
                     g = m2vd_select(m2vd_ge(vd, vlo), g, m2vd_set1(0.0));
                     m2vd_store_ps(gi + k, m2vd_select(m2vd_ge(vhi, vd), g, m2vd_set1(0.0)));
                     /* exact */

@@ -141,7 +141,7 @@ M2_INLINE void step_tile1(int64_t T, int64_t N, const float *a, const float *d, 
 /* Software prefetch distance, in bytes of state ahead of the tile being updated. The 4 rows
  * of a tile are 4 short interleaved streams (512 B each at N = 128), which the hardware
  * prefetchers pick up late; asking for the rows ~8 KiB ahead keeps enough misses in flight
- * (measured on a 2-core Xeon: 0.6x -> 0.9x of a 2-thread memcpy at a 335 MB cache). */
+ * (docs/code_notes.md). */
 #define SK_PF_BYTES 8192
 #if defined(__GNUC__)
 #define SK_PREFETCH_W(p) __builtin_prefetch((p), 1, 3)
