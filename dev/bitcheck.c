@@ -157,7 +157,7 @@ static void run(const prob *pb, mamba2_dtype_t adt, const char *isa, int thr) {
         tpos = mamba2_tensor_make(pos, MAMBA2_DTYPE_I64, 1, (int64_t[]){pb->npos});
         o.state_positions = &tpos;
     }
-    mamba2_ssd_grads_t g = {&t[DX], &t[DDT], &t[DA], &t[DBM], &t[DCM],
+    mamba2_ssd_grads_t g = {0, &t[DX], &t[DDT], &t[DA], &t[DBM], &t[DCM],
                             pb->opts ? &t[DDD] : NULL, pb->opts == 1 ? &t[DZ] : NULL,
                             pb->opts ? &t[DDTB] : NULL, pb->opts ? &t[DINIT] : NULL};
     mamba2_ssd_options_t ox = o;

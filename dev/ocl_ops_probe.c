@@ -179,7 +179,7 @@ static void t_conv1d(int64_t B, int64_t L, int64_t C, int W, int silu, int with_
     mamba2_tensor_t trdw = mamba2_tensor_make(rdw, MAMBA2_DTYPE_F32, 2, (int64_t[]){C, W});
     mamba2_tensor_t trdb = mamba2_tensor_make(rdb, MAMBA2_DTYPE_F32, 1, (int64_t[]){C});
     mamba2_tensor_t trdi = T3(rdi, nseq, C, W - 1);
-    mamba2_conv1d_grads_t gr = {&trdx, &trdw, bias ? &trdb : NULL, init ? &trdi : NULL};
+    mamba2_conv1d_grads_t gr = {0, &trdx, &trdw, bias ? &trdb : NULL, init ? &trdi : NULL};
     if (mamba2_conv1d_backward(ref, &gr, &tdo, W > 1 ? &tdf : NULL, &tx, &tw, &op, NULL, 0)) {
         printf("ref bwd failed: %s\n", mamba2_last_error());
         exit(1);
@@ -307,7 +307,7 @@ static void t_rmsnorm(int64_t M, int64_t D, int64_t S, int gate, int with_bias, 
     mamba2_tensor_t trdz = mamba2_tensor_make(rdz, MAMBA2_DTYPE_F32, 2, (int64_t[]){M, D});
     mamba2_tensor_t trdw = mamba2_tensor_make(rdw, MAMBA2_DTYPE_F32, 1, (int64_t[]){D});
     mamba2_tensor_t trdb = mamba2_tensor_make(rdb, MAMBA2_DTYPE_F32, 1, (int64_t[]){D});
-    mamba2_rmsnorm_gated_grads_t gr = {&trdx, gate ? &trdz : NULL, &trdw, bias ? &trdb : NULL};
+    mamba2_rmsnorm_gated_grads_t gr = {0, &trdx, gate ? &trdz : NULL, &trdw, bias ? &trdb : NULL};
     if (mamba2_rmsnorm_gated_backward(ref, &gr, &tdo, &tx, gate ? &tz : NULL, &tw, bias ? &tb : NULL,
                                       use_rstd ? &trr : NULL, &op, NULL, 0)) {
         printf("ref rms bwd failed: %s\n", mamba2_last_error());

@@ -64,11 +64,11 @@ static void run(mamba2_context_t *ctx, const prob *p, unsigned grads, int refuse
     mamba2_ssd_options_t o = mamba2_ssd_options_default();
     o.chunk_size = 64;
     size_t ws = 0;
-    mamba2_status_t st = mamba2_ssd_forward_workspace_size(ctx, &t[OUT], NULL, &t[X], &t[DT],
+    mamba2_status_t st = mamba2_ssd_forward_workspace_size(ctx, &t[OUT], NULL, NULL, &t[X], &t[DT],
                                                            &t[A], &t[BM], &t[CM], &o, &ws);
     expect_answer("fwd query", st, refused);
     if (st == MAMBA2_STATUS_OK) th_expect(ws > 64, "fwd query: %zu bytes", ws);
-    st = mamba2_ssd_forward(ctx, &t[OUT], NULL, &t[X], &t[DT], &t[A], &t[BM], &t[CM], &o,
+    st = mamba2_ssd_forward(ctx, &t[OUT], NULL, NULL, &t[X], &t[DT], &t[A], &t[BM], &t[CM], &o,
                             tiny_ws, sizeof tiny_ws);
     expect_answer("fwd call", st, 1);
     mamba2_ssd_grads_t g;
@@ -78,10 +78,10 @@ static void run(mamba2_context_t *ctx, const prob *p, unsigned grads, int refuse
     g.dBm = grads & (1u << DBM) ? &t[DBM] : NULL;
     ws = 0;
     st = mamba2_ssd_backward_workspace_size(ctx, &g, &t[DOUT], NULL, &t[X], &t[DT], &t[A], &t[BM],
-                                            &t[CM], &o, &ws);
+                                            &t[CM], NULL, &o, &ws);
     expect_answer("bwd query", st, refused);
     if (st == MAMBA2_STATUS_OK) th_expect(ws > 64, "bwd query: %zu bytes", ws);
-    st = mamba2_ssd_backward(ctx, &g, &t[DOUT], NULL, &t[X], &t[DT], &t[A], &t[BM], &t[CM], &o,
+    st = mamba2_ssd_backward(ctx, &g, &t[DOUT], NULL, &t[X], &t[DT], &t[A], &t[BM], &t[CM], NULL, &o,
                              tiny_ws, sizeof tiny_ws);
     expect_answer("bwd call", st, 1);
     th_end();
@@ -128,7 +128,7 @@ int main(int argc, char **argv) {
         make(&small, t);
         th_begin("small problem plans");
         size_t ws = 0;
-        th_expect(mamba2_ssd_forward_workspace_size(ctx, &t[OUT], NULL, &t[X], &t[DT], &t[A],
+        th_expect(mamba2_ssd_forward_workspace_size(ctx, &t[OUT], NULL, NULL, &t[X], &t[DT], &t[A],
                                                     &t[BM], &t[CM], NULL, &ws) == MAMBA2_STATUS_OK &&
                       ws > 0,
                   "forward query: %s", mamba2_last_error());

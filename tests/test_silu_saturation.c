@@ -89,7 +89,7 @@ static void run(mamba2_context_t *ctx, const char *label) {
         opts.activation = MAMBA2_ACTIVATION_SILU;
         if (ok(mamba2_conv1d_forward(ctx, &o, NULL, &x, &w, &opts), "conv1d_forward"))
             check("fwd silu", out, silu_d, 1.0, 4e-6);
-        mamba2_conv1d_grads_t g = {&dxt, NULL, NULL, NULL};
+        mamba2_conv1d_grads_t g = {.dx = &dxt};
         if (ok(mamba2_conv1d_backward_workspace_size(ctx, &g, &dout, NULL, &x, &w, &opts, &wsz),
                "conv1d_backward_workspace_size")) {
             ws = ws_alloc(wsz);
@@ -129,7 +129,7 @@ static void run(mamba2_context_t *ctx, const char *label) {
                 check("fwd silu", out, silu_d, 1.0, 4e-6);
             free(ws);
         }
-        mamba2_rmsnorm_gated_grads_t g = {NULL, &dz, NULL, NULL};
+        mamba2_rmsnorm_gated_grads_t g = {.dz = &dz};
         if (ok(mamba2_rmsnorm_gated_backward_workspace_size(ctx, &g, &dout, &x, &z, &w, NULL, NULL,
                                                             &opts, &wsz),
                "rmsnorm_gated_backward_workspace_size")) {
@@ -170,11 +170,11 @@ static void run(mamba2_context_t *ctx, const char *label) {
         opts.chunk_size = 1;
         opts.D = &D;
         opts.z = &z4;
-        if (ok(mamba2_ssd_forward_workspace_size(ctx, &o4, NULL, &x4, &dt3, &A, &bc4, &bc4, &opts,
+        if (ok(mamba2_ssd_forward_workspace_size(ctx, &o4, NULL, NULL, &x4, &dt3, &A, &bc4, &bc4, &opts,
                                                  &wsz),
                "ssd_forward_workspace_size")) {
             ws = ws_alloc(wsz);
-            if (ok(mamba2_ssd_forward(ctx, &o4, NULL, &x4, &dt3, &A, &bc4, &bc4, &opts, ws, wsz),
+            if (ok(mamba2_ssd_forward(ctx, &o4, NULL, NULL, &x4, &dt3, &A, &bc4, &bc4, &opts, ws, wsz),
                    "ssd_forward"))
                 check("fused fwd gate", out, silu_d, 8.0, 4e-6);
             free(ws);
@@ -182,11 +182,11 @@ static void run(mamba2_context_t *ctx, const char *label) {
         mamba2_ssd_grads_t g = {0};
         g.dz = &dz;
         if (ok(mamba2_ssd_backward_workspace_size(ctx, &g, &dout, NULL, &x4, &dt3, &A, &bc4, &bc4,
-                                                  &opts, &wsz),
+                                                  NULL, &opts, &wsz),
                "ssd_backward_workspace_size")) {
             ws = ws_alloc(wsz);
-            if (ok(mamba2_ssd_backward(ctx, &g, &dout, NULL, &x4, &dt3, &A, &bc4, &bc4, &opts, ws,
-                                       wsz),
+            if (ok(mamba2_ssd_backward(ctx, &g, &dout, NULL, &x4, &dt3, &A, &bc4, &bc4, NULL, &opts,
+                                       ws, wsz),
                    "ssd_backward"))
                 check("fused bwd dz", dx, dsilu_d, 8.0, 20e-6);
             free(ws);
@@ -197,7 +197,11 @@ static void run(mamba2_context_t *ctx, const char *label) {
         mamba2_tensor_t CB = T(&cb, 5, 1, 1, 1, 1, 1), dto = T(&dt_out, 4, 1, 1, 1, 1, 0);
         mamba2_tensor_t dac = T(&dA, 4, 1, 1, 1, 1, 0), ss = T(state, 5, 1, 1, 1, NV, 4);
         fill(state, 4 * NV, 0.0f);
-        if (ok(mamba2_ssd_chunk_scan(ctx, &o4, &CB, &x4, &dto, &dac, &bc4, &ss, &opts),
+        mamba2_ssd_chunked_options_t co = mamba2_ssd_chunked_options_default();
+        co.chunk_size = 1;
+        co.D = &D;
+        co.z = &z4;
+        if (ok(mamba2_ssd_chunk_scan(ctx, &o4, &CB, &x4, &dto, &dac, &bc4, &ss, &co),
                "ssd_chunk_scan"))
             check("chunk_scan gate", out, silu_d, 8.0, 4e-6);
     }

@@ -90,15 +90,15 @@ static void run_case(th_ssd_case *c, mamba2_context_t *host, mamba2_context_t *d
     o.dt_bias = tp[TH_DTB];
     o.initial_state = tp[TH_INIT];
     o.cu_seqlens = tp[TH_CU] ? &h.v[TH_CU].t : NULL; /* index tensors stay on the host */
-    mamba2_ssd_grads_t g = {tp[TH_DX], tp[TH_DDT], tp[TH_DA], tp[TH_DBM], tp[TH_DCM],
+    mamba2_ssd_grads_t g = {0, tp[TH_DX], tp[TH_DDT], tp[TH_DA], tp[TH_DBM], tp[TH_DCM],
                             tp[TH_DD], tp[TH_DZ], tp[TH_DDTB], tp[TH_DINIT]};
     if (ok) {
-        mamba2_status_t st = mamba2_ssd_forward(dev, tp[TH_OUT], tp[TH_FINAL], tp[TH_X],
+        mamba2_status_t st = mamba2_ssd_forward(dev, tp[TH_OUT], NULL, tp[TH_FINAL], tp[TH_X],
                                                 tp[TH_DT], tp[TH_A], tp[TH_BM], tp[TH_CM], &o,
                                                 NULL, 0);
         if (st == MAMBA2_STATUS_OK)
             st = mamba2_ssd_backward(dev, &g, tp[TH_DOUT], tp[TH_DFINAL], tp[TH_X], tp[TH_DT],
-                                     tp[TH_A], tp[TH_BM], tp[TH_CM], &o, NULL, 0);
+                                     tp[TH_A], tp[TH_BM], tp[TH_CM], NULL, &o, NULL, 0);
         ok = th_expect(st == MAMBA2_STATUS_OK, "device mode: %s: %s", mamba2_status_string(st),
                        mamba2_last_error());
     }
@@ -115,7 +115,7 @@ static void run_case(th_ssd_case *c, mamba2_context_t *host, mamba2_context_t *d
         /* a pointer outside every registered buffer */
         mamba2_tensor_t bad = t[TH_X];
         bad.data = (char *)vin - 4096;
-        mamba2_status_t st = mamba2_ssd_forward(dev, tp[TH_OUT], tp[TH_FINAL], &bad, tp[TH_DT],
+        mamba2_status_t st = mamba2_ssd_forward(dev, tp[TH_OUT], NULL, tp[TH_FINAL], &bad, tp[TH_DT],
                                                 tp[TH_A], tp[TH_BM], tp[TH_CM], &o, NULL, 0);
         th_expect(st == MAMBA2_STATUS_INVALID_ARGUMENT && strstr(mamba2_last_error(), "registered"),
                   "unregistered pointer: %s: %s", mamba2_status_string(st), mamba2_last_error());

@@ -145,7 +145,7 @@ static mamba2_status_t cv_call(mamba2_context_t *ctx, const void *p, gt *g) {
     mamba2_status_t st =
         mamba2_conv1d_forward(ctx, gt_t(&g[COUT]), gt_t(&g[CFIN]), gt_t(&g[CX]), gt_t(&g[CW]), &o);
     if (st) return st;
-    mamba2_conv1d_grads_t gr = {gt_t(&g[CDX]), gt_t(&g[CDW]), gt_t(&g[CDB]), gt_t(&g[CDI])};
+    mamba2_conv1d_grads_t gr = {0, gt_t(&g[CDX]), gt_t(&g[CDW]), gt_t(&g[CDB]), gt_t(&g[CDI])};
     return mamba2_conv1d_backward(ctx, &gr, gt_t(&g[CDO]), gt_t(&g[CDF]), gt_t(&g[CX]),
                                   gt_t(&g[CW]), &o, NULL, 0);
 }
@@ -226,7 +226,7 @@ static mamba2_status_t rn_call(mamba2_context_t *ctx, const void *p, gt *g) {
                                                       gt_t(&g[RB]), &o, NULL, 0);
     if (st) return st;
     /* the backward reads the forward's rstd when asked (it was just written) */
-    mamba2_rmsnorm_gated_grads_t gr = {gt_t(&g[RDX]), gt_t(&g[RDZ]), gt_t(&g[RDW]), gt_t(&g[RDB])};
+    mamba2_rmsnorm_gated_grads_t gr = {0, gt_t(&g[RDX]), gt_t(&g[RDZ]), gt_t(&g[RDW]), gt_t(&g[RDB])};
     return mamba2_rmsnorm_gated_backward(ctx, &gr, gt_t(&g[RDO]), gt_t(&g[RX]), gt_t(&g[RZ]),
                                          gt_t(&g[RW]), gt_t(&g[RB]),
                                          c->use_rstd ? gt_t(&g[RSTD]) : NULL, &o, NULL, 0);

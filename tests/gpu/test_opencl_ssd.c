@@ -215,7 +215,7 @@ typedef struct vals {
 
 typedef struct stage_io {
     gt g[NID];
-    mamba2_ssd_options_t o;
+    mamba2_ssd_chunked_options_t o;
 } stage_io;
 
 static void sio_make(stage_io *s, int sg, const th_ssd_case *c, const vals *in,
@@ -233,7 +233,7 @@ static void sio_make(stage_io *s, int sg, const th_ssd_case *c, const vals *in,
         if (id == FIN && !c->final) continue;
         gt_make(&s->g[id], dt, shape_of(c, id, sh), sh, pad, 1, NULL);
     }
-    s->o = mamba2_ssd_options_default();
+    s->o = mamba2_ssd_chunked_options_default();
     s->o.chunk_size = c->Q;
     s->o.D = gt_t(&s->g[D_]);
     s->o.z = gt_t(&s->g[Z]);
@@ -387,7 +387,7 @@ static mamba2_status_t forward_states(mamba2_context_t *ctx, th_ssd_io *io, mamb
     const mamba2_tensor_t *t[TH_NT];
     for (int i = 0; i < TH_NT; i++) t[i] = io->v[i].present ? &io->v[i].t : NULL;
     io->opts.state_positions = pos;
-    mamba2_status_t st = mamba2_ssd_forward_states(ctx, t[TH_OUT], t[TH_FINAL], ps, t[TH_X],
+    mamba2_status_t st = mamba2_ssd_forward_states(ctx, t[TH_OUT], NULL, t[TH_FINAL], ps, t[TH_X],
                                                    t[TH_DT], t[TH_A], t[TH_BM], t[TH_CM],
                                                    &io->opts, NULL, 0);
     io->opts.state_positions = NULL;
@@ -484,7 +484,7 @@ static void test_errors(mamba2_context_t *gpu) {
         mamba2_tensor_t tA = mamba2_tensor_make(A, MAMBA2_DTYPE_F32, 1, sha);
         mamba2_tensor_t t1 = mamba2_tensor_make(o1, MAMBA2_DTYPE_F32, 4, sho);
         mamba2_tensor_t t2 = mamba2_tensor_make(o2, MAMBA2_DTYPE_F32, 4, sho);
-        mamba2_ssd_options_t o = mamba2_ssd_options_default();
+        mamba2_ssd_chunked_options_t o = mamba2_ssd_chunked_options_default();
         o.chunk_size = 8;
         expect_status(mamba2_ssd_chunk_cumsum(gpu, &t1, &t2, &tdt, &tA, &o),
                       MAMBA2_STATUS_UNSUPPORTED, "opencl", "bf16 chunk_cumsum");
