@@ -182,6 +182,7 @@ mamba2_status_t m2_cuda_open(mamba2_context_t *ctx) {
     cu_dev *c = calloc(1, sizeof *c);
     if (!c) return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "cannot allocate a CUDA context");
     c->base.api = "CUDA";
+    c->base.local_mem = 48 * 1024; /* static shared memory per block on sm_80 / sm_90 */
     c->base.alloc = d_alloc;
     c->base.release = d_release;
     c->base.write = d_write;

@@ -47,7 +47,7 @@ typedef struct m2g_arg {
         float f32;
     } v;
 } m2g_arg;
-#define M2G_MAX_ARGS 64
+#define M2G_MAX_ARGS 96
 
 /* Device mode with buffer handles (OpenCL): each registered buffer gets a range of a virtual
  * address space, so tensor data pointers are base + byte offset, the core's overlap checks
@@ -64,6 +64,7 @@ struct m2g_dev {
     const char *api;   /* "OpenCL", "CUDA" (for messages) */
     char name[192];    /* device name (for messages)      */
     int device_memory; /* 1: tensor data pointers are device buffer handles */
+    size_t local_mem;  /* bytes of local (shared) memory a work-group may use */
     m2g_mem dummy;     /* a small buffer bound to absent optional tensor arguments */
     m2g_mem arena;     /* device mode: the context's scratch buffer */
     size_t arena_bytes;

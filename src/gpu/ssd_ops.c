@@ -326,6 +326,44 @@ mamba2_status_t m2g_fused_tables(m2g_call *c, const m2_ssd_problem *pr, int64_t 
     return st;
 }
 
+/* The scan with the states on chip (m2_ssd_scan_seq_16x16) replaces chunk_state,
+ * state_passing and chunk_scan when its 16 x N state slice fits (N <= 128, ~19 KB of local
+ * memory) and no states at positions are asked for (they need the states at chunk starts).
+ * MAMBA2C_GPU_SSD_FWD=staged forces the three-launch form (the tests run both). The rule is
+ * not tuned: no GPU measurement exists yet (docs/gpu.md §4). */
+static int use_scan_seq(const m2g_dev *d, const m2_ssd_problem *pr) {
+    const char *e = getenv("MAMBA2C_GPU_SSD_FWD");
+    if (e && !strcmp(e, "staged")) return 0;
+    return pr->N <= 128 && pr->npos == 0 && d->local_mem >= 32 * 1024;
+}
+
+static mamba2_status_t run_scan_seq(m2g_dev *d, const ssd_dev *s) {
+    m2g_args a = {0};
+    m2g_arg_mem(&a, s->ct);
+    m2g_arg_mem(&a, s->stab);
+    m2g_arg_i64(&a, s->Q), m2g_arg_i64(&a, s->H), m2g_arg_i64(&a, s->G), m2g_arg_i64(&a, s->P),
+        m2g_arg_i64(&a, s->N);
+    m2g_arg_t(&a, &s->CB, 4);
+    m2g_arg_t(&a, &s->x, 3);
+    m2g_arg_t(&a, &s->dto, 3);
+    m2g_arg_t(&a, &s->dac, 3);
+    m2g_arg_t(&a, &s->Bm, 3);
+    m2g_arg_t(&a, &s->Cm, 3);
+    m2g_arg_t(&a, &s->D, 1);
+    m2g_arg_i32(&a, s->D_mode);
+    m2g_arg_t(&a, &s->z, 3);
+    m2g_arg_i32(&a, s->z.present);
+    m2g_arg_t(&a, &s->init, 3);
+    m2g_arg_i32(&a, s->init.present);
+    m2g_arg_t(&a, &s->out, 3);
+    m2g_arg_t(&a, &s->outx, 3);
+    m2g_arg_i32(&a, s->outx.present);
+    m2g_arg_t(&a, &s->final, 3);
+    m2g_arg_i32(&a, s->final.present);
+    const size_t g[3] = {(size_t)m2g_cdiv(s->P, 16), (size_t)s->H, (size_t)s->nseq};
+    return d->launch(d, M2G_K_m2_ssd_scan_seq_16x16, g, L16x16, a.n, a.a);
+}
+
 /* mamba2_ssd_forward_states: the state after each chosen token, from the states at chunk
  * starts. Positions are flat token indices b*L + t, increasing, as are the chunks (by row,
  * then token), so one merge finds each one's chunk. */
@@ -443,10 +481,14 @@ mamba2_status_t m2g_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr,
     if (!st) st = m2g_call_out(&c, &pr->final, 4, (int64_t[]){S, H, P, N}, F4, &s.final);
     if (!st) st = m2g_run_cumsum(d, &s);
     if (!st) st = m2g_run_bmm(d, &s);
-    if (!st) st = m2g_run_state(d, &s);
-    if (!st) st = m2g_run_passing(d, &s);
-    if (!st) st = m2g_run_scan(d, &s);
-    if (!st && pr->npos) st = pos_states(&c, d, pr, &s);
+    if (!st && use_scan_seq(d, pr)) {
+        st = run_scan_seq(d, &s);
+    } else {
+        if (!st) st = m2g_run_state(d, &s);
+        if (!st) st = m2g_run_passing(d, &s);
+        if (!st) st = m2g_run_scan(d, &s);
+        if (!st && pr->npos) st = pos_states(&c, d, pr, &s);
+    }
     return m2g_call_end(&c, st);
 }
 

@@ -303,6 +303,7 @@ static mamba2_status_t finish_open(mamba2_context_t *ctx, cl_dev *c) {
                         "local memory; the kernels need 256 and 4096",
                         w, lm);
     }
+    c->base.local_mem = (size_t)lmem;
     mamba2_status_t st = build_program(c);
     if (st == MAMBA2_STATUS_OK) st = d_alloc(&c->base, 64, &c->base.dummy);
     if (st != MAMBA2_STATUS_OK) {

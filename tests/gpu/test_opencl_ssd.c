@@ -7,7 +7,9 @@
  *    multiples of the 16x16 tiles, G < H, G = H, L = 1, L = 0, varlen with empty and length-1
  *    sequences, strided in_proj views, head-major views, every option) vs the reference on
  *    float64 copies; guards, gaps and unchanged inputs checked; a second forward + backward
- *    must give bitwise identical output buffers (determinism).
+ *    must give bitwise identical output buffers (determinism); the forward's two scan forms
+ *    (states on chip, and the three launches forced by MAMBA2C_GPU_SSD_FWD=staged) must give
+ *    bitwise identical out and final_state.
  *  - stages: the five staged ops chained on OpenCL; each stage's outputs vs the float64
  *    reference run on exactly the inputs the chain gave it, the chain's out vs the fused
  *    float64 reference; strided (padded) views for the odd cases; padding of the staged
@@ -78,6 +80,7 @@ static th_ssd_case fused_cases[] = {
     {"long_L1024", SH(1, 1024, 2, 16, 32, 256, 2), .D_mode = 1, .z = 1, STATES},
     {"strong_decay", SH(1, 300, 2, 8, 8, 256, 1), .softplus = 1, .D_mode = 1, STATES,
      .dt_mode = TH_DT_LARGE},
+    {"N160_above_the_on_chip_scan", SH(1, 70, 2, 8, 160, 64, 1), .D_mode = 1, .z = 1, STATES},
     {"layer_L2048_P64_N128_all", SH(1, 2048, 4, 64, 128, 128, 1), .D_mode = 2, ALL_OPTS},
     {"partial_grads_a", SH(2, 33, 4, 8, 8, 16, 2), .D_mode = 1, ALL_OPTS,
      .grad_mask = GBIT(TH_DX) | GBIT(TH_DA) | GBIT(TH_DCM) | GBIT(TH_DDTB)},
@@ -147,6 +150,24 @@ static void test_fused(mamba2_context_t *gpu, mamba2_context_t *ref, th_ssd_case
         if (st == MAMBA2_STATUS_OK) st = th_ssd_io_backward(gpu, &g2, 0);
         ok = th_expect(st == MAMBA2_STATUS_OK, "gpu rerun: %s", mamba2_last_error());
         if (ok) th_expect(th_ssd_io_outputs_equal(&g, &g2, msg, sizeof msg), "rerun: %s", msg);
+    }
+    if (ok) { /* the three-launch scan (forced) vs the default (states on chip where they fit) */
+        th_ssd_io g3;
+        th_ssd_io_make(&g3, c, &d, MAMBA2_DTYPE_F32, c->layout);
+        setenv("MAMBA2C_GPU_SSD_FWD", "staged", 1);
+        st = th_ssd_io_forward(gpu, &g3, 0);
+        unsetenv("MAMBA2C_GPU_SSD_FWD");
+        if (th_expect(st == MAMBA2_STATUS_OK, "staged forward: %s", mamba2_last_error()))
+            for (int k = 0; k < 2; k++) {
+                if (!r.v[outs[k]].present) continue;
+                int64_t n, n2;
+                double *a1 = read_all(&g, outs[k], &n), *a2 = read_all(&g3, outs[k], &n2);
+                th_expect(n == 0 || !memcmp(a1, a2, (size_t)n * sizeof(double)),
+                          "%s: the staged and on-chip scans differ", th_tname[outs[k]]);
+                free(a1);
+                free(a2);
+            }
+        th_ssd_io_free(&g3);
     }
     th_ssd_io_free(&r);
     th_ssd_io_free(&g);

@@ -15,6 +15,7 @@ M2G_KERNEL(m2_ssd_chunk_state_16x16)
 M2G_KERNEL(m2_ssd_state_passing_wi64)
 M2G_KERNEL(m2_ssd_chunk_scan_16x16)
 M2G_KERNEL(m2_ssd_pos_state_16x16)
+M2G_KERNEL(m2_ssd_scan_seq_16x16)
 /* ---- SSD fused backward: ssd_bwd.cl ---- */
 M2G_KERNEL(m2_ssd_bwd_gate_wi64)
 M2G_KERNEL(m2_ssd_bwd_state_passing_wi64)

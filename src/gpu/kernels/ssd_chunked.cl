@@ -257,3 +257,113 @@ M2K_KERNEL void m2_ssd_pos_state_16x16(
         ps[ps_o + k * ps_s0 + h * ps_s1 + p * ps_s2 + n] = m2k_exp(cs_m) * s0 + acc;
     }
 }
+
+/* ---- the fused forward's scan with the states on chip: one work-group per (16 channels p,
+ * head, sequence) walks the sequence's chunks in order, holding its 16 x N slice of the
+ * state in local memory, so the chunk states and the states at chunk starts never go to
+ * DRAM (chunk_state + state_passing + chunk_scan in one launch). Per chunk: the outputs,
+ * 16 tokens at a time (the W tile times x, plus Cm times the entering state), then the state
+ * update S = exp(cs_last) S + sum_j exp(cs_last - cs_j) d_j x_j Bm_j (each work-item owns
+ * N/16 elements of its channel). N <= M2K_SCAN_NMAX; groups (ceil(P/16), H, sequences).     */
+#define M2K_SCAN_NMAX 128
+M2K_KERNEL void m2_ssd_scan_seq_16x16(
+    M2K_GLOBAL const m2_i64 *ct, M2K_GLOBAL const m2_i64 *st, m2_i64 Q, m2_i64 H, m2_i64 G,
+    m2_i64 P, m2_i64 N,
+    M2K_GLOBAL const float *CB, m2_i64 CB_o, m2_i64 CB_s0, m2_i64 CB_s1, m2_i64 CB_s2,
+    m2_i64 CB_s3,
+    M2K_GLOBAL const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2,
+    M2K_GLOBAL const float *dto, m2_i64 dto_o, m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2,
+    M2K_GLOBAL const float *dac, m2_i64 dac_o, m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2,
+    M2K_GLOBAL const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
+    M2K_GLOBAL const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2,
+    M2K_GLOBAL const float *D, m2_i64 D_o, m2_i64 D_s0, m2_i32 D_mode,
+    M2K_GLOBAL const float *z, m2_i64 z_o, m2_i64 z_s0, m2_i64 z_s1, m2_i64 z_s2, m2_i32 has_z,
+    M2K_GLOBAL const float *init, m2_i64 in_o, m2_i64 in_s0, m2_i64 in_s1, m2_i64 in_s2,
+    m2_i32 has_init,
+    M2K_GLOBAL float *out, m2_i64 out_o, m2_i64 out_s0, m2_i64 out_s1, m2_i64 out_s2,
+    M2K_GLOBAL float *ox, m2_i64 ox_o, m2_i64 ox_s0, m2_i64 ox_s1, m2_i64 ox_s2, m2_i32 has_ox,
+    M2K_GLOBAL float *fin, m2_i64 fin_o, m2_i64 fin_s0, m2_i64 fin_s1, m2_i64 fin_s2,
+    m2_i32 has_final) {
+    M2K_LOCAL_ARRAY(float, S, [16][M2K_SCAN_NMAX + 1]);
+    M2K_LOCAL_ARRAY(float, bs, [16][M2K_SCAN_NMAX + 1]);
+    M2K_LOCAL_ARRAY(float, ws, [16][17]);
+    M2K_LOCAL_ARRAY(float, xs, [16][17]);
+    const int lx = M2K_LOCAL_ID(0), ly = M2K_LOCAL_ID(1);
+    const m2_i64 p0 = M2K_GROUP_ID(0) * 16, h = M2K_GROUP_ID(1), s = M2K_GROUP_ID(2);
+    const m2_i64 g = h / (H / G), p = p0 + lx;
+    /* the entering state: S[p - p0][n] */
+    for (m2_i64 n = ly; n < N; n += 16)
+        S[lx][n] = (has_init && p < P) ? init[in_o + s * in_s0 + h * in_s1 + p * in_s2 + n] : 0.0f;
+    M2K_BARRIER();
+    const float dv = p >= P ? 0.0f : D_mode == 2 ? D[D_o + h * D_s0 + p] : D_mode == 1 ? D[D_o + h] : 0.0f;
+    for (m2_i64 c = st[2 * s]; c < st[2 * s + 1]; c++) {
+        const m2_i64 b = ct[5 * c], t0 = ct[5 * c + 1], len = ct[5 * c + 2];
+        const m2_i64 sb = ct[5 * c + 3], sk = ct[5 * c + 4];
+        const m2_i64 od = dto_o + sb * dto_s0 + h * dto_s1 + sk * dto_s2;
+        const m2_i64 oc = dac_o + sb * dac_s0 + h * dac_s1 + sk * dac_s2;
+        const m2_i64 ocb = CB_o + sb * CB_s0 + sk * CB_s1 + g * CB_s2;
+        const m2_i64 xb = x_o + b * x_s0 + h * x_s2;
+        const m2_i64 cbase = C_o + b * C_s0 + g * C_s2, bbase = B_o + b * B_s0 + g * B_s2;
+        /* outputs, 16 tokens at a time */
+        for (m2_i64 i0 = 0; i0 < len; i0 += 16) {
+            const m2_i64 i = i0 + ly;
+            const float cs_i = i < len ? dac[oc + i] : 0.0f;
+            float acc = 0.0f;
+            const m2_i64 jend = i0 + 16 < len ? i0 + 16 : len;
+            for (m2_i64 j0 = 0; j0 < jend; j0 += 16) {
+                const m2_i64 jw = j0 + lx, jx = j0 + ly;
+                float w = 0.0f;
+                if (i < len && jw <= i)
+                    w = CB[ocb + i * CB_s3 + jw] * m2k_exp(cs_i - dac[oc + jw]) * dto[od + jw];
+                ws[ly][lx] = w;
+                xs[ly][lx] = (jx < len && p < P) ? x[xb + (t0 + jx) * x_s1 + p] : 0.0f;
+                M2K_BARRIER();
+                for (int k = 0; k < 16; k++) acc += ws[ly][k] * xs[k][lx];
+                M2K_BARRIER();
+            }
+            float acc2 = 0.0f;
+            for (m2_i64 n0 = 0; n0 < N; n0 += 16) {
+                ws[ly][lx] = (i < len && n0 + lx < N) ? Cm[cbase + (t0 + i) * C_s1 + n0 + lx] : 0.0f;
+                M2K_BARRIER();
+                const int kn = N - n0 < 16 ? (int)(N - n0) : 16;
+                for (int k = 0; k < kn; k++) acc2 += ws[ly][k] * S[lx][n0 + k];
+                M2K_BARRIER();
+            }
+            if (i < len && p < P) {
+                const m2_i64 t = t0 + i;
+                const float xi = x[xb + t * x_s1 + p];
+                float y = acc + m2k_exp(cs_i) * acc2 + dv * xi;
+                if (has_ox) ox[ox_o + b * ox_s0 + t * ox_s1 + h * ox_s2 + p] = y;
+                if (has_z) y *= m2k_silu(z[z_o + b * z_s0 + t * z_s1 + h * z_s2 + p]);
+                out[out_o + b * out_s0 + t * out_s1 + h * out_s2 + p] = y;
+            }
+        }
+        /* the state leaving the chunk: work-item (lx, ly) owns S[lx][ly + 16m] */
+        const float cs_last = dac[oc + Q - 1];
+        float acc[M2K_SCAN_NMAX / 16];
+        for (int m = 0; m < M2K_SCAN_NMAX / 16; m++) acc[m] = 0.0f;
+        for (m2_i64 j0 = 0; j0 < len; j0 += 16) {
+            const m2_i64 j = j0 + ly;
+            float w = 0.0f;
+            if (j < len) w = m2k_exp(cs_last - dac[oc + j]) * dto[od + j];
+            xs[ly][lx] = (j < len && p < P) ? w * x[xb + (t0 + j) * x_s1 + p] : 0.0f;
+            for (m2_i64 n = lx; n < N; n += 16)
+                bs[ly][n] = j < len ? Bm[bbase + (t0 + j) * B_s1 + n] : 0.0f;
+            M2K_BARRIER();
+            for (int m = 0; m < M2K_SCAN_NMAX / 16; m++) {
+                const m2_i64 n = ly + 16 * m;
+                if (n < N)
+                    for (int k = 0; k < 16; k++) acc[m] += xs[k][lx] * bs[k][n];
+            }
+            M2K_BARRIER();
+        }
+        const float decay = m2k_exp(cs_last);
+        for (int m = 0; m < M2K_SCAN_NMAX / 16; m++) {
+            const m2_i64 n = ly + 16 * m;
+            if (n < N) S[lx][n] = decay * S[lx][n] + acc[m];
+        }
+        M2K_BARRIER();
+    }
+    if (has_final && p < P)
+        for (m2_i64 n = ly; n < N; n += 16) fin[fin_o + s * fin_s0 + h * fin_s1 + p * fin_s2 + n] = S[lx][n];
+}
