@@ -96,6 +96,20 @@ def _bad_args_case(rank, world):
     return {"raised": None}
 
 
+def _local_error_case(rank, world):
+    """Rank 1's local scan rejects its arguments (chunk_size 0): it raises that error, and
+    rank 0 raises CPError naming rank 1."""
+    import mamba2c.distributed as md
+    x = torch.randn(1, 9, 4, 4)
+    Bm = torch.randn(1, 9, 1, 8)
+    try:
+        md.cp_mamba_chunk_scan_combined(x, torch.rand(1, 9, 4), -torch.rand(4), Bm, Bm.clone(),
+                                        0 if rank == 1 else 4)
+    except Exception as e:  # noqa: BLE001
+        return {"raised": type(e).__name__, "msg": str(e)}
+    return {"raised": None}
+
+
 STALL_TIMEOUT = 3.0
 
 
@@ -122,13 +136,22 @@ def _stall_case(rank, world):
 
 
 def worker_cases(world):
-    return {"fail/bad_args": _bad_args_case, "fail/stall": _stall_case} if world == 2 else {}
+    if world != 2:
+        return {}
+    return {"fail/bad_args": _bad_args_case, "fail/local_error": _local_error_case,
+            "fail/stall": _stall_case}
 
 
 def test_bad_arguments_on_one_rank_raise_on_every_rank():
     v0, v1 = case_results(2, "fail/bad_args")
     assert v0["raised"] == "CPError" and v1["raised"] is not None, (v0, v1)
     assert "disagree" in v0["msg"] or "rank(s) [1]" in v0["msg"], v0
+
+
+def test_local_error_on_one_rank_raises_on_every_rank():
+    v0, v1 = case_results(2, "fail/local_error")
+    assert v0["raised"] == "CPError" and "rank(s) [1]" in v0["msg"], v0
+    assert v1["raised"] is not None and v1["raised"] != "CPError", v1   # the op's own error
 
 
 def test_silent_rank_times_out():
