@@ -149,7 +149,8 @@ MAMBA2_API size_t mamba2_dtype_size(mamba2_dtype_t dtype);
 typedef enum mamba2_backend {
     MAMBA2_BACKEND_CPU = 0, /* optimized CPU kernels (AVX2+FMA or portable scalar)  */
     MAMBA2_BACKEND_REF = 1, /* float64-accumulating reference: the oracle, slow      */
-    MAMBA2_BACKEND_CUDA = 2 /* NVIDIA GPUs; BACKEND_UNAVAILABLE when not built in    */
+    MAMBA2_BACKEND_CUDA = 2, /* NVIDIA GPUs; BACKEND_UNAVAILABLE when not built in    */
+    MAMBA2_BACKEND_OPENCL = 3 /* OpenCL 1.2 devices: see "GPU backends" at the end      */
 } mamba2_backend_t;
 
 typedef struct mamba2_context mamba2_context_t;
@@ -166,9 +167,10 @@ MAMBA2_API int32_t mamba2_context_get_num_threads(const mamba2_context_t *ctx);
 MAMBA2_API mamba2_backend_t mamba2_context_get_backend(const mamba2_context_t *ctx);
 /* The SIMD kernel set the CPU backend chose at run time: "avx512" (conv1d and the fused SSD
  * op have AVX-512 kernels, the SSD op using them for wide enough heads and states and its
- * AVX2 ones otherwise; the other ops run their AVX2 ones), "avx2+fma" or "scalar".
+ * AVX2 ones otherwise; the other ops run their AVX2 ones), "avx2+fma", "neon" (AArch64) or
+ * "scalar"; "gpu" for the GPU backends.
  * mamba2_context_force_isa(ctx, name) picks one of "scalar" (the portable path, for tests),
- * "avx2+fma" (or "avx2"), "avx512" (UNSUPPORTED where the CPU lacks it) or "auto"; the
+ * "avx2+fma" (or "avx2"), "avx512", "neon" (UNSUPPORTED where the CPU lacks it) or "auto"; the
  * environment variable MAMBA2C_ISA=scalar|avx2 caps the level the library may use. */
 MAMBA2_API const char *mamba2_context_get_isa(const mamba2_context_t *ctx);
 MAMBA2_API mamba2_status_t mamba2_context_force_isa(mamba2_context_t *ctx, const char *isa);
@@ -636,6 +638,49 @@ MAMBA2_API mamba2_status_t mamba2_ssd_chunk_scan(
     const mamba2_tensor_t *x, const mamba2_tensor_t *dt_out, const mamba2_tensor_t *dA_cumsum,
     const mamba2_tensor_t *Cm, const mamba2_tensor_t *states_start,
     const mamba2_ssd_chunked_options_t *opts);
+
+/* ------------------------------------------------------------------------- */
+/* GPU backends (OpenCL, CUDA)                                               */
+/* ------------------------------------------------------------------------- */
+/*
+ * Both run the same kernels (src/gpu/kernels/) behind the same entry points and checks as the
+ * CPU backends. Neither is a load-time dependency: libOpenCL.so.1 and libcuda.so.1 are opened
+ * with dlopen when a context is created; without a driver or a device the create call returns
+ * MAMBA2_STATUS_BACKEND_UNAVAILABLE with a message saying what is missing.
+ *
+ * Implemented today: the fused SSD op (mamba2_ssd_forward, _forward_states, _backward; every
+ * option; float32, or bf16/f16 activation storage), the five staged SSD stages, the causal
+ * conv1d (forward, backward, conv1d_step), the gated RMSNorm (forward, backward) and
+ * ssd_step (float32).
+ *
+ * Host mode: mamba2_context_create(&ctx, MAMBA2_BACKEND_OPENCL, n) opens the first available
+ * OpenCL device, or the one MAMBA2C_OPENCL_DEVICE names (an index in `clinfo -l` order, or a
+ * substring of "<platform> / <device>"). Tensor data pointers are ordinary host pointers: a
+ * call copies its inputs in, runs, copies its outputs back and returns when they are there.
+ * Only the elements of an output are written, never the gaps of a strided view.
+ *
+ * Device mode: mamba2_context_create_opencl(&ctx, cl_context, cl_device_id, cl_command_queue)
+ * binds a context to the caller's OpenCL objects (retained until mamba2_context_destroy).
+ * OpenCL buffers have no addresses, so each cl_mem a tensor lives in is registered once with
+ * mamba2_opencl_register_buffer(ctx, buffer, size_in_bytes, &base): the context gives it a
+ * range of a private address space, and a tensor's data pointer is base + its byte offset in
+ * the buffer (a multiple of its element size). The argument checks then see real offsets
+ * (overlap checks included); the kernels get (buffer, offset). Ranges of different buffers
+ * never touch. Strides work as for host tensors. Index tensors (cu_seqlens,
+ * state_positions) stay host arrays: the argument checks read them. Work is queued on the
+ * caller's in-order queue and a call returns without waiting for it. Device scratch is owned by the context (grown to
+ * the largest call, freed with it), so the *_workspace_size queries report 0 bytes for
+ * GPU contexts and the workspace arguments are unused. A context (in either mode) serves one
+ * call at a time.
+ */
+MAMBA2_API mamba2_status_t mamba2_context_create_opencl(mamba2_context_t **ctx, void *cl_context,
+                                                        void *cl_device, void *cl_queue);
+/* Device mode: make cl_buffer (a cl_mem of `bytes` bytes) addressable; *base = its byte 0.
+ * Unregister before releasing the buffer (at most 256 at a time). */
+MAMBA2_API mamba2_status_t mamba2_opencl_register_buffer(mamba2_context_t *ctx, void *cl_buffer,
+                                                         size_t bytes, void **base);
+MAMBA2_API mamba2_status_t mamba2_opencl_unregister_buffer(mamba2_context_t *ctx,
+                                                           void *cl_buffer);
 
 #ifdef __cplusplus
 }

@@ -68,6 +68,10 @@ static struct {
 
 void th_set_verbose(int v) { g_verbose = v; }
 int th_verbose(void) { return g_verbose; }
+int th_reduced(void) {
+    const char *e = getenv("MAMBA2C_TEST_REDUCED");
+    return e && !strcmp(e, "1");
+}
 
 void th_begin(const char *fmt, ...) {
     if (g_open) th_end();

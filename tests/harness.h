@@ -73,6 +73,16 @@ int th_unit_failed(void);
 int th_finish(void);
 void th_set_verbose(int v);
 int th_verbose(void);
+/* 1 when MAMBA2C_TEST_REDUCED=1 is set (tests/CMakeLists.txt sets it for emulated runs, e.g.
+ * the AArch64 cross-build under qemu): the programs that take minutes natively drop repeats
+ * of paths covered elsewhere (docs/architecture.md, "Testing off x86"). */
+int th_reduced(void);
+/* 1 in AArch64 builds (ASIMD, the NEON kernel set, is part of its base ISA) */
+#if defined(__aarch64__)
+#define TH_AARCH64 1
+#else
+#define TH_AARCH64 0
+#endif
 
 /* ---- metrics ------------------------------------------------------------------------------- */
 /* ||got-ref|| / ||ref|| (absolute when ||ref|| == 0); NaN if got has a NaN/Inf. */

@@ -1,6 +1,6 @@
 # tests/ops_hardening.cmake — regression tests of the hardened core (included from
 # tests/CMakeLists.txt): non-finite inputs, empty tensors, size limits, concurrent use, the ABI.
-foreach(t nonfinite empty limits abi)
+foreach(t nonfinite empty core_limits abi)
   add_executable(test_${t} test_${t}.c)
   target_link_libraries(test_${t} PRIVATE mamba2c_test_harness)
   add_test(NAME ${t} COMMAND test_${t} -q)

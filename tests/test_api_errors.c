@@ -282,7 +282,7 @@ int main(int argc, char **argv) {
                           mamba2_context_get_num_threads(c) >= 1, "set_num_threads(-1)");
             const char *isa = mamba2_context_get_isa(c);
             th_note("default isa %s;", isa ? isa : "(null)");
-            int has_avx2 = 0, has_avx512 = 0; /* what the library should find */
+            int has_avx2 = 0, has_avx512 = 0, has_neon = TH_AARCH64; /* what the library should find */
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
             has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
             has_avx512 = has_avx2 && __builtin_cpu_supports("avx512f") &&
@@ -290,9 +290,9 @@ int main(int argc, char **argv) {
                          __builtin_cpu_supports("avx512dq");
 #endif
             const char *cap = getenv("MAMBA2C_ISA"); /* caps the level (scalar | avx2) */
-            if (cap && !strcmp(cap, "scalar")) has_avx2 = has_avx512 = 0;
+            if (cap && !strcmp(cap, "scalar")) has_avx2 = has_avx512 = has_neon = 0;
             if (cap && (!strcmp(cap, "avx2") || !strcmp(cap, "avx2+fma"))) has_avx512 = 0;
-            const char *want = has_avx512 ? "avx512" : has_avx2 ? "avx2+fma" : NULL;
+            const char *want = has_avx512 ? "avx512" : has_avx2 ? "avx2+fma" : has_neon ? "neon" : 0;
             if (want)
                 th_expect(isa && !strcmp(isa, want), "CPU has %s but the default kernel set is %s",
                           want, isa ? isa : "(null)");
@@ -300,10 +300,10 @@ int main(int argc, char **argv) {
             th_expect(mamba2_context_force_isa(c, NULL) == INV, "force_isa(NULL) not invalid");
             th_expect(mamba2_context_force_isa(c, "AVX512") == INV, "force_isa(AVX512) not invalid");
             /* each named set: OK where the CPU has it (get_isa then names it), else UNSUPPORTED */
-            static const char *const names[4][2] = {{"avx512", "avx512"}, {"avx2", "avx2+fma"},
-                                                    {"avx2+fma", "avx2+fma"}, {"scalar", "scalar"}};
-            for (int i = 0; i < 4; i++) {
-                const int have = i == 0 ? has_avx512 : i < 3 ? has_avx2 : 1;
+            static const char *const names[5][2] = {{"avx512", "avx512"}, {"avx2", "avx2+fma"},
+                {"avx2+fma", "avx2+fma"}, {"neon", "neon"}, {"scalar", "scalar"}};
+            for (int i = 0; i < 5; i++) {
+                const int have = i == 0 ? has_avx512 : i < 3 ? has_avx2 : i == 3 ? has_neon : 1;
                 const mamba2_status_t fs = mamba2_context_force_isa(c, names[i][0]);
                 th_expect(fs == (have ? MAMBA2_STATUS_OK : MAMBA2_STATUS_UNSUPPORTED),
                           "force_isa(%s): %s", names[i][0], mamba2_status_string(fs));

@@ -16,9 +16,24 @@ static int32_t online_cpus(void) {
 
 static mamba2_status_t set_num_threads(mamba2_context_t *ctx, int32_t num_threads);
 
-mamba2_status_t mamba2_context_create(mamba2_context_t **ctx, mamba2_backend_t backend,
-                                      int32_t num_threads) {
-    m2_clear_error();
+/* The caller's OpenCL objects (mamba2_context_create_opencl), NULL for host mode. */
+typedef struct cl_handles {
+    void *context, *device, *queue;
+} cl_handles;
+
+/* GPU backends: attach the device (src/opencl/, src/cuda/). */
+static mamba2_status_t open_device(mamba2_context_t *c, const cl_handles *cl) {
+    if (c->backend == MAMBA2_BACKEND_OPENCL)
+        return cl ? m2_opencl_open_device(c, cl->context, cl->device, cl->queue)
+                  : m2_opencl_open(c);
+#ifdef MAMBA2C_HAVE_CUDA
+    if (c->backend == MAMBA2_BACKEND_CUDA) return m2_cuda_open(c);
+#endif
+    return MAMBA2_STATUS_OK;
+}
+
+static mamba2_status_t create(mamba2_context_t **ctx, mamba2_backend_t backend,
+                              int32_t num_threads, const cl_handles *cl) {
     if (!ctx) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "ctx (output pointer) is NULL");
     *ctx = NULL;
     const m2_backend_ops *ops = NULL;
@@ -26,8 +41,14 @@ mamba2_status_t mamba2_context_create(mamba2_context_t **ctx, mamba2_backend_t b
     case MAMBA2_BACKEND_CPU: ops = &m2_cpu_backend; break;
     case MAMBA2_BACKEND_REF: ops = &m2_ref_backend; break;
     case MAMBA2_BACKEND_CUDA:
+#ifdef MAMBA2C_HAVE_CUDA
+        ops = &m2_cuda_backend;
+        break;
+#else
         return m2_error(MAMBA2_STATUS_BACKEND_UNAVAILABLE,
                         "the CUDA backend is not built into this library");
+#endif
+    case MAMBA2_BACKEND_OPENCL: ops = &m2_opencl_backend; break;
     default:
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "unknown backend %d", (int)backend);
     }
@@ -39,12 +60,30 @@ mamba2_status_t mamba2_context_create(mamba2_context_t **ctx, mamba2_backend_t b
     c->amd = m2_detect_amd();
     atomic_init(&c->in_use, 0);
     mamba2_status_t st = set_num_threads(c, num_threads);
+    if (st == MAMBA2_STATUS_OK) st = open_device(c, cl);
     if (st != MAMBA2_STATUS_OK) {
-        free(c);
+        mamba2_context_destroy(c);
         return st;
     }
     *ctx = c;
     return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t mamba2_context_create(mamba2_context_t **ctx, mamba2_backend_t backend,
+                                      int32_t num_threads) {
+    m2_clear_error();
+    return create(ctx, backend, num_threads, NULL);
+}
+
+mamba2_status_t mamba2_context_create_opencl(mamba2_context_t **ctx, void *cl_context,
+                                             void *cl_device, void *cl_queue) {
+    m2_clear_error();
+    if (ctx) *ctx = NULL;
+    if (!cl_context || !cl_device || !cl_queue)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "cl_context, cl_device and cl_queue must all be given");
+    const cl_handles cl = {cl_context, cl_device, cl_queue};
+    return create(ctx, MAMBA2_BACKEND_OPENCL, 1, &cl);
 }
 
 mamba2_status_t m2_ctx_enter(mamba2_context_t *ctx) {
@@ -64,6 +103,7 @@ void m2_ctx_leave(mamba2_context_t *ctx) {
 
 void mamba2_context_destroy(mamba2_context_t *ctx) {
     if (!ctx) return;
+    m2_gpu_close(ctx);
     m2_pool_destroy(ctx->pool);
     free(ctx);
 }
@@ -102,7 +142,13 @@ mamba2_backend_t mamba2_context_get_backend(const mamba2_context_t *ctx) {
 const char *mamba2_context_get_isa(const mamba2_context_t *ctx) {
     if (!ctx) return "none";
     if (ctx->backend == MAMBA2_BACKEND_REF) return "reference";
-    return ctx->isa == M2_ISA_AVX512 ? "avx512" : ctx->isa == M2_ISA_AVX2 ? "avx2+fma" : "scalar";
+    if (ctx->backend == MAMBA2_BACKEND_OPENCL || ctx->backend == MAMBA2_BACKEND_CUDA) return "gpu";
+    switch (ctx->isa) {
+    case M2_ISA_AVX512: return "avx512";
+    case M2_ISA_AVX2: return "avx2+fma";
+    case M2_ISA_NEON: return "neon";
+    default: return "scalar";
+    }
 }
 
 static mamba2_status_t force_isa(mamba2_context_t *ctx, const char *isa);
@@ -121,19 +167,26 @@ static mamba2_status_t force_isa(mamba2_context_t *ctx, const char *isa) {
         ctx->isa = M2_ISA_SCALAR;
         return MAMBA2_STATUS_OK;
     }
-    /* a set below the detected level is always usable (the levels are ordered) */
+    /* a set below the detected level of the same architecture is always usable */
     if (strcmp(isa, "avx2+fma") == 0 || strcmp(isa, "avx2") == 0) {
-        if (m2_detect_isa() < M2_ISA_AVX2)
+        if (!m2_isa_usable(M2_ISA_AVX2, m2_detect_isa()))
             return m2_error(MAMBA2_STATUS_UNSUPPORTED,
                             "this CPU does not support AVX2+FMA (or MAMBA2C_ISA caps it)");
         ctx->isa = M2_ISA_AVX2;
         return MAMBA2_STATUS_OK;
     }
     if (strcmp(isa, "avx512") == 0) {
-        if (m2_detect_isa() < M2_ISA_AVX512)
+        if (!m2_isa_usable(M2_ISA_AVX512, m2_detect_isa()))
             return m2_error(MAMBA2_STATUS_UNSUPPORTED,
                             "this CPU does not support AVX-512 F/VL/BW/DQ (or MAMBA2C_ISA caps it)");
         ctx->isa = M2_ISA_AVX512;
+        return MAMBA2_STATUS_OK;
+    }
+    if (strcmp(isa, "neon") == 0) {
+        if (!m2_isa_usable(M2_ISA_NEON, m2_detect_isa()))
+            return m2_error(MAMBA2_STATUS_UNSUPPORTED,
+                            "this CPU has no NEON (AArch64 ASIMD) set (or MAMBA2C_ISA caps it)");
+        ctx->isa = M2_ISA_NEON;
         return MAMBA2_STATUS_OK;
     }
     if (strcmp(isa, "auto") == 0) {
@@ -141,6 +194,6 @@ static mamba2_status_t force_isa(mamba2_context_t *ctx, const char *isa) {
         return MAMBA2_STATUS_OK;
     }
     return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                    "isa is \"%s\"; expected \"scalar\", \"avx2+fma\", \"avx512\" or \"auto\"",
+                    "isa is \"%s\"; expected \"scalar\", \"avx2+fma\", \"avx512\", \"neon\" or \"auto\"",
                     isa);
 }

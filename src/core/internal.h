@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stddef.h>
 
+#include "core/ksets.h"
 #include "mamba2c.h"
 
 /* A validated tensor: data pointer and element strides (outermost first, padded with 0).
@@ -150,14 +151,18 @@ void m2_pool_run(m2_pool *pool, int64_t ntasks, m2_task_fn fn, void *arg);
 
 /* ---- CPU feature detection (src/core/cpuid.c) ------------------------------------- */
 
-/* Kernel sets, ordered: a level may use every set below it. M2_ISA_AVX512 (AVX-512 F/VL/BW/DQ
- * on top of AVX2+FMA+F16C) has its own kernels for conv1d and the fused SSD op (the SSD op
- * picks them by a rule on P, N and the CPU, docs/architecture.md, and its AVX2 ones
- * otherwise); every other op runs its AVX2 kernels there (`ctx->isa != M2_ISA_SCALAR`). */
-typedef enum m2_isa { M2_ISA_SCALAR = 0, M2_ISA_AVX2 = 1, M2_ISA_AVX512 = 2 } m2_isa;
+/* Kernel sets. x86-64 levels are ordered, a level may use every set below it:
+ * SCALAR < AVX2 < AVX512 (AVX-512 F/VL/BW/DQ on top of AVX2+FMA+F16C: its own kernels for
+ * conv1d and the fused SSD; every other op runs its AVX2 kernels there). M2_ISA_NEON
+ * (AArch64 ASIMD) is the one vector level of AArch64 and above SCALAR only: compare levels
+ * within one architecture (m2_isa_usable), never NEON against the x86 ones. */
+typedef enum m2_isa { M2_ISA_SCALAR = 0, M2_ISA_AVX2 = 1, M2_ISA_AVX512 = 2, M2_ISA_NEON = 3 } m2_isa;
 /* The best level this CPU and OS support, capped by MAMBA2C_ISA=scalar|avx2 in the
  * environment (a stand-in for a CPU without the higher sets; also caps force_isa). */
 m2_isa m2_detect_isa(void);
+/* 1 when kernel set `want` can run where m2_detect_isa() found `have`: SCALAR always, an x86
+ * level up to an x86 `have`, NEON where `have` is NEON. */
+int m2_isa_usable(m2_isa want, m2_isa have);
 /* 1 on AMD cores (cpuid vendor). The CPU backend tunes two choices by it, each chosen by
  * measurement (docs/cpu_ssd.md §6, §10, docs/code_notes.md): its far
  * prefetches go out as prefetchnta rather than prefetcht1 (there the T0/T1/T2 hints all fill
@@ -193,6 +198,7 @@ struct mamba2_context {
     m2_pool *pool;
     m2_isa isa; /* CPU backend kernel set */
     int amd;    /* m2_detect_amd() */
+    void *gpu;  /* GPU backends: the device (struct m2g_dev, src/gpu/gpu.h); else NULL */
     atomic_int in_use; /* 1 while an entry point runs on this context (m2_ctx_enter) */
 };
 
@@ -204,6 +210,15 @@ void m2_ctx_leave(mamba2_context_t *ctx);
 
 extern const m2_backend_ops m2_ref_backend;  /* src/ref/ */
 extern const m2_backend_ops m2_cpu_backend;  /* src/cpu/ */
+/* GPU backends (src/gpu/ op code over src/opencl/, src/cuda/ device layers): attach a device
+ * to ctx->gpu at creation, release it at destruction. */
+extern const m2_backend_ops m2_opencl_backend;
+mamba2_status_t m2_opencl_open(mamba2_context_t *ctx);
+mamba2_status_t m2_opencl_open_device(mamba2_context_t *ctx, void *context, void *device,
+                                      void *queue);
+extern const m2_backend_ops m2_cuda_backend;
+mamba2_status_t m2_cuda_open(mamba2_context_t *ctx);
+void m2_gpu_close(mamba2_context_t *ctx);
 
 /* ---- errors (src/core/error.c) ----------------------------------------------------- */
 

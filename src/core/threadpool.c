@@ -22,6 +22,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define M2_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__) && defined(__GNUC__)
+#define M2_CPU_RELAX() __asm__ __volatile__("yield" ::: "memory")
 #else
 #define M2_CPU_RELAX() ((void)0)
 #endif

@@ -72,9 +72,16 @@
 /* ---- helpers ------------------------------------------------------------------------ */
 
 static const m2_conv1d_kernels *kernels_for(const mamba2_context_t *ctx) {
+#if defined(M2_KSETS_X86)
     return ctx->isa == M2_ISA_AVX512 ? &m2_conv1d_kernels_avx512
            : ctx->isa == M2_ISA_AVX2 ? &m2_conv1d_kernels_avx2
                                      : &m2_conv1d_kernels_scalar;
+#elif defined(M2_KSETS_NEON)
+    return ctx->isa == M2_ISA_NEON ? &m2_conv1d_kernels_neon : &m2_conv1d_kernels_scalar;
+#else
+    (void)ctx;
+    return &m2_conv1d_kernels_scalar;
+#endif
 }
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

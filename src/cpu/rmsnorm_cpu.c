@@ -31,7 +31,14 @@
 #define RED_COLS 1024
 
 static const m2_rmsnorm_kernels *kernels_for(const mamba2_context_t *ctx) {
+#if defined(M2_KSETS_X86) /* AVX2 also at the AVX-512 level */
     return ctx->isa != M2_ISA_SCALAR ? &m2_rmsnorm_kernels_avx2 : &m2_rmsnorm_kernels_scalar;
+#elif defined(M2_KSETS_NEON)
+    return ctx->isa == M2_ISA_NEON ? &m2_rmsnorm_kernels_neon : &m2_rmsnorm_kernels_scalar;
+#else
+    (void)ctx;
+    return &m2_rmsnorm_kernels_scalar;
+#endif
 }
 
 /* Rows per backward block: a function of M only (never of the thread count). */

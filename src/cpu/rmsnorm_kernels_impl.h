@@ -32,10 +32,11 @@
 #define M2R_CAT(a, b) M2R_CAT2(a, b)
 #define M2R(name) M2R_CAT(name, M2_KSUFFIX)
 
-/* σ(s) = 1 / (1 + e^-s) */
+/* σ(s) = 1 / (1 + e^-s); +0 below the exp's clamp (cpu/simd.h, "Saturation") */
 M2_INLINE m2v sigm_v(m2v s) {
     const m2v one = m2v_set1(1.0f);
-    return m2v_div(one, m2v_add(one, m2v_exp(m2v_sub(m2v_zero(), s))));
+    return m2v_exp_sat(s, M2_EXP_NEG_LIM, m2v_zero(),
+                       m2v_div(one, m2v_add(one, m2v_exp(m2v_sub(m2v_zero(), s)))));
 }
 M2_INLINE float sigm_s(float s) { return 1.0f / (1.0f + expf(-s)); }
 

@@ -186,9 +186,10 @@ static void SK(ssd_step_rows)(int64_t T, int64_t P, int64_t N, const float *a, c
 
 /* ---- output: (y + D x) * silu(z) ------------------------------------------------------- */
 
-/* silu(v) = v / (1 + e^-v) */
+/* silu(v) = v / (1 + e^-v); v * 0 below the exp's clamp (cpu/simd.h, "Saturation") */
 M2_INLINE m2v step_silu_v(m2v v) {
-    return m2v_div(v, m2v_add(m2v_set1(1.0f), m2v_exp(m2v_sub(m2v_zero(), v))));
+    return m2v_exp_sat(v, M2_EXP_NEG_LIM, m2v_mul(v, m2v_zero()),
+                       m2v_div(v, m2v_add(m2v_set1(1.0f), m2v_exp(m2v_sub(m2v_zero(), v)))));
 }
 M2_INLINE float step_silu_s(float v) { return v / (1.0f + expf(-v)); }
 
