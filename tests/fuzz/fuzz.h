@@ -91,7 +91,6 @@ typedef struct m2f_case {
     int ns;
     int has_query;
     int any_big;
-    void *poison;
 } m2f_case;
 
 /* PRNG (splitmix64) and value tables, shared with the seed generator */

@@ -9,17 +9,15 @@
  *  - with tame finite inputs every written output element is finite (outputs start as NaN,
  *    so an element the call forgot to write is caught too);
  *  - a workspace query that refuses means the call refuses with the same status; a call
- *    whose tensors are too big to back with memory gets a PROT_NONE pointer for the
- *    query (which must not touch data) and NULL data for the call (which must refuse).
+ *    whose tensors are too big to back with memory gets faulting addresses for the query
+ *    (which must not touch data) and NULL data for the call (which must refuse).
  * Any violation prints the case and aborts, which libFuzzer and the replay driver report.
  */
-#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "fuzz.h"
 
@@ -67,7 +65,14 @@ int m2f_add(m2f_case *c, const char *name, int role, mamba2_dtype_t dt, int rank
     s->role = role;
     s->present = 1;
     s->host = i;
-    s->t = mamba2_tensor_make(NULL, dt, rank, shape);
+    /* contiguous strides computed here, saturating: mamba2_tensor_make overflows on huge
+     * shapes (a known defect, exercised by the context op) */
+    s->t = mamba2_tensor_make_strided(NULL, dt, rank, shape, NULL);
+    int64_t st = 1;
+    for (int k = rank - 1; k >= 0; k--) {
+        s->t.stride[k] = st;
+        if (__builtin_mul_overflow(st, shape[k] > 0 ? shape[k] : 1, &st)) st = INT64_MAX;
+    }
     return i;
 }
 
@@ -195,6 +200,14 @@ void m2f_fail(m2f_case *c, const char *fmt, ...) {
     fprintf(stderr, "\n  last_error: \"%s\"\n", mamba2_last_error());
     va_end(ap);
     describe(c);
+    const char *dump = getenv("M2FUZZ_DUMP"); /* where to save the failing input */
+    if (dump) {
+        FILE *f = fopen(dump, "wb");
+        if (f) {
+            fwrite(c->in, 1, c->n, f);
+            fclose(f);
+        }
+    }
     abort();
 }
 
@@ -249,7 +262,9 @@ static void apply_tensor_record(m2f_case *c, const uint8_t *r) {
             t->stride[b % rk] = x;
         }
         break;
-    case M2F_T_MISALIGN: s->misalign = 1 + a % 3; break;
+    case M2F_T_MISALIGN: /* known: misaligned data is accepted and read (M2FUZZ_SKIP=misalign) */
+        if (!m2f_skip("misalign")) s->misalign = 1 + a % 3;
+        break;
     case M2F_T_IDX_VALUE:
         if (s->role == M2F_IDX && s->nidx > 0) {
             int64_t k = a % s->nidx;
@@ -394,12 +409,41 @@ static void place_and_fill(m2f_case *c) {
     }
 }
 
-/* data pointers of the over-cap tensors: 0 = NULL, 1 = PROT_NONE poison (index tensors,
- * which validation reads, always get NULL); explicit NULL records win */
+/* bytes a tensor spans, saturated at 2^61 */
+static uint64_t span_bytes(const mamba2_tensor_t *t) {
+    const uint64_t cap = (uint64_t)1 << 61;
+    uint64_t sp = (uint64_t)esize(t->dtype);
+    for (int i = 0; i < t->rank && i < MAMBA2_MAX_RANK; i++) {
+        if (t->shape[i] <= 0) return 0;
+        uint64_t st = t->stride[i] < 0 ? (t->stride[i] == INT64_MIN ? cap : (uint64_t)-t->stride[i])
+                                       : (uint64_t)t->stride[i];
+        uint64_t e;
+        if (__builtin_mul_overflow((uint64_t)(t->shape[i] - 1), st, &e) ||
+            __builtin_mul_overflow(e, (uint64_t)esize(t->dtype), &e) || e > cap)
+            return cap;
+        sp += e;
+        if (sp > cap) return cap;
+    }
+    return sp;
+}
+
+/* data pointers of the over-cap tensors: poison 0 = NULL; 1 = distinct addresses above the
+ * user address space (>= 2^48, non-canonical on x86-64: any access faults), spaced so that
+ * their extents do not overlap, so validation and the planners see a realistic call (index
+ * tensors, which validation reads, always get NULL); explicit NULL records win */
 static void set_big_data(m2f_case *c, int poison) {
+    uint64_t next = (uint64_t)1 << 48;
     for (int i = 0; i < c->ns; i++) {
         m2f_slot *s = &c->s[i];
-        if (s->big) s->t.data = poison && s->role != M2F_IDX ? c->poison : NULL;
+        if (s->big) {
+            s->t.data = NULL;
+            if (poison && s->role != M2F_IDX) {
+                uint64_t sp = (span_bytes(&s->t) + 8191) & ~(uint64_t)4095;
+                if (next + sp > ((uint64_t)1 << 62)) next = (uint64_t)1 << 48;
+                s->t.data = (void *)(uintptr_t)next;
+                next += sp;
+            }
+        }
         if (s->null_data) s->t.data = NULL;
     }
 }
@@ -605,11 +649,6 @@ int m2f_run(const uint8_t *data, size_t size) {
     c->ns = 0;
     c->in = data;
     c->n = size;
-    if (!c->poison) {
-        static void *poison;
-        if (!poison) poison = mmap(NULL, 1 << 16, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        c->poison = poison;
-    }
     c->op = m2f_byte(c) % M2F_NOPS;
     uint8_t b1 = m2f_byte(c), b2 = m2f_byte(c);
     c->backend = b1 & 1;

@@ -43,7 +43,7 @@ cp "$here"/regressions/* "$scratch/corpus/" 2>/dev/null || true
 echo "run_fuzz: fuzzing for ${time_s}s in $scratch (M2FUZZ_SKIP=${M2FUZZ_SKIP:-})"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
-if "$build/tests/fuzz/m2fuzz" -max_total_time="$time_s" -timeout=10 -rss_limit_mb=2048 \
+if "$build/tests/fuzz/m2fuzz" -max_total_time="$time_s" -timeout=10 -rss_limit_mb=2048 -max_len=256 \
     -print_final_stats=1 -artifact_prefix="$scratch/artifacts/" "$scratch/corpus" \
     >"$scratch/log" 2>&1; then
     tail -n 20 "$scratch/log"
