@@ -153,6 +153,9 @@ uint8_t m2f_byte(m2f_case *c);
 /* for untouched hooks: clear the mask bytes of every element of slot i whose first index is
  * v (a padding row, an unreferenced cache slot) */
 void m2f_unmark_row(m2f_case *c, uint8_t **mask, int i, int64_t v);
+/* for untouched hooks: slot i may be written but is exempt from the finiteness check */
+#define M2F_EXEMPT 0xFF
+void m2f_exempt(m2f_case *c, uint8_t **mask, int i);
 /* value of index slot i at position k (what the engine wrote there) */
 int64_t m2f_idx_value(m2f_case *c, int i, int64_t k);
 

@@ -239,8 +239,7 @@ static void ssd_bwd_build(m2f_case *c) {
 static void ssd_bwd_untouched(m2f_case *c, uint8_t **mask) {
     if (!m2f_skip("outx_dz") || c->backend != 0 || !T(OUTX) || !T(GDZ)) return;
     if (T(GDCM) || T(GDDT) || T(GDA) || T(GDD)) return;
-    const mamba2_tensor_t *t = T(GDZ);
-    for (int64_t b = 0; t->rank >= 1 && b < t->shape[0]; b++) m2f_unmark_row(c, mask, GDZ, b);
+    m2f_exempt(c, mask, GDZ);
 }
 
 static mamba2_status_t ssd_bwd_call(m2f_case *c, mamba2_context_t *ctx, size_t *q, void *ws,
