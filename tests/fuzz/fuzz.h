@@ -45,7 +45,7 @@ enum {
 enum { M2F_G_CTX_NULL = 0, M2F_G_OPTS_NULL, M2F_G_GRADS_NULL, M2F_G_WS_NULL_SIZE, M2F_G_NKINDS };
 enum {
     M2F_O_CHUNK = 0, M2F_O_DT_LO, M2F_O_DT_HI, M2F_O_SOFTPLUS, M2F_O_EPS, M2F_O_GROUP,
-    M2F_O_NBG, M2F_O_ACT, M2F_O_NKINDS
+    M2F_O_NBG, M2F_O_ACT, M2F_O_STRUCT_SIZE, M2F_O_NKINDS
 };
 /* tensor record kinds */
 enum {
@@ -91,6 +91,7 @@ typedef struct m2f_case {
     int ns;
     int has_query;
     int any_big;
+    int struct_bad; /* an options/grads struct of the call has an invalid struct_size */
 } m2f_case;
 
 /* PRNG (splitmix64) and value tables, shared with the seed generator */
@@ -105,11 +106,26 @@ int m2f_skip(const char *cls);
 int m2f_add(m2f_case *c, const char *name, int role, mamba2_dtype_t dt, int rank,
             const int64_t *shape);
 #define M2F_SHAPE(...) ((const int64_t[]){__VA_ARGS__})
+/* a + b saturated to the int64 range (sizes from M2F_REC_DIM records may be INT64_MIN/MAX) */
+static inline int64_t m2f_sadd(int64_t a, int64_t b) {
+    int64_t r;
+    return __builtin_add_overflow(a, b, &r) ? (b > 0 ? INT64_MAX : INT64_MIN) : r;
+}
 /* the descriptor of slot i, or NULL when absent */
 const mamba2_tensor_t *m2f_t(m2f_case *c, int i);
 /* option value (a double / an int64) overridden by an M2F_REC_OPTION record, else dflt */
 double m2f_opt_d(m2f_case *c, int field, double dflt);
 int64_t m2f_opt_i(m2f_case *c, int field, int64_t dflt);
+
+/* the struct_size to put in an options/grads struct whose sizeof is `real` (ABI v1):
+ * real, or a hostile value from an M2F_O_STRUCT_SIZE record (then c->struct_bad notes
+ * whether the library must refuse it: only 0 and real are valid for a v1 struct) */
+uint32_t m2f_struct_size(m2f_case *c, size_t real);
+#ifdef MAMBA2C_ABI_VERSION
+#define M2F_SET_SIZE(c, st) ((st).struct_size = m2f_struct_size((c), sizeof(st)))
+#else
+#define M2F_SET_SIZE(c, st) ((void)0)
+#endif
 
 /* per-op: build the slots of a valid call from c->dim / c->f; call the entry point.
  * query != NULL: run the op's workspace query (if it has one) into *query. */

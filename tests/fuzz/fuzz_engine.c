@@ -24,7 +24,11 @@
 #define M2F_NUMEL_CAP ((int64_t)1 << 19)  /* elements per tensor backed by memory */
 #define M2F_BYTES_CAP ((int64_t)2 << 20)  /* bytes per tensor backed by memory    */
 #define M2F_WS_CAP ((size_t)64 << 20)     /* workspace the harness provides       */
+#ifdef MAMBA2C_ABI_VERSION
+#define M2F_MAX_STATUS MAMBA2_STATUS_BUSY
+#else
 #define M2F_MAX_STATUS 6
+#endif
 
 const int64_t m2f_big_values[16] = {0, 1, 2, 3, 65537, (int64_t)1 << 31, ((int64_t)1 << 31) - 1,
                                     (int64_t)1 << 32, (int64_t)1 << 40, ((int64_t)1 << 40) + 1,
@@ -87,6 +91,16 @@ double m2f_opt_d(m2f_case *c, int field, double dflt) {
 }
 int64_t m2f_opt_i(m2f_case *c, int field, int64_t dflt) {
     return c->oset[field] ? m2f_big_values[c->oval[field] & 15] : dflt;
+}
+
+uint32_t m2f_struct_size(m2f_case *c, size_t real) {
+    if (!c->oset[M2F_O_STRUCT_SIZE]) return (uint32_t)real;
+    const uint32_t r = (uint32_t)real;
+    static const int64_t delta[8] = {0, 0, -1, 1, 8, -8, -((int64_t)1 << 40), 4};
+    const int k = c->oval[M2F_O_STRUCT_SIZE] & 7;
+    uint32_t v = k == 0 ? 0 : k == 6 ? UINT32_MAX : (uint32_t)((int64_t)r + delta[k]);
+    if (v != 0 && v != r) c->struct_bad = 1;
+    return v;
 }
 
 int64_t m2f_idx_value(m2f_case *c, int i, int64_t k) {
@@ -223,9 +237,9 @@ static void apply_tensor_record(m2f_case *c, const uint8_t *r) {
     switch (kind) {
     case M2F_T_RANK: t->rank = (a & 7) == 7 ? (int32_t)(0x80000000u | (uint32_t)b) : a & 7; break;
     case M2F_T_SHAPE_BIG: if (rk) t->shape[a % rk] = m2f_big_values[b & 15]; break;
-    case M2F_T_SHAPE_DELTA: if (rk) t->shape[a % rk] += (b % 5) - 2; break;
+    case M2F_T_SHAPE_DELTA: if (rk) t->shape[a % rk] = m2f_sadd(t->shape[a % rk], (b % 5) - 2); break;
     case M2F_T_STRIDE_BIG: if (rk) t->stride[a % rk] = m2f_big_strides[b & 15]; break;
-    case M2F_T_STRIDE_DELTA: if (rk) t->stride[a % rk] += (b % 8) - 3; break;
+    case M2F_T_STRIDE_DELTA: if (rk) t->stride[a % rk] = m2f_sadd(t->stride[a % rk], (b % 8) - 3); break;
     case M2F_T_PAD: /* a wider row: dims before a%rk step over (b%4+1) extra elements */
         if (rk) {
             int d = a % rk;
@@ -233,7 +247,8 @@ static void apply_tensor_record(m2f_case *c, const uint8_t *r) {
             int64_t s2 = 1;
             for (int k = rk - 1; k >= 0; k--) {
                 t->stride[k] = s2;
-                s2 *= (t->shape[k] > 0 ? t->shape[k] : 1) + (k == d ? extra : 0);
+                int64_t w = m2f_sadd(t->shape[k] > 0 ? t->shape[k] : 1, k == d ? extra : 0);
+                if (__builtin_mul_overflow(s2, w, &s2)) s2 = INT64_MAX;
             }
         }
         break;
@@ -268,7 +283,7 @@ static void apply_tensor_record(m2f_case *c, const uint8_t *r) {
     case M2F_T_IDX_VALUE:
         if (s->role == M2F_IDX && s->nidx > 0) {
             int64_t k = a % s->nidx;
-            s->idx[k] = (b & 16) ? m2f_big_values[b & 15] : s->idx[k] + (b % 5) - 2;
+            s->idx[k] = (b & 16) ? m2f_big_values[b & 15] : m2f_sadd(s->idx[k], (b % 5) - 2);
         }
         break;
     }
@@ -656,6 +671,8 @@ static void run_op(m2f_case *c) {
         if (c->any_big && st == MAMBA2_STATUS_OK) m2f_fail(c, "accepted a non-empty tensor with NULL data");
     }
     m2f_last_accepted = st == MAMBA2_STATUS_OK;
+    if (c->struct_bad && st == MAMBA2_STATUS_OK)
+        m2f_fail(c, "accepted an options/grads struct with an invalid struct_size");
     if (st != MAMBA2_STATUS_OK) check_unchanged(c, "refused call");
     else check_success(c);
 }

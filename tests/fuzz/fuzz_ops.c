@@ -5,6 +5,7 @@
  */
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "fuzz.h"
@@ -57,6 +58,7 @@ static mamba2_status_t rms_fwd_call(m2f_case *c, mamba2_context_t *ctx, size_t *
                                     size_t wsz) {
     mamba2_rmsnorm_gated_options_t o = rms_opts(c);
     const mamba2_rmsnorm_gated_options_t *op = NULL_OPTS() ? NULL : &o;
+    if (op) M2F_SET_SIZE(c, o);
     if (q) return mamba2_rmsnorm_gated_forward_workspace_size(ctx, T(R_OUT), T(R_RSTD), T(R_X), T(R_Z),
                                                               T(R_W), T(R_BIAS), op, q);
     return mamba2_rmsnorm_gated_forward(ctx, T(R_OUT), T(R_RSTD), T(R_X), T(R_Z), T(R_W), T(R_BIAS),
@@ -82,8 +84,15 @@ static mamba2_status_t rms_bwd_call(m2f_case *c, mamba2_context_t *ctx, size_t *
                                     size_t wsz) {
     mamba2_rmsnorm_gated_options_t o = rms_opts(c);
     const mamba2_rmsnorm_gated_options_t *op = NULL_OPTS() ? NULL : &o;
-    mamba2_rmsnorm_gated_grads_t g = {T(R_DX), T(R_DZ), T(R_DW), T(R_DB)};
+    if (op) M2F_SET_SIZE(c, o);
+    mamba2_rmsnorm_gated_grads_t g;
+    memset(&g, 0, sizeof g);
+    g.dx = T(R_DX);
+    g.dz = T(R_DZ);
+    g.dweight = T(R_DW);
+    g.dbias = T(R_DB);
     const mamba2_rmsnorm_gated_grads_t *gp = c->gflag[M2F_G_GRADS_NULL] ? NULL : &g;
+    if (gp) M2F_SET_SIZE(c, g);
     if (q) return mamba2_rmsnorm_gated_backward_workspace_size(ctx, gp, T(R_DOUT), T(R_X), T(R_Z), T(R_W),
                                                                T(R_BIAS), T(R_RSTD_IN), op, q);
     return mamba2_rmsnorm_gated_backward(ctx, gp, T(R_DOUT), T(R_X), T(R_Z), T(R_W), T(R_BIAS),
@@ -113,9 +122,9 @@ static void conv_build_common(m2f_case *c) {
     m2f_add(c, "x", M2F_IN, c->adt, 3, M2F_SHAPE(B, L, C));
     m2f_add(c, "weight", M2F_IN, c->pdt, 2, M2F_SHAPE(C, W));
     m2f_opt_slot(c, m2f_add(c, "bias", M2F_IN, c->pdt, 1, M2F_SHAPE(C)), c->f[0] & 1);
-    m2f_opt_slot(c, m2f_add(c, "initial_conv_state", M2F_IN, c->adt, 3, M2F_SHAPE(S, C, W - 1)),
+    m2f_opt_slot(c, m2f_add(c, "initial_conv_state", M2F_IN, c->adt, 3, M2F_SHAPE(S, C, m2f_sadd(W, -1))),
                  c->f[0] & 2);
-    m2f_add(c, "cu_seqlens", M2F_IDX, c->idt, 1, M2F_SHAPE(nseq + 1));
+    m2f_add(c, "cu_seqlens", M2F_IDX, c->idt, 1, M2F_SHAPE(m2f_sadd(nseq, 1)));
     m2f_opt_slot(c, C_CU, varlen);
     m2f_fill_cu(c, C_CU, nseq, L);
 }
@@ -133,13 +142,14 @@ static void conv_fwd_build(m2f_case *c) {
     conv_build_common(c);
     const int64_t S = (c->f[0] & 8) ? c->dim[4] : c->dim[0];
     m2f_add(c, "out", M2F_OUT, c->adt, 3, M2F_SHAPE(c->dim[0], c->dim[1], c->dim[2]));
-    c->s[m2f_add(c, "final_conv_state", M2F_OUT, c->adt, 3, M2F_SHAPE(S, c->dim[2], c->dim[3] - 1))]
+    c->s[m2f_add(c, "final_conv_state", M2F_OUT, c->adt, 3, M2F_SHAPE(S, c->dim[2], m2f_sadd(c->dim[3], -1)))]
         .present = (c->f[0] & 4) != 0;
 }
 
 static mamba2_status_t conv_fwd_call(m2f_case *c, mamba2_context_t *ctx, size_t *q, void *ws,
                                      size_t wsz) {
     mamba2_conv1d_options_t o = conv_opts(c);
+    if (!NULL_OPTS()) M2F_SET_SIZE(c, o);
     return mamba2_conv1d_forward(ctx, T(C_OUT), T(C_FIN), T(C_X), T(C_W), NULL_OPTS() ? NULL : &o);
 }
 
@@ -148,13 +158,13 @@ static void conv_bwd_build(m2f_case *c) {
     const int64_t B = c->dim[0], L = c->dim[1], C = c->dim[2], W = c->dim[3];
     const int64_t S = (c->f[0] & 8) ? c->dim[4] : B;
     m2f_add(c, "dout", M2F_IN, c->adt, 3, M2F_SHAPE(B, L, C));
-    c->s[m2f_add(c, "dfinal_conv_state", M2F_IN, c->adt, 3, M2F_SHAPE(S, C, W - 1))].present =
+    c->s[m2f_add(c, "dfinal_conv_state", M2F_IN, c->adt, 3, M2F_SHAPE(S, C, m2f_sadd(W, -1)))].present =
         (c->f[1] & 0x10) != 0;
     const uint8_t g = c->f[1];
     m2f_grad_slot(c, m2f_add(c, "dx", M2F_OUT, c->adt, 3, M2F_SHAPE(B, L, C)), g & 1);
     m2f_grad_slot(c, m2f_add(c, "dweight", M2F_OUT, c->pdt, 2, M2F_SHAPE(C, W)), g & 2);
     m2f_grad_slot(c, m2f_add(c, "dbias", M2F_OUT, c->pdt, 1, M2F_SHAPE(C)), (g & 4) && c->s[C_BIAS].present);
-    m2f_grad_slot(c, m2f_add(c, "dinitial_conv_state", M2F_OUT, c->adt, 3, M2F_SHAPE(S, C, W - 1)),
+    m2f_grad_slot(c, m2f_add(c, "dinitial_conv_state", M2F_OUT, c->adt, 3, M2F_SHAPE(S, C, m2f_sadd(W, -1))),
                   (g & 8) && c->s[C_INIT].present);
 }
 
@@ -162,8 +172,15 @@ static mamba2_status_t conv_bwd_call(m2f_case *c, mamba2_context_t *ctx, size_t 
                                      size_t wsz) {
     mamba2_conv1d_options_t o = conv_opts(c);
     const mamba2_conv1d_options_t *op = NULL_OPTS() ? NULL : &o;
-    mamba2_conv1d_grads_t g = {T(C_DX), T(C_DW), T(C_DB), T(C_DINIT)};
+    if (op) M2F_SET_SIZE(c, o);
+    mamba2_conv1d_grads_t g;
+    memset(&g, 0, sizeof g);
+    g.dx = T(C_DX);
+    g.dweight = T(C_DW);
+    g.dbias = T(C_DB);
+    g.dinitial_conv_state = T(C_DINIT);
     const mamba2_conv1d_grads_t *gp = c->gflag[M2F_G_GRADS_NULL] ? NULL : &g;
+    if (gp) M2F_SET_SIZE(c, g);
     if (q) return mamba2_conv1d_backward_workspace_size(ctx, gp, T(C_DOUT), T(C_DFIN), T(C_X), T(C_W), op, q);
     return mamba2_conv1d_backward(ctx, gp, T(C_DOUT), T(C_DFIN), T(C_X), T(C_W), op, ws, wsz);
 }
@@ -173,9 +190,9 @@ enum { CS_CACHE = 0, CS_X, CS_W, CS_BIAS, CS_IX, CS_OUT };
 
 static void conv_step_build(m2f_case *c) {
     if (m2f_skip("slots_malloc") && (c->dim[5] > 64 || c->dim[5] < 0)) c->dim[5] = 64;
-    const int64_t B = c->dim[0], C = c->dim[2], W = c->dim[3], S = B + c->dim[5], Tn = c->dim[6];
+    const int64_t B = c->dim[0], C = c->dim[2], W = c->dim[3], S = m2f_sadd(B, c->dim[5]), Tn = c->dim[6];
     const int multi = (c->f[0] & 0x20) != 0;
-    m2f_add(c, "conv_cache", M2F_INOUT, c->adt, 3, M2F_SHAPE(S, C, W - 1));
+    m2f_add(c, "conv_cache", M2F_INOUT, c->adt, 3, M2F_SHAPE(S, C, m2f_sadd(W, -1)));
     if (multi) m2f_add(c, "x", M2F_IN, c->adt, 3, M2F_SHAPE(B, Tn, C));
     else m2f_add(c, "x", M2F_IN, c->adt, 2, M2F_SHAPE(B, C));
     m2f_add(c, "weight", M2F_IN, c->pdt, 2, M2F_SHAPE(C, W));
@@ -193,6 +210,7 @@ static mamba2_status_t conv_step_call(m2f_case *c, mamba2_context_t *ctx, size_t
     o.bias = T(CS_BIAS);
     o.state_indices = T(CS_IX);
     o.activation = (mamba2_activation_t)m2f_opt_i(c, M2F_O_ACT, (c->f[0] & 0x10) ? 1 : 0);
+    if (!NULL_OPTS()) M2F_SET_SIZE(c, o);
     return mamba2_conv1d_step(ctx, T(CS_OUT), T(CS_CACHE), T(CS_X), T(CS_W), NULL_OPTS() ? NULL : &o);
 }
 
@@ -204,10 +222,72 @@ static void conv_step_untouched(m2f_case *c, uint8_t **mask) {
 /* ---- context and utility calls ----------------------------------------------------------- */
 
 static void expect_err(m2f_case *c, mamba2_status_t st, const char *what) {
+#ifdef MAMBA2C_ABI_VERSION
+    if ((unsigned)st > MAMBA2_STATUS_BUSY) m2f_fail(c, "%s returned unknown status %d", what, (int)st);
+#else
     if ((unsigned)st > 6) m2f_fail(c, "%s returned unknown status %d", what, (int)st);
+#endif
     if (st != MAMBA2_STATUS_OK && mamba2_last_error()[0] == 0)
         m2f_fail(c, "%s failed (%d) with an empty mamba2_last_error()", what, (int)st);
 }
+
+#ifdef MAMBA2C_ABI_VERSION
+/* BUSY (ABI v1): a second host thread runs calls on the context while this one calls it
+ * too; every call must return OK or BUSY (a refused call leaves its output untouched and
+ * says why), none may hang or crash. */
+typedef struct busy_job {
+    mamba2_context_t *ctx;
+    int calls;
+    float x[64 * 32], w[32], out[64 * 32];
+} busy_job;
+
+static mamba2_status_t busy_call(mamba2_context_t *ctx, float *x, float *w, float *out) {
+    const int64_t sx[2] = {64, 32}, sw[1] = {32};
+    mamba2_tensor_t tx = mamba2_tensor_make(x, MAMBA2_DTYPE_F32, 2, sx);
+    mamba2_tensor_t tw = mamba2_tensor_make(w, MAMBA2_DTYPE_F32, 1, sw);
+    mamba2_tensor_t to = mamba2_tensor_make(out, MAMBA2_DTYPE_F32, 2, sx);
+    return mamba2_rmsnorm_gated_forward(ctx, &to, NULL, &tx, NULL, &tw, NULL, NULL, NULL, 0);
+}
+
+static void *busy_thread(void *arg) {
+    busy_job *j = (busy_job *)arg;
+    for (int i = 0; i < j->calls; i++) {
+        mamba2_status_t st = busy_call(j->ctx, j->x, j->w, j->out);
+        if (st != MAMBA2_STATUS_OK && st != MAMBA2_STATUS_BUSY) return (void *)1;
+    }
+    return NULL;
+}
+
+static void busy_ops(m2f_case *c, mamba2_context_t *ctx, uint8_t v) {
+    static busy_job j;
+    static float x[64 * 32], w[32], out[64 * 32], canary[64 * 32];
+    for (int i = 0; i < 64 * 32; i++) j.x[i] = x[i] = (float)(i % 7) * 0.25f;
+    for (int i = 0; i < 32; i++) j.w[i] = w[i] = 1.0f;
+    j.ctx = ctx;
+    j.calls = 1 + v % 16;
+    pthread_t th;
+    if (pthread_create(&th, NULL, busy_thread, &j) != 0) return;
+    for (int k = 0; k < 1 + (v >> 4); k++) {
+        mamba2_status_t st;
+        switch ((v + k) % 3) {
+        case 0: st = mamba2_context_force_isa(ctx, "auto"); break;
+        case 1: st = mamba2_context_set_num_threads(ctx, mamba2_context_get_num_threads(ctx)); break;
+        default:
+            for (int i = 0; i < 64 * 32; i++) out[i] = canary[i] = NAN;
+            st = busy_call(ctx, x, w, out);
+            if (st == MAMBA2_STATUS_BUSY && memcmp(out, canary, sizeof out) != 0)
+                m2f_fail(c, "a BUSY call wrote its output");
+            break;
+        }
+        if (st != MAMBA2_STATUS_OK && st != MAMBA2_STATUS_BUSY)
+            m2f_fail(c, "a call racing another thread's on one context returned %d", (int)st);
+        if (st == MAMBA2_STATUS_BUSY && !mamba2_last_error()[0]) m2f_fail(c, "BUSY without a message");
+    }
+    void *r = NULL;
+    pthread_join(th, &r);
+    if (r) m2f_fail(c, "the other thread's call returned neither OK nor BUSY");
+}
+#endif
 
 void m2f_context_ops(m2f_case *c) {
     static const int32_t threads[8] = {1, 2, 3, -1, 0, 1025, INT32_MIN, INT32_MAX};
@@ -286,6 +366,12 @@ void m2f_context_ops(m2f_case *c) {
             break;
         case 7:
             if (!mamba2_last_error()) m2f_fail(c, "last_error returned NULL");
+#ifdef MAMBA2C_ABI_VERSION
+            if (mamba2_abi_version() != MAMBA2C_ABI_VERSION) m2f_fail(c, "abi_version mismatch");
+            if (mamba2_struct_size((mamba2_struct_id_t)(int8_t)v) > 4096)
+                m2f_fail(c, "struct_size(%d) is implausible", (int)(int8_t)v);
+            if (ctx) busy_ops(c, ctx, v);
+#endif
             break;
         }
     }

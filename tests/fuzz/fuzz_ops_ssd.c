@@ -34,30 +34,32 @@ void m2f_grad_slot(m2f_case *c, int i, int on) {
 /* cu_seqlens [nseq+1]: 0 = c0 <= c1 <= ... <= c_nseq = L, cut points from the PRNG */
 void m2f_fill_cu(m2f_case *c, int i, int64_t nseq, int64_t L) {
     m2f_slot *s = &c->s[i];
-    s->nidx = nseq + 1 < M2F_MAX_IDX ? nseq + 1 : M2F_MAX_IDX;
+    s->nidx = 0;
+    if (nseq < 0) return;
+    s->nidx = nseq < M2F_MAX_IDX - 1 ? nseq + 1 : M2F_MAX_IDX;
     s->idx[0] = 0;
-    for (int64_t k = 1; k < s->nidx; k++) s->idx[k] = L > 0 ? (int64_t)(m2f_rand(c) % (uint64_t)(L + 1)) : 0;
+    for (int64_t k = 1; k < s->nidx; k++) s->idx[k] = L > 0 ? (int64_t)(m2f_rand(c) % ((uint64_t)L + 1)) : 0;
     for (int64_t a = 1; a < s->nidx; a++) /* insertion sort */
         for (int64_t b = a; b > 1 && s->idx[b] < s->idx[b - 1]; b--) {
             int64_t t = s->idx[b];
             s->idx[b] = s->idx[b - 1];
             s->idx[b - 1] = t;
         }
-    if (s->nidx == nseq + 1) s->idx[nseq] = L;
+    if (nseq < M2F_MAX_IDX - 1 && s->nidx == nseq + 1) s->idx[nseq] = L;
 }
 
 /* state_indices [B] over S slots: distinct slots, some rows padding (-1) when `pad` */
 void m2f_fill_slots(m2f_case *c, int i, int64_t B, int64_t S, int pad) {
     m2f_slot *s = &c->s[i];
     int64_t perm[M2F_MAX_IDX];
-    int64_t n = S < M2F_MAX_IDX ? S : M2F_MAX_IDX;
+    int64_t n = S < 0 ? 0 : S < M2F_MAX_IDX ? S : M2F_MAX_IDX;
     for (int64_t k = 0; k < n; k++) perm[k] = k;
     for (int64_t k = n - 1; k > 0; k--) {
         int64_t j = (int64_t)(m2f_rand(c) % (uint64_t)(k + 1)), t = perm[k];
         perm[k] = perm[j];
         perm[j] = t;
     }
-    s->nidx = B < M2F_MAX_IDX ? B : M2F_MAX_IDX;
+    s->nidx = B < 0 ? 0 : B < M2F_MAX_IDX ? B : M2F_MAX_IDX;
     for (int64_t b = 0; b < s->nidx; b++)
         s->idx[b] = (pad && m2f_rand(c) % 4 == 0) || b >= n ? -1 : perm[b];
 }
@@ -116,7 +118,7 @@ static void ssd_skip_huge(m2f_case *c) {
     static const int64_t lim[6] = {4, 400, 8, 8, 128, 256};
     for (int k = 0; k < 6; k++)
         if (c->dim[k] > lim[k] || c->dim[k] < 0) c->dim[k] = lim[k];
-    if (c->dim[2] % c->dim[3]) c->dim[3] = 1;
+    if (c->dim[3] <= 0 || c->dim[2] <= 0 || c->dim[2] % c->dim[3]) c->dim[3] = 1;
 }
 
 static void ssd_build_common(m2f_case *c, int backward) {
@@ -141,7 +143,7 @@ static void ssd_build_common(m2f_case *c, int backward) {
     m2f_opt_slot(c, DTB, c->f[0] & 8);
     m2f_add(c, "initial_state", M2F_IN, p, 4, M2F_SHAPE(S, H, P, N));
     m2f_opt_slot(c, INIT, c->f[0] & 16);
-    m2f_add(c, "cu_seqlens", M2F_IDX, c->idt, 1, M2F_SHAPE(nseq + 1));
+    m2f_add(c, "cu_seqlens", M2F_IDX, c->idt, 1, M2F_SHAPE(m2f_sadd(nseq, 1)));
     m2f_opt_slot(c, CU, varlen);
     m2f_fill_cu(c, CU, nseq, L);
     const int r = backward ? M2F_IN : M2F_OUT;
@@ -163,7 +165,9 @@ static mamba2_ssd_options_t ssd_opts(m2f_case *c) {
     o.dt_softplus = (int32_t)m2f_opt_i(c, M2F_O_SOFTPLUS, (c->f[0] & 0x40) != 0);
     o.dt_limit_lo = m2f_opt_d(c, M2F_O_DT_LO, (c->f[1] & 2) ? 0.001 : 0.0);
     o.dt_limit_hi = m2f_opt_d(c, M2F_O_DT_HI, (c->f[1] & 2) ? 0.5 : INFINITY);
-    o.out_x = T(OUTX);
+#ifndef MAMBA2C_ABI_VERSION
+    o.out_x = T(OUTX); /* before ABI v1 an options field, since an explicit argument */
+#endif
     if (c->op == M2F_SSD_FWD_STATES) o.state_positions = T(POS);
     return o;
 }
@@ -174,9 +178,17 @@ static mamba2_status_t ssd_fwd_call(m2f_case *c, mamba2_context_t *ctx, size_t *
                                     size_t wsz) {
     mamba2_ssd_options_t o = ssd_opts(c);
     const mamba2_ssd_options_t *op = SKIP_NULL_OPTS() ? NULL : &o;
+    if (op) M2F_SET_SIZE(c, o);
+#ifdef MAMBA2C_ABI_VERSION
+    if (q) return mamba2_ssd_forward_workspace_size(ctx, T(OUT), T(OUTX), T(FIN), T(X), T(DT), T(A_),
+                                                   T(BM), T(CM), op, q);
+    return mamba2_ssd_forward(ctx, T(OUT), T(OUTX), T(FIN), T(X), T(DT), T(A_), T(BM), T(CM), op, ws,
+                              wsz);
+#else
     if (q) return mamba2_ssd_forward_workspace_size(ctx, T(OUT), T(FIN), T(X), T(DT), T(A_), T(BM),
                                                    T(CM), op, q);
     return mamba2_ssd_forward(ctx, T(OUT), T(FIN), T(X), T(DT), T(A_), T(BM), T(CM), op, ws, wsz);
+#endif
 }
 
 static void ssd_fwd_states_build(m2f_case *c) {
@@ -194,7 +206,10 @@ static void ssd_fwd_states_build(m2f_case *c) {
     for (int64_t t = 0, left = ntok; t < ntok && s->nidx < want; t++, left--) {
         if ((int64_t)(m2f_rand(c) % (uint64_t)left) < want - s->nidx) s->idx[s->nidx++] = t;
         if (ntok > 4096 && t > 64) { /* huge grids: spread the rest out */
-            while (s->nidx < want) s->idx[s->nidx] = s->idx[s->nidx - 1] + 1 + s->nidx, s->nidx++;
+            while (s->nidx < want) {
+                s->idx[s->nidx] = (s->nidx ? s->idx[s->nidx - 1] : t) + 1 + s->nidx;
+                s->nidx++;
+            }
             break;
         }
     }
@@ -207,10 +222,18 @@ static mamba2_status_t ssd_fwd_states_call(m2f_case *c, mamba2_context_t *ctx, s
                                            void *ws, size_t wsz) {
     mamba2_ssd_options_t o = ssd_opts(c);
     const mamba2_ssd_options_t *op = SKIP_NULL_OPTS() ? NULL : &o;
+    if (op) M2F_SET_SIZE(c, o);
+#ifdef MAMBA2C_ABI_VERSION
+    if (q) return mamba2_ssd_forward_workspace_size(ctx, T(OUT), T(OUTX), T(FIN), T(X), T(DT), T(A_),
+                                                   T(BM), T(CM), op, q);
+    return mamba2_ssd_forward_states(ctx, T(OUT), T(OUTX), T(FIN), T(PSTATES), T(X), T(DT), T(A_),
+                                     T(BM), T(CM), op, ws, wsz);
+#else
     if (q) return mamba2_ssd_forward_workspace_size(ctx, T(OUT), T(FIN), T(X), T(DT), T(A_), T(BM),
                                                    T(CM), op, q);
     return mamba2_ssd_forward_states(ctx, T(OUT), T(FIN), T(PSTATES), T(X), T(DT), T(A_), T(BM),
                                      T(CM), op, ws, wsz);
+#endif
 }
 
 static void ssd_bwd_build(m2f_case *c) {
@@ -246,13 +269,31 @@ static mamba2_status_t ssd_bwd_call(m2f_case *c, mamba2_context_t *ctx, size_t *
                                     size_t wsz) {
     mamba2_ssd_options_t o = ssd_opts(c);
     const mamba2_ssd_options_t *op = SKIP_NULL_OPTS() ? NULL : &o;
-    mamba2_ssd_grads_t g = {T(GDX), T(GDDT), T(GDA), T(GDBM), T(GDCM),
-                            T(GDD), T(GDZ),  T(GDDTB), T(GDINIT)};
+    if (op) M2F_SET_SIZE(c, o);
+    mamba2_ssd_grads_t g;
+    memset(&g, 0, sizeof g);
+    g.dx = T(GDX);
+    g.ddt = T(GDDT);
+    g.dA = T(GDA);
+    g.dBm = T(GDBM);
+    g.dCm = T(GDCM);
+    g.dD = T(GDD);
+    g.dz = T(GDZ);
+    g.ddt_bias = T(GDDTB);
+    g.dinitial_state = T(GDINIT);
     const mamba2_ssd_grads_t *gp = c->gflag[M2F_G_GRADS_NULL] ? NULL : &g;
+    if (gp) M2F_SET_SIZE(c, g);
+#ifdef MAMBA2C_ABI_VERSION
+    if (q) return mamba2_ssd_backward_workspace_size(ctx, gp, T(DOUT), T(DFIN), T(X), T(DT), T(A_),
+                                                    T(BM), T(CM), T(OUTX), op, q);
+    return mamba2_ssd_backward(ctx, gp, T(DOUT), T(DFIN), T(X), T(DT), T(A_), T(BM), T(CM), T(OUTX),
+                               op, ws, wsz);
+#else
     if (q) return mamba2_ssd_backward_workspace_size(ctx, gp, T(DOUT), T(DFIN), T(X), T(DT), T(A_),
                                                     T(BM), T(CM), op, q);
     return mamba2_ssd_backward(ctx, gp, T(DOUT), T(DFIN), T(X), T(DT), T(A_), T(BM), T(CM), op, ws,
                                wsz);
+#endif
 }
 
 /* ---- SSD decode step ------------------------------------------------------------------ */
@@ -274,7 +315,7 @@ static void step_dims(m2f_case *c) {
 static void step_build(m2f_case *c) {
     if (m2f_skip("slots_malloc") && (c->dim[6] > 64 || c->dim[6] < 0)) c->dim[6] = 64;
     const int64_t B = c->dim[0], Tn = c->dim[1], H = c->dim[2], G = c->dim[3], P = c->dim[4],
-                  N = c->dim[5], S = B + c->dim[6];
+                  N = c->dim[5], S = m2f_sadd(B, c->dim[6]);
     const int multi = (c->f[0] & 0x20) != 0;
     const mamba2_dtype_t a = c->adt, p = c->pdt;
     m2f_add(c, "state_cache", M2F_INOUT, p, 4, M2F_SHAPE(S, H, P, N));
@@ -324,6 +365,7 @@ static mamba2_status_t step_call(m2f_case *c, mamba2_context_t *ctx, size_t *q, 
     o.dt_softplus = (int32_t)m2f_opt_i(c, M2F_O_SOFTPLUS, (c->f[1] & 1) != 0);
     o.dt_limit_lo = m2f_opt_d(c, M2F_O_DT_LO, (c->f[1] & 2) ? 0.001 : 0.0);
     o.dt_limit_hi = m2f_opt_d(c, M2F_O_DT_HI, (c->f[1] & 2) ? 0.5 : INFINITY);
+    if (!SKIP_NULL_OPTS()) M2F_SET_SIZE(c, o);
     return mamba2_ssd_step(ctx, T(SC_CACHE), T(SC_OUT), T(SC_ALL), T(SC_X), T(SC_DT), T(SC_A),
                            T(SC_BM), T(SC_CM), SKIP_NULL_OPTS() ? NULL : &o);
 }
@@ -354,8 +396,15 @@ static int64_t kchunks(m2f_case *c) {
     return Q > 0 && L >= 0 ? L / Q + (L % Q != 0) : 1;
 }
 
-static mamba2_ssd_options_t staged_opts(m2f_case *c, int init, int D, int z, int dtb) {
-    mamba2_ssd_options_t o = mamba2_ssd_options_default();
+#ifdef MAMBA2C_ABI_VERSION
+typedef mamba2_ssd_chunked_options_t staged_opts_t;
+#define STAGED_DEFAULT() mamba2_ssd_chunked_options_default()
+#else
+typedef mamba2_ssd_options_t staged_opts_t;
+#define STAGED_DEFAULT() mamba2_ssd_options_default()
+#endif
+static staged_opts_t staged_opts(m2f_case *c, int init, int D, int z, int dtb) {
+    staged_opts_t o = STAGED_DEFAULT();
     o.chunk_size = m2f_opt_i(c, M2F_O_CHUNK, c->dim[6]);
     o.dt_softplus = (int32_t)m2f_opt_i(c, M2F_O_SOFTPLUS, (c->f[0] & 2) != 0);
     o.dt_limit_lo = m2f_opt_d(c, M2F_O_DT_LO, (c->f[0] & 4) ? 0.001 : 0.0);
@@ -367,8 +416,9 @@ static mamba2_ssd_options_t staged_opts(m2f_case *c, int init, int D, int z, int
     return o;
 }
 #define STAGED_OPTS(...)                                                                   \
-    mamba2_ssd_options_t o = staged_opts(c, __VA_ARGS__);                                  \
-    const mamba2_ssd_options_t *op = SKIP_NULL_OPTS() ? NULL : &o
+    staged_opts_t o = staged_opts(c, __VA_ARGS__);                                         \
+    const staged_opts_t *op = SKIP_NULL_OPTS() ? NULL : &o;                                \
+    if (op) M2F_SET_SIZE(c, o)
 
 static void cumsum_build(m2f_case *c) {
     const int64_t B = c->dim[0], L = c->dim[1], H = c->dim[2], Q = c->dim[6], K = kchunks(c);
