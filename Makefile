@@ -1,19 +1,23 @@
 # Convenience wrapper around CMake: the README's two commands.
 #   make demo   build (Release) and run the demo: Mamba-2 SSD forward + backward, accuracy + speed
 #   make test   build and run the whole test suite: the C tests normally and under ASan + UBSan,
-#               a bounded libFuzzer run, then the Python suite (creates .venv with torch from
-#               PyPI on first use)
+#               a bounded libFuzzer run (test-fuzz), cross-built for AArch64 under qemu
+#               (test-arm), then the Python suite (creates .venv with torch from PyPI on
+#               first use)
 #   make test-fuzz  fuzz every entry point for FUZZ_TIME seconds (default 180) from the seed
 #               corpus (clang + libFuzzer, installed from Debian when missing)
 BUILD ?= build
 SAN_BUILD ?= build-san
+ARM_BUILD ?= build-arm
 FUZZ_BUILD ?= build-fuzz
 FUZZ_TIME ?= 180
 # known-bug classes the fuzz harness steps around until fixed (tests/fuzz/README.md)
 FUZZ_SKIP ?= ssd_plan,slots_malloc,outx_dz,misalign,make_overflow,null0
+# test-arm's Debian packages: the cross compiler, the target's libc, the user-mode emulator
+ARM_PKGS = gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all demo test test-fast test-san test-fuzz test-python bench bench-plot install clean
+.PHONY: all demo test test-fast test-san test-fuzz test-arm test-python bench bench-plot install clean opencl-device
 
 all:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
@@ -22,13 +26,39 @@ all:
 demo: all
 	./$(BUILD)/examples/mamba2c-demo
 
-test-fast: all
+# The OpenCL tests need an OpenCL device: when `clinfo -l` lists none, install PoCL (OpenCL on
+# the CPU) so that they run instead of being skipped (needs root and apt-get, as in CI).
+opencl-device:
+	@if clinfo -l 2>/dev/null | grep -q 'Device'; then :; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  echo "no OpenCL device: installing PoCL"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    pocl-opencl-icd ocl-icd-opencl-dev opencl-headers clinfo >/dev/null; \
+	else echo "warning: no OpenCL device and cannot install PoCL: the OpenCL tests will skip"; fi
+
+test-fast: all opencl-device
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-test-san:
+test-san: opencl-device
 	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMAMBA2C_SANITIZE=ON -DMAMBA2C_BUILD_BENCH=OFF
 	cmake --build $(SAN_BUILD) -j $(JOBS)
 	cd $(SAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
+
+# AArch64: cross-compile with cmake/aarch64-linux-gnu.cmake and run the C suite under
+# qemu-aarch64-static, first with the NEON kernel set (the default there; the programs also
+# force the scalar set), then with MAMBA2C_ISA=scalar capping it. The emulated run uses the
+# reduced mode (MAMBA2C_TEST_REDUCED, docs/architecture.md). Installs ARM_PKGS where missing.
+test-arm:
+	@if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64-static >/dev/null \
+	    || [ ! -e /usr/aarch64-linux-gnu/lib/libc.so.6 ]; then \
+	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  echo "test-arm: installing $(ARM_PKGS)"; \
+	  $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y $(ARM_PKGS); \
+	fi
+	cmake -S . -B $(ARM_BUILD) -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(ARM_BUILD) -j $(JOBS)
+	cd $(ARM_BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd $(ARM_BUILD) && MAMBA2C_ISA=scalar ctest --output-on-failure -j $(JOBS)
 
 test-python: all
 	MAMBA2C_SKIP_BUILD=1 bash python/setup_env.sh
@@ -37,7 +67,7 @@ test-python: all
 test-fuzz:
 	FUZZ_TIME=$(FUZZ_TIME) M2FUZZ_SKIP=$(FUZZ_SKIP) JOBS=$(JOBS) bash tests/fuzz/run_fuzz.sh $(CURDIR)/$(FUZZ_BUILD)
 
-test: test-san test-fuzz test-fast test-python
+test: test-san test-fuzz test-fast test-arm test-python
 
 # Benchmarks (not part of the tests): the smoke suite with backward and the memory-bound ops,
 # and the standard-suite chart + side-by-side table of the README (several minutes).
@@ -54,4 +84,4 @@ install: all
 	cmake --install $(BUILD) $(if $(PREFIX),--prefix $(PREFIX),)
 
 clean:
-	rm -rf $(BUILD) $(SAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(SAN_BUILD) $(ARM_BUILD) $(FUZZ_BUILD)

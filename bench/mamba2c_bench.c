@@ -442,6 +442,7 @@ typedef struct ssd_run {
     mamba2_tensor_t dx, ddt, dA, dBm, dCm, dD, dz, ddt_bias, dinit;
     mamba2_ssd_options_t opts;
     mamba2_ssd_grads_t grads;
+    const mamba2_tensor_t *bx; /* out_x for the backward (and the training forward), or NULL */
     int all; /* all features */
     void *ws;
     size_t ws_size;
@@ -449,22 +450,21 @@ typedef struct ssd_run {
 
 static mamba2_status_t ssd_fwd_call(void *p, int64_t i) {
     ssd_run *r = (ssd_run *)p;
-    return mamba2_ssd_forward(r->ctx, &r->out, r->all ? &r->final : NULL, &r->x, &r->dt, &r->A,
-                              &r->Bm, &r->Cm, &r->opts, r->ws, r->ws_size);
+    return mamba2_ssd_forward(r->ctx, &r->out, NULL, r->all ? &r->final : NULL, &r->x, &r->dt,
+                              &r->A, &r->Bm, &r->Cm, &r->opts, r->ws, r->ws_size);
 }
 /* the training forward: also writes out_x (the output before the gate), which the backward
  * reads instead of recomputing it, as mamba_ssm's autograd function saves it */
 static mamba2_status_t ssd_fwd_train_call(void *p, int64_t i) {
     ssd_run *r = (ssd_run *)p;
-    mamba2_ssd_options_t o = r->opts;
-    o.out_x = &r->out_x;
-    return mamba2_ssd_forward(r->ctx, &r->out, r->all ? &r->final : NULL, &r->x, &r->dt, &r->A,
-                              &r->Bm, &r->Cm, &o, r->ws, r->ws_size);
+    return mamba2_ssd_forward(r->ctx, &r->out, &r->out_x, r->all ? &r->final : NULL, &r->x,
+                              &r->dt, &r->A, &r->Bm, &r->Cm, &r->opts, r->ws, r->ws_size);
 }
 static mamba2_status_t ssd_bwd_call(void *p, int64_t i) {
     ssd_run *r = (ssd_run *)p;
     return mamba2_ssd_backward(r->ctx, &r->grads, &r->dout, r->all ? &r->dfinal : NULL, &r->x,
-                               &r->dt, &r->A, &r->Bm, &r->Cm, &r->opts, r->ws, r->ws_size);
+                               &r->dt, &r->A, &r->Bm, &r->Cm, r->bx, &r->opts, r->ws,
+                               r->ws_size);
 }
 
 static void run_ssd_case(mamba2_context_t *ctx, const settings *cfg, const char *name,
@@ -559,7 +559,7 @@ static void run_ssd_case(mamba2_context_t *ctx, const settings *cfg, const char 
         r.grads.dCm = &r.dCm;
         if (all) {
             r.out_x = mamba2_tensor_make(out_x, adt, 4, shx);
-            r.opts.out_x = &r.out_x; /* read by the backward (ssd_fwd_train_call writes it) */
+            r.bx = &r.out_x; /* read by the backward (ssd_fwd_train_call writes it) */
             r.dfinal = mamba2_tensor_make(dfinal, f32, 4, shst);
             r.dz = mamba2_tensor_make(dz, adt, 4, shx);
             r.dD = mamba2_tensor_make(dD, f32, 2, shd);
@@ -574,11 +574,13 @@ static void run_ssd_case(mamba2_context_t *ctx, const settings *cfg, const char 
 
     /* the workspace: queried once, the larger of the two passes, allocated outside timing */
     size_t wf = 0, wb = 0;
-    mamba2_status_t st = mamba2_ssd_forward_workspace_size(ctx, &r.out, all ? &r.final : NULL, &r.x,
-                                                           &r.dt, &r.A, &r.Bm, &r.Cm, &r.opts, &wf);
+    mamba2_status_t st = mamba2_ssd_forward_workspace_size(ctx, &r.out, r.bx,
+                                                           all ? &r.final : NULL, &r.x, &r.dt,
+                                                           &r.A, &r.Bm, &r.Cm, &r.opts, &wf);
     if (st == MAMBA2_STATUS_OK && backward)
         st = mamba2_ssd_backward_workspace_size(ctx, &r.grads, &r.dout, all ? &r.dfinal : NULL,
-                                                &r.x, &r.dt, &r.A, &r.Bm, &r.Cm, &r.opts, &wb);
+                                                &r.x, &r.dt, &r.A, &r.Bm, &r.Cm, r.bx, &r.opts,
+                                                &wb);
     r.ws_size = wf > wb ? wf : wb;
     if (st == MAMBA2_STATUS_OK && r.ws_size) {
         r.ws = pool_alloc(&pl, r.ws_size);
@@ -621,10 +623,7 @@ static void run_ssd_case(mamba2_context_t *ctx, const settings *cfg, const char 
 
     double tf = 0, tb = 0, tft = 0;
     /* the inference forward (no out_x) */
-    const mamba2_ssd_options_t keep = r.opts;
-    r.opts.out_x = NULL;
     if (st == MAMBA2_STATUS_OK) st = time_median(ssd_fwd_call, &r, cfg->reps, &tf);
-    r.opts = keep;
     if (st == MAMBA2_STATUS_OUT_OF_MEMORY) {
         printf("%-22s %-28s skipped: out of memory for a %.1f MiB workspace\n", name, sh,
                (double)r.ws_size / 1048576.0);

@@ -83,6 +83,12 @@ static void load(api *a, const char *path, int threads) {
         fprintf(stderr, "ab: %s\n", dlerror());
         exit(2);
     }
+    /* both builds must speak this header's ABI (a pre-v1 build has no mamba2_abi_version) */
+    uint32_t (*abi)(void) = (uint32_t(*)(void))dlsym(a->so, "mamba2_abi_version");
+    if (!abi || abi() != MAMBA2C_ABI_VERSION) {
+        fprintf(stderr, "ab: %s is not an ABI %d build of mamba2c\n", path, MAMBA2C_ABI_VERSION);
+        exit(2);
+    }
     a->context_create = sym(a->so, "mamba2_context_create");
     a->force_isa = sym(a->so, "mamba2_context_force_isa");
     a->last_error = sym(a->so, "mamba2_last_error");
@@ -223,15 +229,13 @@ int main(int argc, char **argv) {
         r[v].o.dt_bias = &t[DTB];
         r[v].o.initial_state = &t[INIT];
         r[v].o.dt_softplus = 1;
-        r[v].g = (mamba2_ssd_grads_t){&t[DX], &t[DDT], &t[DA], &t[DBM], &t[DCM],
+        r[v].g = (mamba2_ssd_grads_t){sizeof r[v].g, &t[DX], &t[DDT], &t[DA], &t[DBM], &t[DCM],
                                       &t[DDD], &t[DZ], &t[DDTB], &t[DINIT]};
         size_t wf = 0, wb = 0;
-        mamba2_ssd_options_t ob = r[v].o;
-        ob.out_x = &t[OUTX];
-        if (lib[v].fwd_ws(lib[v].ctx, &t[OUT], &t[FIN], &t[X], &t[DT], &t[AA], &t[BM], &t[CM],
-                          &ob, &wf) != MAMBA2_STATUS_OK ||
+        if (lib[v].fwd_ws(lib[v].ctx, &t[OUT], &t[OUTX], &t[FIN], &t[X], &t[DT], &t[AA], &t[BM],
+                          &t[CM], &r[v].o, &wf) != MAMBA2_STATUS_OK ||
             lib[v].bwd_ws(lib[v].ctx, &r[v].g, &t[DOUT], &t[DFIN], &t[X], &t[DT], &t[AA], &t[BM],
-                          &t[CM], &ob, &wb) != MAMBA2_STATUS_OK) {
+                          &t[CM], &t[OUTX], &r[v].o, &wb) != MAMBA2_STATUS_OK) {
             fprintf(stderr, "ab: %s\n", lib[v].last_error());
             return 2;
         }
@@ -242,15 +246,13 @@ int main(int argc, char **argv) {
     /* out_x, an input of the backward: each build's training forward */
     for (int v = 0; v < 2; v++) {
         mamba2_tensor_t *t = r[v].t;
-        mamba2_ssd_options_t o = r[v].o;
-        o.out_x = &t[OUTX];
-        if (lib[v].fwd(lib[v].ctx, &t[OUT], &t[FIN], &t[X], &t[DT], &t[AA], &t[BM], &t[CM], &o, ws,
-                       wsz) != MAMBA2_STATUS_OK) {
+        if (lib[v].fwd(lib[v].ctx, &t[OUT], &t[OUTX], &t[FIN], &t[X], &t[DT], &t[AA], &t[BM],
+                       &t[CM], &r[v].o, ws, wsz) != MAMBA2_STATUS_OK) {
             fprintf(stderr, "ab: %s\n", lib[v].last_error());
             return 2;
         }
     }
-    for (int v = 0; v < 2; v++) r[v].o.out_x = NULL; /* forward: the inference one */
+    /* timed below: the inference forward (no out_x), the backward reading out_x */
 
     double *tm[2][2], *ratio[2];
     for (int p = 0; p < 2; p++) {
@@ -267,12 +269,11 @@ int main(int argc, char **argv) {
                 mamba2_status_t st;
                 const double t0 = now();
                 if (p == 0) {
-                    st = lib[v].fwd(lib[v].ctx, &t[OUT], &t[FIN], &t[X], &t[DT], &t[AA], &t[BM],
-                                    &t[CM], &o, ws, wsz);
-                } else {
-                    o.out_x = &t[OUTX];
-                    st = lib[v].bwd(lib[v].ctx, &r[v].g, &t[DOUT], &t[DFIN], &t[X], &t[DT], &t[AA],
+                    st = lib[v].fwd(lib[v].ctx, &t[OUT], NULL, &t[FIN], &t[X], &t[DT], &t[AA],
                                     &t[BM], &t[CM], &o, ws, wsz);
+                } else {
+                    st = lib[v].bwd(lib[v].ctx, &r[v].g, &t[DOUT], &t[DFIN], &t[X], &t[DT], &t[AA],
+                                    &t[BM], &t[CM], &t[OUTX], &o, ws, wsz);
                 }
                 const double dtm = now() - t0;
                 if (st != MAMBA2_STATUS_OK) {

@@ -156,15 +156,17 @@ static void free_outputs(outputs *o) {
 
 static void run_fwd(mamba2_context_t *ctx, views *v, const mamba2_ssd_options_t *opt, void *ws,
                     size_t wsz) {
-    CHECK(mamba2_ssd_forward(ctx, &v->out, &v->final, &v->x, &v->dt, &v->A, &v->Bm, &v->Cm, opt,
-                             ws, wsz));
+    /* training: the forward also writes the output before the gate (out_x), which the
+     * backward reads instead of recomputing (mamba_ssm's saved out_x) */
+    CHECK(mamba2_ssd_forward(ctx, &v->out, &v->out_x, &v->final, &v->x, &v->dt, &v->A, &v->Bm,
+                             &v->Cm, opt, ws, wsz));
 }
 static void run_bwd(mamba2_context_t *ctx, views *v, const mamba2_ssd_options_t *opt, void *ws,
                     size_t wsz) {
-    mamba2_ssd_grads_t g = {&v->dx, &v->ddt, &v->dA, &v->dBm, &v->dCm, &v->dD, &v->dz,
+    mamba2_ssd_grads_t g = {sizeof g, &v->dx, &v->ddt, &v->dA, &v->dBm, &v->dCm, &v->dD, &v->dz,
                             &v->ddt_bias, &v->dinit};
     CHECK(mamba2_ssd_backward(ctx, &g, &v->dout, &v->dfinal, &v->x, &v->dt, &v->A, &v->Bm, &v->Cm,
-                              opt, ws, wsz));
+                              &v->out_x, opt, ws, wsz));
 }
 
 static mamba2_ssd_options_t options_for(views *v, int64_t Q) {
@@ -175,9 +177,6 @@ static mamba2_ssd_options_t options_for(views *v, int64_t Q) {
     o.dt_bias = &v->dt_bias;
     o.initial_state = &v->init;
     o.dt_softplus = 1;
-    /* training: the forward also writes the output before the gate, which the backward
-     * reads instead of recomputing (mamba_ssm's saved out_x) */
-    o.out_x = &v->out_x;
     return o;
 }
 
@@ -243,11 +242,12 @@ int main(int argc, char **argv) {
     make_views(&v, &p, &full, B, H, G);
     mamba2_ssd_options_t opt = options_for(&v, p.Q);
     size_t wf = 0, wb = 0;
-    mamba2_ssd_grads_t g = {&v.dx, &v.ddt, &v.dA, &v.dBm, &v.dCm, &v.dD, &v.dz, &v.ddt_bias, &v.dinit};
-    CHECK(mamba2_ssd_forward_workspace_size(cpu, &v.out, &v.final, &v.x, &v.dt, &v.A, &v.Bm, &v.Cm,
-                                            &opt, &wf));
+    mamba2_ssd_grads_t g = {sizeof g, &v.dx, &v.ddt, &v.dA, &v.dBm, &v.dCm,
+                            &v.dD, &v.dz, &v.ddt_bias, &v.dinit};
+    CHECK(mamba2_ssd_forward_workspace_size(cpu, &v.out, &v.out_x, &v.final, &v.x, &v.dt, &v.A,
+                                            &v.Bm, &v.Cm, &opt, &wf));
     CHECK(mamba2_ssd_backward_workspace_size(cpu, &g, &v.dout, &v.dfinal, &v.x, &v.dt, &v.A, &v.Bm,
-                                             &v.Cm, &opt, &wb));
+                                             &v.Cm, &v.out_x, &opt, &wb));
     size_t wmax = wf > wb ? wf : wb;
     void *ws = wmax ? malloc(wmax) : NULL;
     if (wmax && !ws) {

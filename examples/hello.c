@@ -25,7 +25,7 @@ int main(void) {
     mamba2_ssd_options_t opt = mamba2_ssd_options_default(); /* D, z, dt_bias, states... */
     opt.chunk_size = 128;
     opt.dt_softplus = 1;
-    mamba2_status_t st = mamba2_ssd_forward(ctx, &tout, NULL, &tx, &tdt, &tA, &tB, &tC, &opt, NULL, 0);
+    mamba2_status_t st = mamba2_ssd_forward(ctx, &tout, NULL, NULL, &tx, &tdt, &tA, &tB, &tC, &opt, NULL, 0);
     if (st != MAMBA2_STATUS_OK) fprintf(stderr, "%s: %s\n", mamba2_status_string(st), mamba2_last_error());
     mamba2_context_destroy(ctx);
     /* --- README example ends here --- */

@@ -18,14 +18,26 @@
  *    non-negative; stride 0 (broadcast) is accepted for inputs only.
  *  - An optional tensor is passed as a NULL pointer.
  *  - Argument order: outputs first, then inputs, then parameters in a struct.
+ *  - ABI (MAMBA2C_ABI_VERSION, mamba2_abi_version, mamba2_struct_size): every options and
+ *    grads struct starts with `uint32_t struct_size`, the caller's sizeof of the struct.
+ *    The *_options_default() functions set it; 0 means the v1 size, so that a zero-
+ *    initialised struct (memset, `= {0}`) keeps working. The library accepts 0 or a size
+ *    from the struct's v1 size up to its own sizeof, and reads a field only when
+ *    struct_size covers it (fields added later then take their defaults); anything else is
+ *    MAMBA2_STATUS_INVALID_ARGUMENT naming the struct. Structs are APPEND-ONLY: a field is
+ *    added at the end, never inserted, removed or retyped. mamba2_tensor_t has no
+ *    struct_size; its layout is fixed for ABI 1. A binding checks its idea of every struct
+ *    against mamba2_struct_size() when it loads the library.
  *  - The caller owns all memory. An op that needs scratch space reports how much via
  *    its *_workspace_size query. Passing workspace == NULL makes the library allocate
  *    (and free) the scratch itself for that call — a convenience; pass a workspace to
  *    keep allocation out of a hot path.
  *  - Threading: a context owns a persistent thread pool. Results are bitwise identical
  *    for every thread count (all reductions run in a fixed order, no float atomics).
- *    A context may be used by one calling thread at a time; distinct contexts are
- *    independent. The last-error message is per calling thread.
+ *    A context serves one call at a time: a call made while another thread's call on the
+ *    same context is running (including mamba2_context_set_num_threads and
+ *    mamba2_context_force_isa) returns MAMBA2_STATUS_BUSY at once, having done nothing.
+ *    Distinct contexts are independent. The last-error message is per calling thread.
  */
 #ifndef MAMBA2C_H
 #define MAMBA2C_H
@@ -60,7 +72,9 @@ typedef enum mamba2_status {
     MAMBA2_STATUS_OUT_OF_MEMORY = 3,    /* an allocation the caller allowed failed     */
     MAMBA2_STATUS_WORKSPACE_TOO_SMALL = 4,
     MAMBA2_STATUS_BACKEND_UNAVAILABLE = 5, /* backend not compiled in or no device     */
-    MAMBA2_STATUS_INTERNAL_ERROR = 6
+    MAMBA2_STATUS_INTERNAL_ERROR = 6,
+    MAMBA2_STATUS_BUSY = 7 /* the context is in use by a call from another thread (see
+                              "Threading"): nothing was done; retry or use one per thread */
 } mamba2_status_t;
 
 /* Static text for a status ("invalid argument", ...). Never NULL. */
@@ -72,6 +86,28 @@ MAMBA2_API const char *mamba2_last_error(void);
 
 /* "0.1.0" */
 MAMBA2_API const char *mamba2_version_string(void);
+
+/* The ABI this header describes; mamba2_abi_version() returns the library's (1). A binding
+ * refuses a library whose ABI version differs from the one it was written for. */
+#define MAMBA2C_ABI_VERSION 1
+MAMBA2_API uint32_t mamba2_abi_version(void);
+
+/* The public structs, for mamba2_struct_size. Ids are append-only. */
+typedef enum mamba2_struct_id {
+    MAMBA2_STRUCT_TENSOR = 0,
+    MAMBA2_STRUCT_SSD_OPTIONS = 1,
+    MAMBA2_STRUCT_SSD_GRADS = 2,
+    MAMBA2_STRUCT_SSD_CHUNKED_OPTIONS = 3,
+    MAMBA2_STRUCT_RMSNORM_OPTIONS = 4,
+    MAMBA2_STRUCT_RMSNORM_GRADS = 5,
+    MAMBA2_STRUCT_CONV1D_OPTIONS = 6,
+    MAMBA2_STRUCT_CONV1D_GRADS = 7,
+    MAMBA2_STRUCT_CONV1D_STEP_OPTIONS = 8,
+    MAMBA2_STRUCT_SSD_STEP_OPTIONS = 9
+} mamba2_struct_id_t;
+
+/* sizeof the struct `id` in this library (0 for an unknown id). */
+MAMBA2_API size_t mamba2_struct_size(mamba2_struct_id_t id);
 
 /* ------------------------------------------------------------------------- */
 /* Tensors                                                                   */
@@ -113,7 +149,8 @@ MAMBA2_API size_t mamba2_dtype_size(mamba2_dtype_t dtype);
 typedef enum mamba2_backend {
     MAMBA2_BACKEND_CPU = 0, /* optimized CPU kernels (AVX2+FMA or portable scalar)  */
     MAMBA2_BACKEND_REF = 1, /* float64-accumulating reference: the oracle, slow      */
-    MAMBA2_BACKEND_CUDA = 2 /* NVIDIA GPUs; BACKEND_UNAVAILABLE when not built in    */
+    MAMBA2_BACKEND_CUDA = 2, /* NVIDIA GPUs; BACKEND_UNAVAILABLE when not built in    */
+    MAMBA2_BACKEND_OPENCL = 3 /* OpenCL 1.2 devices: see "GPU backends" at the end      */
 } mamba2_backend_t;
 
 typedef struct mamba2_context mamba2_context_t;
@@ -128,10 +165,12 @@ MAMBA2_API mamba2_status_t mamba2_context_set_num_threads(mamba2_context_t *ctx,
                                                           int32_t num_threads);
 MAMBA2_API int32_t mamba2_context_get_num_threads(const mamba2_context_t *ctx);
 MAMBA2_API mamba2_backend_t mamba2_context_get_backend(const mamba2_context_t *ctx);
-/* The SIMD kernel set the CPU backend chose at run time: "avx512" (conv1d has AVX-512
- * kernels; the other ops run their AVX2 ones), "avx2+fma" or "scalar".
+/* The SIMD kernel set the CPU backend chose at run time: "avx512" (conv1d and the fused SSD
+ * op have AVX-512 kernels, the SSD op using them for wide enough heads and states and its
+ * AVX2 ones otherwise; the other ops run their AVX2 ones), "avx2+fma", "neon" (AArch64) or
+ * "scalar"; "gpu" for the GPU backends.
  * mamba2_context_force_isa(ctx, name) picks one of "scalar" (the portable path, for tests),
- * "avx2+fma" (or "avx2"), "avx512" (UNSUPPORTED where the CPU lacks it) or "auto"; the
+ * "avx2+fma" (or "avx2"), "avx512", "neon" (UNSUPPORTED where the CPU lacks it) or "auto"; the
  * environment variable MAMBA2C_ISA=scalar|avx2 caps the level the library may use. */
 MAMBA2_API const char *mamba2_context_get_isa(const mamba2_context_t *ctx);
 MAMBA2_API mamba2_status_t mamba2_context_force_isa(mamba2_context_t *ctx, const char *isa);
@@ -162,7 +201,8 @@ MAMBA2_API mamba2_status_t mamba2_context_force_isa(mamba2_context_t *ctx, const
  * L == 0 is valid: out is empty and final_state = initial_state (or 0).
  */
 typedef struct mamba2_ssd_options {
-    int64_t chunk_size;                   /* Q >= 1; blocks the work, not the result   */
+    uint32_t struct_size;                 /* sizeof(mamba2_ssd_options_t), or 0 (v1)   */
+    int64_t chunk_size;                   /* Q >= 1; see "chunk_size" below            */
     const mamba2_tensor_t *D;             /* [H] or [H,P], or NULL                     */
     const mamba2_tensor_t *z;             /* [B,L,H,P], or NULL: out = y * silu(z)     */
     const mamba2_tensor_t *dt_bias;       /* [H], or NULL                              */
@@ -173,36 +213,39 @@ typedef struct mamba2_ssd_options {
     int32_t dt_softplus;                  /* nonzero: dt = softplus(dt + dt_bias)      */
     double dt_limit_lo;                   /* clamp of the processed dt, always applied */
     double dt_limit_hi;                   /* default (0, +inf)                         */
-    const mamba2_tensor_t *out_x;         /* [B,L,H,P] (activation dtype), or NULL: the
-                                             output before the z gate, y + D x (mamba_ssm's
-                                             out_x; = out without z). Forward: also written
-                                             (an output, like out). Backward: an input, the
-                                             forward's out_x for the same inputs; with z it
-                                             replaces the recomputation of y that dz needs
-                                             (the CPU backward does one contraction less per
-                                             state element and token: 5-7% faster
-                                             measured at [2,1024,24,64,128]).
-                                             Training saves it, as mamba_ssm does. */
 } mamba2_ssd_options_t;
 
-/* Defaults: chunk_size 256, no optional tensors, no softplus, dt_limit (0, +inf). */
+/* chunk_size: what Q does per backend. The result never depends on it beyond rounding
+ * (SPEC §1, §8). The reference backend evaluates the SSD in chunks of Q tokens; the staged
+ * pipeline (below) is defined by it (K = ceil(L/Q) chunks, the staged tensors' shapes); the
+ * fused CPU backend validates it (>= 1) and otherwise chooses its own blocking.
+ *
+ * out_x (an explicit argument of the forward and the backward, NULL when not wanted):
+ * [B,L,H,P] in the activation dtype, the output before the z gate, y + D x (mamba_ssm's
+ * out_x; = out without z). Forward: an output, written like out. Backward: an optional
+ * input, the forward's out_x for the same inputs; with z it replaces the recomputation of y
+ * that dz needs (one contraction less per state element and token on the CPU backend).
+ * Training saves it, as mamba_ssm does. */
+
+/* Defaults: struct_size set, chunk_size 256, no optional tensors, no softplus, dt_limit
+ * (0, +inf). */
 MAMBA2_API mamba2_ssd_options_t mamba2_ssd_options_default(void);
 
 /*
- * Forward. out[B,L,H,P] is overwritten; final_state[S,H,P,N] (may be NULL) is
- * overwritten. No output may overlap an input.
+ * Forward. out[B,L,H,P] is overwritten; out_x[B,L,H,P] and final_state[S,H,P,N] (each may
+ * be NULL) are overwritten. No output may overlap an input. opts may be NULL (defaults).
  */
 MAMBA2_API mamba2_status_t mamba2_ssd_forward_workspace_size(
-    mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *final_state,
-    const mamba2_tensor_t *x, const mamba2_tensor_t *dt, const mamba2_tensor_t *A,
-    const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm, const mamba2_ssd_options_t *opts,
-    size_t *workspace_size);
+    mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *out_x,
+    const mamba2_tensor_t *final_state, const mamba2_tensor_t *x, const mamba2_tensor_t *dt,
+    const mamba2_tensor_t *A, const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
+    const mamba2_ssd_options_t *opts, size_t *workspace_size);
 
 MAMBA2_API mamba2_status_t mamba2_ssd_forward(
-    mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *final_state,
-    const mamba2_tensor_t *x, const mamba2_tensor_t *dt, const mamba2_tensor_t *A,
-    const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm, const mamba2_ssd_options_t *opts,
-    void *workspace, size_t workspace_size);
+    mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *out_x,
+    const mamba2_tensor_t *final_state, const mamba2_tensor_t *x, const mamba2_tensor_t *dt,
+    const mamba2_tensor_t *A, const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
+    const mamba2_ssd_options_t *opts, void *workspace, size_t workspace_size);
 
 /*
  * Forward that also returns the states after chosen tokens, so that a serving engine can
@@ -215,10 +258,11 @@ MAMBA2_API mamba2_status_t mamba2_ssd_forward(
  * mamba2_ssd_forward_workspace_size reports for the same opts.
  */
 MAMBA2_API mamba2_status_t mamba2_ssd_forward_states(
-    mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *final_state,
-    const mamba2_tensor_t *position_states, const mamba2_tensor_t *x, const mamba2_tensor_t *dt,
-    const mamba2_tensor_t *A, const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
-    const mamba2_ssd_options_t *opts, void *workspace, size_t workspace_size);
+    mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *out_x,
+    const mamba2_tensor_t *final_state, const mamba2_tensor_t *position_states,
+    const mamba2_tensor_t *x, const mamba2_tensor_t *dt, const mamba2_tensor_t *A,
+    const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm, const mamba2_ssd_options_t *opts,
+    void *workspace, size_t workspace_size);
 
 /*
  * Backward outputs. Each pointer may be NULL (that gradient is not wanted). Every
@@ -231,6 +275,7 @@ MAMBA2_API mamba2_status_t mamba2_ssd_forward_states(
  * fixed order: bitwise identical for any thread count.
  */
 typedef struct mamba2_ssd_grads {
+    uint32_t struct_size; /* sizeof(mamba2_ssd_grads_t), or 0 (v1) */
     const mamba2_tensor_t *dx;
     const mamba2_tensor_t *ddt;
     const mamba2_tensor_t *dA;
@@ -245,19 +290,21 @@ typedef struct mamba2_ssd_grads {
 /*
  * Backward: given dout[B,L,H,P] and optionally dfinal_state[S,H,P,N] (the gradient
  * flowing into final_state; NULL = zero), write the requested gradients. Inputs and
- * options must be the ones the forward saw.
+ * options must be the ones the forward saw. out_x (may be NULL) is an input here: the
+ * forward's out_x for the same inputs (see out_x above).
  */
 MAMBA2_API mamba2_status_t mamba2_ssd_backward_workspace_size(
     mamba2_context_t *ctx, const mamba2_ssd_grads_t *grads, const mamba2_tensor_t *dout,
     const mamba2_tensor_t *dfinal_state, const mamba2_tensor_t *x, const mamba2_tensor_t *dt,
     const mamba2_tensor_t *A, const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
-    const mamba2_ssd_options_t *opts, size_t *workspace_size);
+    const mamba2_tensor_t *out_x, const mamba2_ssd_options_t *opts, size_t *workspace_size);
 
 MAMBA2_API mamba2_status_t mamba2_ssd_backward(
     mamba2_context_t *ctx, const mamba2_ssd_grads_t *grads, const mamba2_tensor_t *dout,
     const mamba2_tensor_t *dfinal_state, const mamba2_tensor_t *x, const mamba2_tensor_t *dt,
     const mamba2_tensor_t *A, const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
-    const mamba2_ssd_options_t *opts, void *workspace, size_t workspace_size);
+    const mamba2_tensor_t *out_x, const mamba2_ssd_options_t *opts, void *workspace,
+    size_t workspace_size);
 
 /* ------------------------------------------------------------------------- */
 /* Gated RMSNorm (SPEC §5)                                                   */
@@ -282,13 +329,14 @@ MAMBA2_API mamba2_status_t mamba2_ssd_backward(
  * M == 0 is valid: nothing is written to out, and dweight and dbias become 0.
  */
 typedef struct mamba2_rmsnorm_gated_options {
+    uint32_t struct_size;     /* sizeof(mamba2_rmsnorm_gated_options_t), or 0    */
     double eps;               /* finite, >= 0; added to the mean square          */
     int64_t group_size;       /* channels per group, divides D; 0 means D        */
     int32_t norm_before_gate; /* nonzero: normalise x, then gate (see above)     */
 } mamba2_rmsnorm_gated_options_t;
 
-/* Defaults (mamba_ssm's RMSNormGated as Mamba-2 uses it): eps 1e-5, group_size 0 (= D),
- * norm_before_gate 0. */
+/* Defaults (mamba_ssm's RMSNormGated as Mamba-2 uses it): struct_size set, eps 1e-5,
+ * group_size 0 (= D), norm_before_gate 0. */
 MAMBA2_API mamba2_rmsnorm_gated_options_t mamba2_rmsnorm_gated_options_default(void);
 
 /*
@@ -316,6 +364,7 @@ MAMBA2_API mamba2_status_t mamba2_rmsnorm_gated_forward(
  *   order: bitwise identical for any thread count.
  */
 typedef struct mamba2_rmsnorm_gated_grads {
+    uint32_t struct_size; /* sizeof(mamba2_rmsnorm_gated_grads_t), or 0 (v1) */
     const mamba2_tensor_t *dx;
     const mamba2_tensor_t *dz;
     const mamba2_tensor_t *dweight;
@@ -365,13 +414,15 @@ typedef enum mamba2_activation {
 } mamba2_activation_t;
 
 typedef struct mamba2_conv1d_options {
+    uint32_t struct_size;                      /* sizeof(mamba2_conv1d_options_t), or 0    */
     const mamba2_tensor_t *bias;               /* [C], or NULL (zero)                      */
     const mamba2_tensor_t *initial_conv_state; /* [S,C,W-1], or NULL (zeros)               */
     const mamba2_tensor_t *cu_seqlens;         /* [nseq+1] int32/int64, or NULL; B == 1    */
     mamba2_activation_t activation;            /* applied after the bias                   */
 } mamba2_conv1d_options_t;
 
-/* Defaults: no bias, no initial state, no cu_seqlens, MAMBA2_ACTIVATION_NONE. */
+/* Defaults: struct_size set, no bias, no initial state, no cu_seqlens,
+ * MAMBA2_ACTIVATION_NONE. */
 MAMBA2_API mamba2_conv1d_options_t mamba2_conv1d_options_default(void);
 
 /*
@@ -393,6 +444,7 @@ MAMBA2_API mamba2_status_t mamba2_conv1d_forward(mamba2_context_t *ctx, const ma
  * identical for any thread count.
  */
 typedef struct mamba2_conv1d_grads {
+    uint32_t struct_size; /* sizeof(mamba2_conv1d_grads_t), or 0 (v1) */
     const mamba2_tensor_t *dx;
     const mamba2_tensor_t *dweight;
     const mamba2_tensor_t *dbias;
@@ -428,12 +480,13 @@ MAMBA2_API mamba2_status_t mamba2_conv1d_backward(
  * may overlap nothing else. dtypes as for the forward. Needs no workspace.
  */
 typedef struct mamba2_conv1d_step_options {
+    uint32_t struct_size;                 /* sizeof(mamba2_conv1d_step_options_t), or 0   */
     const mamba2_tensor_t *bias;          /* [C], or NULL (zero)                          */
     const mamba2_tensor_t *state_indices; /* [B] int32/int64, or NULL (row b -> slot b)   */
     mamba2_activation_t activation;
 } mamba2_conv1d_step_options_t;
 
-/* Defaults: no bias, identity slots, MAMBA2_ACTIVATION_NONE. */
+/* Defaults: struct_size set, no bias, identity slots, MAMBA2_ACTIVATION_NONE. */
 MAMBA2_API mamba2_conv1d_step_options_t mamba2_conv1d_step_options_default(void);
 
 MAMBA2_API mamba2_status_t mamba2_conv1d_step(mamba2_context_t *ctx, const mamba2_tensor_t *out,
@@ -469,6 +522,7 @@ MAMBA2_API mamba2_status_t mamba2_conv1d_step(mamba2_context_t *ctx, const mamba
  * other tensor, and no output may overlap an input. Needs no workspace.
  */
 typedef struct mamba2_ssd_step_options {
+    uint32_t struct_size;                 /* sizeof(mamba2_ssd_step_options_t), or 0     */
     const mamba2_tensor_t *D;             /* [H] or [H,P], or NULL                       */
     const mamba2_tensor_t *z;             /* shape of x, or NULL: out = y * silu(z)      */
     const mamba2_tensor_t *dt_bias;       /* [H], or NULL                                */
@@ -478,7 +532,8 @@ typedef struct mamba2_ssd_step_options {
     double dt_limit_hi;                   /* default (0, +inf)                           */
 } mamba2_ssd_step_options_t;
 
-/* Defaults: no optional tensors, identity slots, no softplus, dt_limit (0, +inf). */
+/* Defaults: struct_size set, no optional tensors, identity slots, no softplus, dt_limit
+ * (0, +inf). */
 MAMBA2_API mamba2_ssd_step_options_t mamba2_ssd_step_options_default(void);
 
 /* state_cache (in/out) comes first among the outputs; all_states may be NULL; opts may be
@@ -499,9 +554,9 @@ MAMBA2_API mamba2_status_t mamba2_ssd_step(mamba2_context_t *ctx,
  * mamba2_ssd_forward split into the five stages mamba_ssm and CANN ops-transformer run, each
  * its own entry point, so an engine can call them one by one and keep or reuse the staged
  * tensors (e.g. chunk states for prefix caching). Batch form only: there is no packed
- * (cu_seqlens) variant, and opts->cu_seqlens must be NULL; run packed sequences through
- * mamba2_ssd_forward. Every stage takes the fused op's options (NULL: the defaults) and reads
- * only the fields listed with it; the same chunk_size must be used for all stages.
+ * (cu_seqlens) variant; run packed sequences through mamba2_ssd_forward. Every stage takes
+ * the pipeline's options, mamba2_ssd_chunked_options_t (NULL: the defaults), and reads only
+ * the fields listed with it; the same chunk_size must be used for all stages.
  *
  * Q = chunk_size, K = ceil(L/Q): chunk k holds tokens [kQ, min(kQ+Q, L)); the last chunk may
  * be shorter, and its missing positions ("padding") hold zeros in the staged tensors, except
@@ -534,17 +589,33 @@ MAMBA2_API mamba2_status_t mamba2_ssd_step(mamba2_context_t *ctx,
  * states_start, final_state) are F32, F64 with F64 activations. Every output is overwritten;
  * no output may overlap an input or another output. They need no workspace.
  */
+typedef struct mamba2_ssd_chunked_options {
+    uint32_t struct_size;                 /* sizeof(mamba2_ssd_chunked_options_t), or 0  */
+    int64_t chunk_size;                   /* Q >= 1: defines the chunks (K = ceil(L/Q))   */
+    const mamba2_tensor_t *D;             /* [H] or [H,P], or NULL (chunk_scan)           */
+    const mamba2_tensor_t *z;             /* [B,L,H,P], or NULL (chunk_scan)              */
+    const mamba2_tensor_t *dt_bias;       /* [H], or NULL (chunk_cumsum)                  */
+    const mamba2_tensor_t *initial_state; /* [B,H,P,N], or NULL (state_passing)           */
+    int32_t dt_softplus;                  /* nonzero: softplus (chunk_cumsum)             */
+    double dt_limit_lo;                   /* the clamp of the processed dt (chunk_cumsum) */
+    double dt_limit_hi;                   /* default (0, +inf)                            */
+} mamba2_ssd_chunked_options_t;
+
+/* Defaults: struct_size set, chunk_size 256, no optional tensors, no softplus, dt_limit
+ * (0, +inf). */
+MAMBA2_API mamba2_ssd_chunked_options_t mamba2_ssd_chunked_options_default(void);
+
 MAMBA2_API mamba2_status_t mamba2_ssd_chunk_cumsum(mamba2_context_t *ctx,
                                                    const mamba2_tensor_t *dt_out,
                                                    const mamba2_tensor_t *dA_cumsum,
                                                    const mamba2_tensor_t *dt,
                                                    const mamba2_tensor_t *A,
-                                                   const mamba2_ssd_options_t *opts);
+                                                   const mamba2_ssd_chunked_options_t *opts);
 
 MAMBA2_API mamba2_status_t mamba2_ssd_bmm_chunk(mamba2_context_t *ctx, const mamba2_tensor_t *CB,
                                                 const mamba2_tensor_t *Bm,
                                                 const mamba2_tensor_t *Cm,
-                                                const mamba2_ssd_options_t *opts);
+                                                const mamba2_ssd_chunked_options_t *opts);
 
 MAMBA2_API mamba2_status_t mamba2_ssd_chunk_state(mamba2_context_t *ctx,
                                                   const mamba2_tensor_t *states,
@@ -552,7 +623,7 @@ MAMBA2_API mamba2_status_t mamba2_ssd_chunk_state(mamba2_context_t *ctx,
                                                   const mamba2_tensor_t *Bm,
                                                   const mamba2_tensor_t *dt_out,
                                                   const mamba2_tensor_t *dA_cumsum,
-                                                  const mamba2_ssd_options_t *opts);
+                                                  const mamba2_ssd_chunked_options_t *opts);
 
 /* final_state may be NULL. */
 MAMBA2_API mamba2_status_t mamba2_ssd_state_passing(mamba2_context_t *ctx,
@@ -560,14 +631,56 @@ MAMBA2_API mamba2_status_t mamba2_ssd_state_passing(mamba2_context_t *ctx,
                                                     const mamba2_tensor_t *final_state,
                                                     const mamba2_tensor_t *states,
                                                     const mamba2_tensor_t *dA_cumsum,
-                                                    const mamba2_ssd_options_t *opts);
+                                                    const mamba2_ssd_chunked_options_t *opts);
 
 MAMBA2_API mamba2_status_t mamba2_ssd_chunk_scan(
     mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *CB,
     const mamba2_tensor_t *x, const mamba2_tensor_t *dt_out, const mamba2_tensor_t *dA_cumsum,
     const mamba2_tensor_t *Cm, const mamba2_tensor_t *states_start,
-    const mamba2_ssd_options_t *opts);
-/* @@ more operators go above this line @@ */
+    const mamba2_ssd_chunked_options_t *opts);
+
+/* ------------------------------------------------------------------------- */
+/* GPU backends (OpenCL, CUDA)                                               */
+/* ------------------------------------------------------------------------- */
+/*
+ * Both run the same kernels (src/gpu/kernels/) behind the same entry points and checks as the
+ * CPU backends. Neither is a load-time dependency: libOpenCL.so.1 and libcuda.so.1 are opened
+ * with dlopen when a context is created; without a driver or a device the create call returns
+ * MAMBA2_STATUS_BACKEND_UNAVAILABLE with a message saying what is missing.
+ *
+ * Implemented today: the fused SSD op (mamba2_ssd_forward, _forward_states, _backward; every
+ * option; float32, or bf16/f16 activation storage), the five staged SSD stages, the causal
+ * conv1d (forward, backward, conv1d_step), the gated RMSNorm (forward, backward) and
+ * ssd_step (float32).
+ *
+ * Host mode: mamba2_context_create(&ctx, MAMBA2_BACKEND_OPENCL, n) opens the first available
+ * OpenCL device, or the one MAMBA2C_OPENCL_DEVICE names (an index in `clinfo -l` order, or a
+ * substring of "<platform> / <device>"). Tensor data pointers are ordinary host pointers: a
+ * call copies its inputs in, runs, copies its outputs back and returns when they are there.
+ * Only the elements of an output are written, never the gaps of a strided view.
+ *
+ * Device mode: mamba2_context_create_opencl(&ctx, cl_context, cl_device_id, cl_command_queue)
+ * binds a context to the caller's OpenCL objects (retained until mamba2_context_destroy).
+ * OpenCL buffers have no addresses, so each cl_mem a tensor lives in is registered once with
+ * mamba2_opencl_register_buffer(ctx, buffer, size_in_bytes, &base): the context gives it a
+ * range of a private address space, and a tensor's data pointer is base + its byte offset in
+ * the buffer (a multiple of its element size). The argument checks then see real offsets
+ * (overlap checks included); the kernels get (buffer, offset). Ranges of different buffers
+ * never touch. Strides work as for host tensors. Index tensors (cu_seqlens,
+ * state_positions) stay host arrays: the argument checks read them. Work is queued on the
+ * caller's in-order queue and a call returns without waiting for it. Device scratch is owned by the context (grown to
+ * the largest call, freed with it), so the *_workspace_size queries report 0 bytes for
+ * GPU contexts and the workspace arguments are unused. A context (in either mode) serves one
+ * call at a time.
+ */
+MAMBA2_API mamba2_status_t mamba2_context_create_opencl(mamba2_context_t **ctx, void *cl_context,
+                                                        void *cl_device, void *cl_queue);
+/* Device mode: make cl_buffer (a cl_mem of `bytes` bytes) addressable; *base = its byte 0.
+ * Unregister before releasing the buffer (at most 256 at a time). */
+MAMBA2_API mamba2_status_t mamba2_opencl_register_buffer(mamba2_context_t *ctx, void *cl_buffer,
+                                                         size_t bytes, void **base);
+MAMBA2_API mamba2_status_t mamba2_opencl_unregister_buffer(mamba2_context_t *ctx,
+                                                           void *cl_buffer);
 
 #ifdef __cplusplus
 }

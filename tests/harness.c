@@ -68,6 +68,10 @@ static struct {
 
 void th_set_verbose(int v) { g_verbose = v; }
 int th_verbose(void) { return g_verbose; }
+int th_reduced(void) {
+    const char *e = getenv("MAMBA2C_TEST_REDUCED");
+    return e && !strcmp(e, "1");
+}
 
 void th_begin(const char *fmt, ...) {
     if (g_open) th_end();
@@ -710,13 +714,14 @@ mamba2_status_t th_ssd_io_forward(mamba2_context_t *ctx, th_ssd_io *io, int ws_m
     size_t need = 0;
     if (ws_mode) {
         mamba2_status_t st = mamba2_ssd_forward_workspace_size(
-            ctx, TV(io, TH_OUT), TV(io, TH_FINAL), TV(io, TH_X), TV(io, TH_DT), TV(io, TH_A),
-            TV(io, TH_BM), TV(io, TH_CM), &io->opts, &need);
+            ctx, TV(io, TH_OUT), io->out_x, TV(io, TH_FINAL), TV(io, TH_X), TV(io, TH_DT),
+            TV(io, TH_A), TV(io, TH_BM), TV(io, TH_CM), &io->opts, &need);
         if (st != MAMBA2_STATUS_OK) return st;
         ws = prep_ws(io, need);
     }
-    return mamba2_ssd_forward(ctx, TV(io, TH_OUT), TV(io, TH_FINAL), TV(io, TH_X), TV(io, TH_DT),
-                              TV(io, TH_A), TV(io, TH_BM), TV(io, TH_CM), &io->opts, ws, need);
+    return mamba2_ssd_forward(ctx, TV(io, TH_OUT), io->out_x, TV(io, TH_FINAL), TV(io, TH_X),
+                              TV(io, TH_DT), TV(io, TH_A), TV(io, TH_BM), TV(io, TH_CM), &io->opts,
+                              ws, need);
 }
 
 mamba2_status_t th_ssd_io_backward(mamba2_context_t *ctx, th_ssd_io *io, int ws_mode) {
@@ -725,13 +730,13 @@ mamba2_status_t th_ssd_io_backward(mamba2_context_t *ctx, th_ssd_io *io, int ws_
     if (ws_mode) {
         mamba2_status_t st = mamba2_ssd_backward_workspace_size(
             ctx, &io->grads, TV(io, TH_DOUT), TV(io, TH_DFINAL), TV(io, TH_X), TV(io, TH_DT),
-            TV(io, TH_A), TV(io, TH_BM), TV(io, TH_CM), &io->opts, &need);
+            TV(io, TH_A), TV(io, TH_BM), TV(io, TH_CM), io->out_x, &io->opts, &need);
         if (st != MAMBA2_STATUS_OK) return st;
         ws = prep_ws(io, need);
     }
     return mamba2_ssd_backward(ctx, &io->grads, TV(io, TH_DOUT), TV(io, TH_DFINAL), TV(io, TH_X),
                                TV(io, TH_DT), TV(io, TH_A), TV(io, TH_BM), TV(io, TH_CM),
-                               &io->opts, ws, need);
+                               io->out_x, &io->opts, ws, need);
 }
 
 int th_ssd_io_check_memory(const th_ssd_io *io, char *msg, size_t msg_size) {

@@ -73,6 +73,16 @@ int th_unit_failed(void);
 int th_finish(void);
 void th_set_verbose(int v);
 int th_verbose(void);
+/* 1 when MAMBA2C_TEST_REDUCED=1 is set (tests/CMakeLists.txt sets it for emulated runs, e.g.
+ * the AArch64 cross-build under qemu): the programs that take minutes natively drop repeats
+ * of paths covered elsewhere (docs/architecture.md, "Testing off x86"). */
+int th_reduced(void);
+/* 1 in AArch64 builds (ASIMD, the NEON kernel set, is part of its base ISA) */
+#if defined(__aarch64__)
+#define TH_AARCH64 1
+#else
+#define TH_AARCH64 0
+#endif
 
 /* ---- metrics ------------------------------------------------------------------------------- */
 /* ||got-ref|| / ||ref|| (absolute when ||ref|| == 0); NaN if got has a NaN/Inf. */
@@ -164,6 +174,7 @@ typedef struct th_ssd_io {
     th_view v[TH_NT];
     mamba2_ssd_options_t opts;
     mamba2_ssd_grads_t grads;
+    const mamba2_tensor_t *out_x; /* NULL unless a test sets it (forward out, backward in) */
     /* workspace of the last call (exact size, 16 mod 64 aligned, guarded tail) */
     unsigned char *ws_alloc;
     size_t ws_bytes;

@@ -57,21 +57,21 @@ static mamba2_ssd_options_t opts_of(args *a) {
 }
 
 static mamba2_ssd_grads_t grads_of(args *a) {
-    mamba2_ssd_grads_t g = {TP(a, TH_DX), TP(a, TH_DDT), TP(a, TH_DA), TP(a, TH_DBM), TP(a, TH_DCM),
+    mamba2_ssd_grads_t g = {0, TP(a, TH_DX), TP(a, TH_DDT), TP(a, TH_DA), TP(a, TH_DBM), TP(a, TH_DCM),
                             TP(a, TH_DD), TP(a, TH_DZ), TP(a, TH_DDTB), TP(a, TH_DINIT)};
     return g;
 }
 
 static mamba2_status_t fwd(args *a) {
     mamba2_ssd_options_t o = opts_of(a);
-    return mamba2_ssd_forward(a->ctx, TP(a, TH_OUT), TP(a, TH_FINAL), TP(a, TH_X), TP(a, TH_DT),
+    return mamba2_ssd_forward(a->ctx, TP(a, TH_OUT), NULL, TP(a, TH_FINAL), TP(a, TH_X), TP(a, TH_DT),
                               TP(a, TH_A), TP(a, TH_BM), TP(a, TH_CM), a->opts_null ? NULL : &o,
                               a->ws, a->ws_size);
 }
 
 static mamba2_status_t fwd_wss(args *a, size_t *sz) {
     mamba2_ssd_options_t o = opts_of(a);
-    return mamba2_ssd_forward_workspace_size(a->ctx, TP(a, TH_OUT), TP(a, TH_FINAL), TP(a, TH_X),
+    return mamba2_ssd_forward_workspace_size(a->ctx, TP(a, TH_OUT), NULL, TP(a, TH_FINAL), TP(a, TH_X),
                                              TP(a, TH_DT), TP(a, TH_A), TP(a, TH_BM), TP(a, TH_CM),
                                              a->opts_null ? NULL : &o, a->wss_null ? NULL : sz);
 }
@@ -81,7 +81,7 @@ static mamba2_status_t bwd(args *a) {
     mamba2_ssd_grads_t g = grads_of(a);
     return mamba2_ssd_backward(a->ctx, a->grads_null ? NULL : &g, TP(a, TH_DOUT), TP(a, TH_DFINAL),
                                TP(a, TH_X), TP(a, TH_DT), TP(a, TH_A), TP(a, TH_BM), TP(a, TH_CM),
-                               a->opts_null ? NULL : &o, a->ws, a->ws_size);
+                               NULL, a->opts_null ? NULL : &o, a->ws, a->ws_size);
 }
 
 static mamba2_status_t bwd_wss(args *a, size_t *sz) {
@@ -89,7 +89,7 @@ static mamba2_status_t bwd_wss(args *a, size_t *sz) {
     mamba2_ssd_grads_t g = grads_of(a);
     return mamba2_ssd_backward_workspace_size(a->ctx, a->grads_null ? NULL : &g, TP(a, TH_DOUT),
                                               TP(a, TH_DFINAL), TP(a, TH_X), TP(a, TH_DT),
-                                              TP(a, TH_A), TP(a, TH_BM), TP(a, TH_CM),
+                                              TP(a, TH_A), TP(a, TH_BM), TP(a, TH_CM), NULL,
                                               a->opts_null ? NULL : &o, a->wss_null ? NULL : sz);
 }
 
@@ -195,7 +195,7 @@ static void *thread_fn(void *arg) {
     const char *m = mamba2_last_error();
     snprintf(res, 256, "%s", m ? m : "(null)");
     /* fail here; must not change the main thread's message */
-    mamba2_status_t st = mamba2_ssd_forward(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0);
+    mamba2_status_t st = mamba2_ssd_forward(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0);
     (void)st;
     return NULL;
 }
@@ -282,7 +282,7 @@ int main(int argc, char **argv) {
                           mamba2_context_get_num_threads(c) >= 1, "set_num_threads(-1)");
             const char *isa = mamba2_context_get_isa(c);
             th_note("default isa %s;", isa ? isa : "(null)");
-            int has_avx2 = 0, has_avx512 = 0; /* what the library should find */
+            int has_avx2 = 0, has_avx512 = 0, has_neon = TH_AARCH64; /* what the library should find */
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
             has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
             has_avx512 = has_avx2 && __builtin_cpu_supports("avx512f") &&
@@ -290,9 +290,9 @@ int main(int argc, char **argv) {
                          __builtin_cpu_supports("avx512dq");
 #endif
             const char *cap = getenv("MAMBA2C_ISA"); /* caps the level (scalar | avx2) */
-            if (cap && !strcmp(cap, "scalar")) has_avx2 = has_avx512 = 0;
+            if (cap && !strcmp(cap, "scalar")) has_avx2 = has_avx512 = has_neon = 0;
             if (cap && (!strcmp(cap, "avx2") || !strcmp(cap, "avx2+fma"))) has_avx512 = 0;
-            const char *want = has_avx512 ? "avx512" : has_avx2 ? "avx2+fma" : NULL;
+            const char *want = has_avx512 ? "avx512" : has_avx2 ? "avx2+fma" : has_neon ? "neon" : 0;
             if (want)
                 th_expect(isa && !strcmp(isa, want), "CPU has %s but the default kernel set is %s",
                           want, isa ? isa : "(null)");
@@ -300,10 +300,10 @@ int main(int argc, char **argv) {
             th_expect(mamba2_context_force_isa(c, NULL) == INV, "force_isa(NULL) not invalid");
             th_expect(mamba2_context_force_isa(c, "AVX512") == INV, "force_isa(AVX512) not invalid");
             /* each named set: OK where the CPU has it (get_isa then names it), else UNSUPPORTED */
-            static const char *const names[4][2] = {{"avx512", "avx512"}, {"avx2", "avx2+fma"},
-                                                    {"avx2+fma", "avx2+fma"}, {"scalar", "scalar"}};
-            for (int i = 0; i < 4; i++) {
-                const int have = i == 0 ? has_avx512 : i < 3 ? has_avx2 : 1;
+            static const char *const names[5][2] = {{"avx512", "avx512"}, {"avx2", "avx2+fma"},
+                {"avx2+fma", "avx2+fma"}, {"neon", "neon"}, {"scalar", "scalar"}};
+            for (int i = 0; i < 5; i++) {
+                const int have = i == 0 ? has_avx512 : i < 3 ? has_avx2 : i == 3 ? has_neon : 1;
                 const mamba2_status_t fs = mamba2_context_force_isa(c, names[i][0]);
                 th_expect(fs == (have ? MAMBA2_STATUS_OK : MAMBA2_STATUS_UNSUPPORTED),
                           "force_isa(%s): %s", names[i][0], mamba2_status_string(fs));
@@ -713,7 +713,7 @@ int main(int argc, char **argv) {
         th_tensor_scatter(&bm, dd.v[TH_BM]);
         th_tensor_scatter(&cm, dd.v[TH_CM]);
         th_tensor_scatter(&dt, dd.v[TH_DT]);
-        mamba2_status_t st = mamba2_ssd_forward(cpu, &o, NULL, &x, &dt, &ci.v[TH_A].t, &bm, &cm,
+        mamba2_status_t st = mamba2_ssd_forward(cpu, &o, NULL, NULL, &x, &dt, &ci.v[TH_A].t, &bm, &cm,
                                                 &ci.opts, NULL, 0);
         th_expect(st == MAMBA2_STATUS_OK, "%s: %s", mamba2_status_string(st), mamba2_last_error());
         if (st == MAMBA2_STATUS_OK) {

@@ -269,13 +269,13 @@ typedef struct variant {
 } variant;
 
 /* The CPU kernel sets under test: each one this CPU (and MAMBA2C_ISA) allows, widest first. */
-static const char *g_isa[3];
+static const char *g_isa[4];
 static int g_nisa;
 
 static void find_isas(void) {
-    static const char *const all[3] = {"avx512", "avx2", "scalar"};
+    static const char *const all[4] = {"avx512", "avx2", "neon", "scalar"};
     mamba2_context_t *ctx = th_ctx(MAMBA2_BACKEND_CPU, 1, NULL);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         if (mamba2_context_force_isa(ctx, all[i]) == MAMBA2_STATUS_OK)
             g_isa[g_nisa++] = all[i];
         else

@@ -213,9 +213,9 @@ static void run_parity(mamba2_context_t *cpu, const char *name, int64_t B, int64
 
 int main(void) {
     mamba2_context_t *ref = th_ctx(MAMBA2_BACKEND_REF, 1, NULL);
-    static const char *const isas[3] = {"avx512", "avx2", "scalar"};
+    static const char *const isas[4] = {"avx512", "avx2", "neon", "scalar"};
     mamba2_context_t *probe = th_ctx(MAMBA2_BACKEND_CPU, 1, NULL);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         if (mamba2_context_force_isa(probe, isas[i]) != MAMBA2_STATUS_OK) {
             printf("note: kernel set %s skipped: %s\n", isas[i], mamba2_last_error());
             continue;

@@ -262,7 +262,7 @@ static mamba2_status_t call_fwd(mamba2_context_t *ctx, inst *I, const rcase *c, 
 
 static mamba2_status_t call_bwd(mamba2_context_t *ctx, inst *I, const rcase *c, int use_rstd, int ws_mode) {
     mamba2_rmsnorm_gated_options_t o = opts_of(c);
-    mamba2_rmsnorm_gated_grads_t g = {&I->dx, T(I->dz), &I->dw, T(I->db)};
+    mamba2_rmsnorm_gated_grads_t g = {0, &I->dx, T(I->dz), &I->dw, T(I->db)};
     const mamba2_tensor_t *rs = use_rstd ? &I->rstd : NULL;
     if (!ws_mode)
         return mamba2_rmsnorm_gated_backward(ctx, &g, &I->dout, &I->x, T(I->z), &I->w, T(I->bias), rs, &o, NULL, 0);
@@ -597,7 +597,7 @@ static void test_grad_subsets(mamba2_context_t *ctx, const char *isa) {
             inst_make(&I, &c, &d, MAMBA2_DTYPE_F32, 0);
             arm(&I);
             mamba2_rmsnorm_gated_options_t o = opts_of(&c);
-            mamba2_rmsnorm_gated_grads_t g = {(mask & 1) ? &I.dx : NULL, (mask & 2) ? &I.dz : NULL,
+            mamba2_rmsnorm_gated_grads_t g = {0, (mask & 1) ? &I.dx : NULL, (mask & 2) ? &I.dz : NULL,
                                               (mask & 4) ? &I.dw : NULL, (mask & 8) ? &I.db : NULL};
             mamba2_status_t st = mamba2_rmsnorm_gated_backward(ctx, &g, &I.dout, &I.x, &I.z, &I.w, &I.bias,
                                                                NULL, &o, NULL, 0);
@@ -681,7 +681,7 @@ static void test_api(mamba2_context_t *cpu, mamba2_context_t *ref) {
     api_env_init(e);
     mamba2_rmsnorm_gated_options_t o = mamba2_rmsnorm_gated_options_default();
     o.group_size = 5;
-    mamba2_rmsnorm_gated_grads_t g = {&e->tdx, &e->tdz, &e->tdw, &e->tdb};
+    mamba2_rmsnorm_gated_grads_t g = {0, &e->tdx, &e->tdz, &e->tdw, &e->tdb};
     mamba2_status_t st;
     const mamba2_status_t INV = MAMBA2_STATUS_INVALID_ARGUMENT;
 
@@ -812,12 +812,12 @@ static void test_api(mamba2_context_t *cpu, mamba2_context_t *ref) {
         api_expect("out_overlaps_z", st, INV, "out z overlaps", e);
         mamba2_tensor_t dxa = e->tdx;
         dxa.data = e->dout + 1;
-        mamba2_rmsnorm_gated_grads_t g2 = {&dxa, NULL, NULL, NULL};
+        mamba2_rmsnorm_gated_grads_t g2 = {0, &dxa, NULL, NULL, NULL};
         st = BWD(cpu, &g2, &e->tdout, &e->tx, NULL, &e->tw, NULL, NULL, &o);
         api_expect("dx_overlaps_dout", st, INV, "dx dout overlaps", e);
         mamba2_tensor_t dza = e->tdz;
         dza.data = e->dx;
-        mamba2_rmsnorm_gated_grads_t g3 = {&e->tdx, &dza, NULL, NULL};
+        mamba2_rmsnorm_gated_grads_t g3 = {0, &e->tdx, &dza, NULL, NULL};
         st = BWD(cpu, &g3, &e->tdout, &e->tx, &e->tz, &e->tw, NULL, NULL, &o);
         api_expect("dz_overlaps_dx", st, INV, "dz dx overlaps", e);
         mamba2_tensor_t ra = e->trstd;
@@ -828,10 +828,10 @@ static void test_api(mamba2_context_t *cpu, mamba2_context_t *ref) {
 
     /* gradients without their input */
     {
-        mamba2_rmsnorm_gated_grads_t g2 = {&e->tdx, &e->tdz, NULL, NULL};
+        mamba2_rmsnorm_gated_grads_t g2 = {0, &e->tdx, &e->tdz, NULL, NULL};
         st = BWD(cpu, &g2, &e->tdout, &e->tx, NULL, &e->tw, NULL, NULL, &o);
         api_expect("dz_without_z", st, INV, "dz z", e);
-        mamba2_rmsnorm_gated_grads_t g3 = {&e->tdx, NULL, &e->tdw, &e->tdb};
+        mamba2_rmsnorm_gated_grads_t g3 = {0, &e->tdx, NULL, &e->tdw, &e->tdb};
         st = BWD(ref, &g3, &e->tdout, &e->tx, NULL, &e->tw, NULL, NULL, &o);
         api_expect("dbias_without_bias", st, INV, "dbias bias", e);
     }
@@ -938,7 +938,7 @@ static int bench(int32_t nthreads) {
                     tr = mamba2_tensor_make(rstd, MAMBA2_DTYPE_F32, 2, m1);
     mamba2_rmsnorm_gated_options_t o = mamba2_rmsnorm_gated_options_default();
     o.group_size = D; /* ngroups = 1 */
-    mamba2_rmsnorm_gated_grads_t g = {&tdx, &tdz, &tdw, NULL};
+    mamba2_rmsnorm_gated_grads_t g = {0, &tdx, &tdz, &tdw, NULL};
     size_t wsz = 0;
     mamba2_rmsnorm_gated_backward_workspace_size(ctx, &g, &td, &tx, &tz, &tw, NULL, &tr, &o, &wsz);
     void *ws = th_xmalloc(wsz ? wsz : 1);

@@ -125,7 +125,7 @@ static int n_in(int sg) {
  * NaN-filled. An optional input is present when its value array is. */
 typedef struct stage_io {
     gt g[NID];
-    mamba2_ssd_options_t o;
+    mamba2_ssd_chunked_options_t o;
 } stage_io;
 
 static void sio_make(stage_io *s, int sg, const th_ssd_case *c, const vals *in, mamba2_dtype_t dt,
@@ -143,7 +143,7 @@ static void sio_make(stage_io *s, int sg, const th_ssd_case *c, const vals *in, 
         if (id == FIN && !c->final) continue;
         gt_make(&s->g[id], dt, shape_of(c, id, sh), sh, pad, 1, NULL);
     }
-    s->o = mamba2_ssd_options_default();
+    s->o = mamba2_ssd_chunked_options_default();
     s->o.chunk_size = c->Q;
     s->o.D = gt_t(&s->g[D_]);
     s->o.z = gt_t(&s->g[Z]);
@@ -582,7 +582,7 @@ static void test_errors(mamba2_backend_t be) {
     for (int sg = 0; sg < NSTAGE; sg++) sio_make(&s[sg], sg, &c, &v, MAMBA2_DTYPE_F32, 0);
     stage_io *cu = &s[S_CUMSUM], *bm = &s[S_BMM], *cst = &s[S_STATE], *sp = &s[S_PASSING],
              *sc = &s[S_SCAN];
-    mamba2_ssd_options_t o;
+    mamba2_ssd_chunked_options_t o;
     mamba2_tensor_t t;
 
     /* the stages' calls with every argument valid except those given */
@@ -609,11 +609,11 @@ static void test_errors(mamba2_backend_t be) {
     gt_expect_err(CUMSUM(NULL, uDAC, uDT, uA, &o), INV, "dt_out", NULL);
     gt_expect_err(CUMSUM(uDTO, uDAC, uDT, NULL, &o), INV, "A", NULL);
     {
-        const int64_t shcu[1] = {3};
-        int32_t cuv[3] = {0, 5, 20};
-        mamba2_tensor_t cut = mamba2_tensor_make(cuv, MAMBA2_DTYPE_I32, 1, shcu);
-        o.cu_seqlens = &cut;
-        gt_expect_err(CUMSUM(uDTO, uDAC, uDT, uA, &o), INV, "cu_seqlens", NULL);
+        /* a struct_size from another ABI (the options struct has no cu_seqlens: batch only) */
+        o.struct_size = 12;
+        gt_expect_err(CUMSUM(uDTO, uDAC, uDT, uA, &o), INV, "struct_size", NULL);
+        o.struct_size = (uint32_t)sizeof o + 8;
+        gt_expect_err(CUMSUM(uDTO, uDAC, uDT, uA, &o), INV, "mamba2_ssd_chunked_options_t", NULL);
         o = cu->o;
     }
     o.chunk_size = 0;
@@ -639,7 +639,7 @@ static void test_errors(mamba2_backend_t be) {
         dac.shape[0] = dac.shape[1] = 1;
         dtt.shape[0] = dtt.shape[2] = 1;
         a1.shape[0] = 1;
-        mamba2_ssd_options_t o1 = o;
+        mamba2_ssd_chunked_options_t o1 = o;
         o1.dt_bias = NULL;
         gt_expect_err(CUMSUM(&dto, &dac, &dtt, &a1, &o1), INV, "dt_out", "dt");
         gt_expect_err(CUMSUM(&dac, &dac, &dtt, &a1, &o1), INV, "dA_cumsum", "dt_out");
@@ -736,8 +736,8 @@ static void test_errors(mamba2_backend_t be) {
     o.chunk_size = 5; /* K = 4: every staged tensor is off; CB is checked first */
     gt_expect_err(SCAN(cOUT, cCB, cX, cDTO, cDAC, cCM, cSS, &o), INV, "CB", NULL);
     o = sc->o;
-    o.cu_seqlens = cX;
-    gt_expect_err(SCAN(cOUT, cCB, cX, cDTO, cDAC, cCM, cSS, &o), INV, "cu_seqlens", NULL);
+    o.struct_size = 1;
+    gt_expect_err(SCAN(cOUT, cCB, cX, cDTO, cDAC, cCM, cSS, &o), INV, "struct_size", NULL);
 #undef CUMSUM
 #undef BMM
 #undef STATE

@@ -20,9 +20,11 @@
  * rounding of a too-large value), finite values elsewhere, and status OK: the op does not
  * check or clamp the range of its half outputs.
  *
- * Usage: test_ssd_half [--backend ref|cpu|all] [-q] [name-substring]
+ * Usage: test_ssd_half [--backend ref|cpu|all|opencl] [-q] [name-substring]
  * (cpu runs the CPU backend with its default kernel set, the forced "avx2" one where the default
- * is "avx512", and the forced portable "scalar" one)
+ * is "avx512", and the forced portable "scalar" one; opencl the OpenCL backend, run only when
+ * asked: exit code 77 when no OpenCL device exists, and its three contexts stand in for the
+ * thread counts, so the bitwise checks are run to run)
  */
 #include <math.h>
 #include <stdio.h>
@@ -279,9 +281,9 @@ static mamba2_status_t inst_call(mamba2_context_t *ctx, inst *in, int backward, 
     if (ws_mode) {
         st = backward ? mamba2_ssd_backward_workspace_size(
                             ctx, &in->grads, TV(in, TH_DOUT), TV(in, TH_DFINAL), TV(in, TH_X),
-                            TV(in, TH_DT), TV(in, TH_A), TV(in, TH_BM), TV(in, TH_CM), &in->opts,
-                            &need)
-                      : mamba2_ssd_forward_workspace_size(ctx, TV(in, TH_OUT), TV(in, TH_FINAL),
+                            TV(in, TH_DT), TV(in, TH_A), TV(in, TH_BM), TV(in, TH_CM), NULL,
+                            &in->opts, &need)
+                      : mamba2_ssd_forward_workspace_size(ctx, TV(in, TH_OUT), NULL, TV(in, TH_FINAL),
                                                           TV(in, TH_X), TV(in, TH_DT), TV(in, TH_A),
                                                           TV(in, TH_BM), TV(in, TH_CM), &in->opts,
                                                           &need);
@@ -295,8 +297,8 @@ static mamba2_status_t inst_call(mamba2_context_t *ctx, inst *in, int backward, 
     if (ws) memset(ws, TH_PAT_GUARD, need + TH_GUARD);
     st = backward ? mamba2_ssd_backward(ctx, &in->grads, TV(in, TH_DOUT), TV(in, TH_DFINAL),
                                         TV(in, TH_X), TV(in, TH_DT), TV(in, TH_A), TV(in, TH_BM),
-                                        TV(in, TH_CM), &in->opts, ws, need)
-                  : mamba2_ssd_forward(ctx, TV(in, TH_OUT), TV(in, TH_FINAL), TV(in, TH_X),
+                                        TV(in, TH_CM), NULL, &in->opts, ws, need)
+                  : mamba2_ssd_forward(ctx, TV(in, TH_OUT), NULL, TV(in, TH_FINAL), TV(in, TH_X),
                                        TV(in, TH_DT), TV(in, TH_A), TV(in, TH_BM), TV(in, TH_CM),
                                        &in->opts, ws, need);
     if (st != MAMBA2_STATUS_OK) {
@@ -329,7 +331,7 @@ static int outputs_equal(const inst *a, const inst *b, char *msg, size_t n) {
 
 /* ---- worst errors per (backend, dtype, tensor), for the summary ----------------------------- */
 
-static double worst[4][2][TH_NT]; /* -1: nothing measured */
+static double worst[5][2][TH_NT]; /* -1: nothing measured */
 
 /* ---- one case on one backend and dtype --------------------------------------------------- */
 
@@ -523,27 +525,36 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc) which = argv[++i];
         else filter = argv[i];
     }
-    if (strcmp(which, "ref") && strcmp(which, "cpu") && strcmp(which, "all")) {
-        printf("usage: test_ssd_half [--backend ref|cpu|all] [-q] [name-substring]\n");
+    if (strcmp(which, "ref") && strcmp(which, "cpu") && strcmp(which, "all") &&
+        strcmp(which, "opencl")) {
+        printf("usage: test_ssd_half [--backend ref|cpu|all|opencl] [-q] [name-substring]\n");
         return 2;
+    }
+    if (!strcmp(which, "opencl")) { /* skip (77) only when there is no OpenCL device */
+        mamba2_context_t *cl = NULL;
+        if (mamba2_context_create(&cl, MAMBA2_BACKEND_OPENCL, 1) == MAMBA2_STATUS_BACKEND_UNAVAILABLE) {
+            printf("SKIP: %s\n", mamba2_last_error());
+            return 77;
+        }
+        mamba2_context_destroy(cl);
     }
     /* the CPU backend runs with its default kernel set, the AVX2 one forced where the default
      * is wider (AVX-512), and the portable scalar one */
-    static const char *blabel[4] = {"ref", "cpu", "cpu-avx2", "cpu-scalar"};
-    static const char *bname[4] = {"ref", "cpu", "cpu", "cpu"};
-    static const char *bisa[4] = {NULL, NULL, "avx2", "scalar"};
-    static const mamba2_backend_t bk[4] = {MAMBA2_BACKEND_REF, MAMBA2_BACKEND_CPU, MAMBA2_BACKEND_CPU,
-                                           MAMBA2_BACKEND_CPU};
+    static const char *blabel[5] = {"ref", "cpu", "cpu-avx2", "cpu-scalar", "opencl"};
+    static const char *bname[5] = {"ref", "cpu", "cpu", "cpu", "opencl"};
+    static const char *bisa[5] = {NULL, NULL, "avx2", "scalar", NULL};
+    static const mamba2_backend_t bk[5] = {MAMBA2_BACKEND_REF, MAMBA2_BACKEND_CPU, MAMBA2_BACKEND_CPU,
+                                           MAMBA2_BACKEND_CPU, MAMBA2_BACKEND_OPENCL};
     static const mamba2_dtype_t dts[2] = {MAMBA2_DTYPE_BF16, MAMBA2_DTYPE_F16};
-    for (int bi = 0; bi < 4; bi++)
+    for (int bi = 0; bi < 5; bi++)
         for (int di = 0; di < 2; di++)
             for (int id = 0; id < TH_NT; id++) worst[bi][di][id] = -1.0;
     mamba2_context_t *probe = th_ctx(MAMBA2_BACKEND_CPU, 1, NULL);
     const int wide = strcmp(mamba2_context_get_isa(probe), "avx512") == 0;
     mamba2_context_destroy(probe);
     mamba2_context_t *ref_ctx = th_ctx(MAMBA2_BACKEND_REF, 1, NULL);
-    for (int bi = 0; bi < 4; bi++) {
-        if (strcmp(which, "all") && strcmp(which, bname[bi])) continue;
+    for (int bi = 0; bi < 5; bi++) {
+        if (strcmp(which, "all") ? strcmp(which, bname[bi]) != 0 : bi == 4) continue;
         if (bi == 2 && !wide) continue; /* the AVX2 set is the default there */
         mamba2_context_t *c1 = th_ctx(bk[bi], 1, bisa[bi]), *c2 = th_ctx(bk[bi], 2, bisa[bi]);
         mamba2_context_t *c3 = th_ctx(bk[bi], 3, bisa[bi]);

@@ -1,5 +1,5 @@
 /*
- * test_ssd_outx.c — options.out_x, the output before the z gate (y + D x, mamba_ssm's out_x):
+ * test_ssd_outx.c — out_x, the output before the z gate (y + D x, mamba_ssm's out_x):
  * the forward writes it, the backward reads it instead of recomputing y.
  *
  * Per case and backend (CPU default kernels; the AVX2 ones forced where the default is AVX-512;
@@ -188,7 +188,7 @@ static void make_run(const cfg *c, const vals *V, mamba2_dtype_t adt, run *R) {
         R->opts.cu_seqlens = &R->cu;
     }
     mamba2_tensor_t *T = R->t;
-    R->grads = (mamba2_ssd_grads_t){&T[NI + O_DX], &T[NI + O_DDT], &T[NI + O_DA], &T[NI + O_DB],
+    R->grads = (mamba2_ssd_grads_t){0, &T[NI + O_DX], &T[NI + O_DDT], &T[NI + O_DA], &T[NI + O_DB],
                                     &T[NI + O_DC], &T[NI + O_DD], c->z ? &T[NI + O_DZ] : NULL,
                                     &T[NI + O_DDTB], &T[NI + O_DINIT]};
 }
@@ -198,16 +198,15 @@ static void free_run(run *R) {
 }
 
 static mamba2_status_t fwd(mamba2_context_t *ctx, run *R, int with_outx) {
-    mamba2_ssd_options_t o = R->opts;
-    o.out_x = with_outx ? &R->t[NI + O_OUTX] : NULL;
-    return mamba2_ssd_forward(ctx, &R->t[NI + O_OUT], &R->t[NI + O_FIN], &R->t[I_X], &R->t[I_DT],
-                              &R->t[I_A], &R->t[I_B], &R->t[I_C], &o, NULL, 0);
+    const mamba2_tensor_t *ox = with_outx ? &R->t[NI + O_OUTX] : NULL;
+    return mamba2_ssd_forward(ctx, &R->t[NI + O_OUT], ox, &R->t[NI + O_FIN], &R->t[I_X],
+                              &R->t[I_DT], &R->t[I_A], &R->t[I_B], &R->t[I_C], &R->opts, NULL, 0);
 }
 static mamba2_status_t bwd(mamba2_context_t *ctx, run *R, int with_outx) {
-    mamba2_ssd_options_t o = R->opts;
-    o.out_x = with_outx ? &R->t[NI + O_OUTX] : NULL;
+    const mamba2_tensor_t *ox = with_outx ? &R->t[NI + O_OUTX] : NULL;
     return mamba2_ssd_backward(ctx, &R->grads, &R->t[I_DOUT], &R->t[I_DFIN], &R->t[I_X],
-                               &R->t[I_DT], &R->t[I_A], &R->t[I_B], &R->t[I_C], &o, NULL, 0);
+                               &R->t[I_DT], &R->t[I_A], &R->t[I_B], &R->t[I_C], ox, &R->opts, NULL,
+                               0);
 }
 
 /* ---- checks ------------------------------------------------------------------------- */
@@ -381,12 +380,10 @@ static void run_errors(void) {
         if (cases[i].kind == 1) bad.dtype = MAMBA2_DTYPE_F64;
         if (cases[i].kind == 2) bad.data = R.buf[NI + O_OUT];
         if (cases[i].kind == 3) bad.data = R.buf[I_X];
-        mamba2_ssd_options_t o = R.opts;
-        o.out_x = &bad;
         for (int64_t k = 0; k < V.n[NI + O_OUT]; k++) ((float *)R.buf[NI + O_OUT])[k] = GUARD_F;
         const mamba2_status_t st =
-            mamba2_ssd_forward(ctx, &R.t[NI + O_OUT], NULL, &R.t[I_X], &R.t[I_DT], &R.t[I_A],
-                               &R.t[I_B], &R.t[I_C], &o, NULL, 0);
+            mamba2_ssd_forward(ctx, &R.t[NI + O_OUT], &bad, NULL, &R.t[I_X], &R.t[I_DT], &R.t[I_A],
+                               &R.t[I_B], &R.t[I_C], &R.opts, NULL, 0);
         int untouched = 1;
         for (int64_t k = 0; k < V.n[NI + O_OUT]; k++)
             untouched &= ((float *)R.buf[NI + O_OUT])[k] == GUARD_F;
@@ -402,11 +399,9 @@ static void run_errors(void) {
     {
         int64_t shp[4] = {2, 9, 3, 4};
         mamba2_tensor_t bad = mamba2_tensor_make(R.buf[NI + O_OUTX], MAMBA2_DTYPE_F32, 4, shp);
-        mamba2_ssd_options_t o = R.opts;
-        o.out_x = &bad;
         const mamba2_status_t st =
             mamba2_ssd_backward(ctx, &R.grads, &R.t[I_DOUT], NULL, &R.t[I_X], &R.t[I_DT],
-                                &R.t[I_A], &R.t[I_B], &R.t[I_C], &o, NULL, 0);
+                                &R.t[I_A], &R.t[I_B], &R.t[I_C], &bad, &R.opts, NULL, 0);
         result(st == MAMBA2_STATUS_INVALID_ARGUMENT && strstr(mamba2_last_error(), "out_x"),
                "backward, out_x with the wrong shape -> invalid argument naming out_x");
     }

@@ -113,7 +113,7 @@ static mamba2_status_t run(mamba2_context_t *ctx, mamba2_dtype_t dt, const pcase
     o.initial_state = &tinit;
     o.cu_seqlens = cu ? &tcu : NULL;
     o.state_positions = pos ? &tpos : NULL;
-    mamba2_status_t st = mamba2_ssd_forward_states(ctx, &tout, &tfin, pos ? &tps : NULL, &tx, &tdt,
+    mamba2_status_t st = mamba2_ssd_forward_states(ctx, &tout, NULL, &tfin, pos ? &tps : NULL, &tx, &tdt,
                                                    &tA, &tB, &tC, &o, NULL, 0);
     res->out = th_xmalloc((size_t)(nout + 1) * sizeof(double));
     res->fin = th_xmalloc((size_t)(nfin + 1) * sizeof(double));
@@ -263,7 +263,7 @@ static void run_errors(mamba2_context_t *cpu) {
         mamba2_tensor_t tps = mamba2_tensor_make(ps, MAMBA2_DTYPE_F32, 4, shps);
         mamba2_ssd_options_t o = mamba2_ssd_options_default();
         o.state_positions = cases[i].give_pos ? &tpos : NULL;
-        mamba2_status_t st = mamba2_ssd_forward_states(cpu, &tout, NULL, cases[i].give_ps ? &tps : NULL,
+        mamba2_status_t st = mamba2_ssd_forward_states(cpu, &tout, NULL, NULL, cases[i].give_ps ? &tps : NULL,
                                                        &tx, &tdt, &tA, &tB, &tC, &o, NULL, 0);
         th_expect(st == cases[i].want, "status %s, want %s (%s)", mamba2_status_string(st),
                   mamba2_status_string(cases[i].want), mamba2_last_error());
@@ -280,7 +280,7 @@ static void run_errors(mamba2_context_t *cpu) {
     mamba2_ssd_options_t o = mamba2_ssd_options_default();
     o.state_positions = &tpos;
     size_t ws = 0;
-    mamba2_status_t st = mamba2_ssd_forward_workspace_size(cpu, &tout, NULL, &tx, &tdt, &tA, &tB, &tC, &o, &ws);
+    mamba2_status_t st = mamba2_ssd_forward_workspace_size(cpu, &tout, NULL, NULL, &tx, &tdt, &tA, &tB, &tC, &o, &ws);
     th_expect(st == MAMBA2_STATUS_OK, "query: %s", mamba2_last_error());
     th_end();
 }

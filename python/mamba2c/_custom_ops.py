@@ -28,7 +28,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _native
+from . import _dispatch, _native
 
 __all__ = ["ssd", "SSDFunction", "rmsnorm_gated", "conv1d", "conv1d_step"]
 
@@ -261,8 +261,8 @@ def ssd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,
 
 
 # =======================================================================================
-# Gated RMSNorm (SPEC §5) and causal conv1d (SPEC §4, §6) — used by ops.py when the loaded
-# library exports them (_native.has_op); same pattern as the SSD op above.
+# Gated RMSNorm (SPEC §5) and causal conv1d (SPEC §4, §6) — used by ops.py where
+# _dispatch says the C op serves the call; same pattern as the SSD op above.
 # =======================================================================================
 
 def _needs(ctx, positions):
@@ -454,14 +454,9 @@ def ssd_step_op(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: T
                 dt_softplus: bool, dt_lo: float, dt_hi: float,
                 state_indices: Optional[Tensor]) -> Tensor:
     """Decode step (SPEC §6): out shaped like x; `state` updated in place. The C op when it
-    can serve the call (see _native.ssd_step), the torch implementation otherwise."""
-    r = _native.ssd_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_lo, dt_hi,
-                         state_indices)
-    if r is NotImplemented:
-        from . import _torch_impl
-        r = _torch_impl.ssd_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus,
-                                 (dt_lo, dt_hi), state_indices)
-    return r
+    can serve the call, the torch implementation otherwise (_dispatch.ssd_step decides)."""
+    return _dispatch.ssd_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_lo, dt_hi,
+                              state_indices)
 
 
 @ssd_step_op.register_fake

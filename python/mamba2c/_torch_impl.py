@@ -1,6 +1,6 @@
 """_torch_impl.py — torch implementations of SPEC §4 (conv1d), §5 (rmsnorm_gated) and §6
 (ssd_step, conv1d_step): the fallbacks ops.py uses where the C op does not serve a call
-(an older library without the entry point, non-CPU tensors, inputs that need gradients
+(no library loaded, non-CPU tensors, inputs that need gradients
 for the decode steps, forms the C op does not take — per-(p,n) A, a circular conv
 buffer, ...; each ops.py function lists its cases). Ordinary torch ops, differentiable with
 torch autograd, exactly the C contract's semantics. Arithmetic is float32 (float64 for

@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import _native, ops
+from . import _dispatch, ops
+from ._checks import expect_rank
 
 __all__ = ["mamba_chunk_scan_combined", "mamba_split_conv1d_scan_combined",
            "selective_state_update", "causal_conv1d_fn", "causal_conv1d_update", "rmsnorm_fn",
@@ -120,6 +121,7 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
 
     if return_varlen_states and cu_seqlens is None:
         raise ValueError("cu_seqlens must be provided if return_varlen_states is True")
+    expect_rank("x", x, "[B,L,H,P]")
     Bsz, L, H, P = x.shape
     cu = cu_seqlens
     rows = None
@@ -199,17 +201,15 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
     step of §1; default (0, inf)), so a negative raw dt without softplus becomes 0 here;
     return_all_states=True returns (out, all_states [B,(T,)H,P,N]).
     """
-    if state.dim() > 3:
-        if (not return_all_states and x.is_cpu and _native.has_op("ssd_step")
-                and not torch.is_grad_enabled() and not torch.compiler.is_compiling()):
-            # the decode hot path (inference): straight to the binding, one frame less
-            r = _native.ssd_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus,
-                                 dt_limit[0], dt_limit[1], state_batch_indices)
-            if r is not NotImplemented:
-                return r
-        return ops.ssd_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit,
-                            state_batch_indices, return_all_states)
+    if state.dim() > 3:  # the decode hot path: straight to the decision, one frame less
+        return _dispatch.ssd_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus,
+                                  dt_limit[0], dt_limit[1], state_batch_indices,
+                                  return_all_states,
+                                  torch.ops.mamba2c.ssd_step if torch.compiler.is_compiling()
+                                  else None)
     # head-less (mamba-1 style) forms: one head of P = dim channels
+    expect_rank("state", state, "[S,H,P,N]", "[S,P,N]")
+    expect_rank("x", x, "[B,P]")
     state_ = state.unsqueeze(1)
     x, dt, z = x.unsqueeze(1), dt.unsqueeze(1), (z.unsqueeze(1) if z is not None else None)
     A = A.unsqueeze(0) if A.dim() == 2 else A
@@ -247,6 +247,7 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
             raise ValueError("initial_states must be None if seq_idx is not None")
         if return_final_states:
             raise ValueError("If seq_idx is not None, we don't return final_states_out")
+    expect_rank("x", x, "[B,D,L]")
     Bsz, Dc, L = x.shape
     w = weight.reshape(Dc, -1)
     xl = x.transpose(1, 2)  # [B,L,D] view
@@ -329,6 +330,7 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
         nheads = D.shape[0]
     else:
         nheads, headdim = D.shape
+    expect_rank("zxbcdt", zxbcdt, "[B,L,d_in_proj]")
     Bsz, L, _ = zxbcdt.shape
     dim = nheads * headdim
     dstate = (conv1d_weight.shape[0] - dim) // ngroups // 2

@@ -1,16 +1,8 @@
 """ops.py — one function per mamba2c operator, in the C contract's form (SPEC.md).
 
-Each function is the single place that decides who computes the op:
-  - the C library (through _native / _custom_ops) when the loaded libmamba2c exports the
-    op and the tensors are on the CPU;
-  - otherwise the torch implementation in _torch_impl.py (same semantics).
-The SSD scan always runs in C. conv1d, rmsnorm_gated, ssd_step and conv1d_step have C
-bindings that are used as soon as the loaded library exports those entry points (has_op),
-and fall back to torch otherwise (older library, non-CPU tensors, or a case the C op does not
-cover — listed per function). When a C op lands, its binding goes into
-_native/_custom_ops and its name into NATIVE_OPS below — callers (interface.py, nn/,
-models/) do not change.
-
+Who computes each op — the C library (through _custom_ops / _native) or the torch
+implementation in _torch_impl.py (same semantics) — is decided in _dispatch.py, the one
+place that knows what the C ops serve; each function below lists its torch cases.
 The SSD scan has no torch fallback: a non-CPU tensor raises _native.DeviceError.
 ssd_states (the scan plus the states after chosen tokens) is C only too; the staged
 pipeline is in mamba2c.chunked.
@@ -23,23 +15,13 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _custom_ops, _native, _torch_impl
+from . import _custom_ops, _dispatch, _torch_impl
+from ._checks import expect_min_rank, expect_rank
 from ._custom_ops import ssd as _ssd_c
+from ._dispatch import NATIVE_OPS, backend_of
 
-__all__ = ["ssd", "ssd_states", "conv1d", "rmsnorm_gated", "ssd_step", "conv1d_step", "backend_of", "NATIVE_OPS"]
-
-# Ops whose C binding is written. An op runs in C when it is listed here AND the loaded
-# library exports it (_native.has_op) AND its tensors are on the CPU.
-NATIVE_OPS = frozenset({"ssd", "rmsnorm_gated", "conv1d", "conv1d_step", "ssd_step"})
-
-
-def _native_ok(name: str, t: Tensor) -> bool:
-    return name in NATIVE_OPS and t.device.type == "cpu" and _native.has_op(name)
-
-
-def backend_of(name: str, device: str = "cpu") -> str:
-    """"C" or "torch": who computes op `name` for tensors on `device`."""
-    return "C" if (name in NATIVE_OPS and device == "cpu" and _native.has_op(name)) else "torch"
+__all__ = ["ssd", "ssd_states", "conv1d", "rmsnorm_gated", "ssd_step", "conv1d_step",
+           "backend_of", "NATIVE_OPS"]
 
 
 def ssd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,
@@ -80,7 +62,8 @@ def conv1d(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, activation:
     """Causal depthwise conv1d, SPEC §4. x [B,L,D] channel-last (row stride free),
     weight [D,W], bias [D], initial_states [S,D,W-1]. Returns (out [B,L,D],
     final_states [S,D,W-1] or None). C op for CPU tensors and 1 <= W <= 8; torch otherwise."""
-    if _native_ok("conv1d", x) and 1 <= weight.shape[-1] <= 8:
+    expect_rank("x", x, "[B,L,D]")
+    if _dispatch.conv1d(x, weight):
         return _custom_ops.conv1d(x, weight.reshape(weight.shape[0], -1), bias, initial_states,
                                   cu_seqlens, activation, return_final_states)
     return _torch_impl.conv1d(x, weight, bias, activation, initial_states, cu_seqlens,
@@ -92,8 +75,9 @@ def rmsnorm_gated(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
                   norm_before_gate: bool = False) -> Tensor:
     """Gated RMSNorm, SPEC §5 (statistics per group of group_size channels of the last
     dim; None = the whole dim). Any leading shape; C op on CPU tensors."""
+    expect_min_rank("x", x, 1, "[..., D]")
     D = x.shape[-1]
-    if _native_ok("rmsnorm_gated", x) and x.dim() >= 1:
+    if _dispatch.rmsnorm_gated(x):
         x2 = x.reshape(-1, D)
         z2 = z.reshape(-1, D) if z is not None else None
         out = _custom_ops.rmsnorm_gated(x2, z2, weight, bias, eps,
@@ -101,13 +85,6 @@ def rmsnorm_gated(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
                                         norm_before_gate)
         return out.reshape(x.shape)
     return _torch_impl.rmsnorm_gated(x, weight, bias, z, eps, group_size, norm_before_gate)
-
-
-def _needs_grad(*ts) -> bool:
-    for t in ts:
-        if t is not None and t.requires_grad:
-            return True
-    return False
 
 
 def ssd_step(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
@@ -131,19 +108,9 @@ def ssd_step(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tens
     or has a strided last dim, float64 activations with a float32 state, non-CPU tensors,
     and inputs that need gradients (the C step has no backward; the torch path is
     differentiable)."""
-    if (x.is_cpu and _native.has_op("ssd_step")
-            and not (torch.is_grad_enabled()
-                     and _needs_grad(x, dt, A, B, C, D, z, dt_bias, state))):
-        if _custom_ops._is_compiling() and not return_all_states:
-            return torch.ops.mamba2c.ssd_step(state, x, dt, A, B, C, D, z, dt_bias,
-                                              bool(dt_softplus), float(dt_limit[0]),
-                                              float(dt_limit[1]), state_indices)
-        r = _native.ssd_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit[0],
-                             dt_limit[1], state_indices, return_all_states)
-        if r is not NotImplemented:
-            return r
-    return _torch_impl.ssd_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit,
-                                state_indices, return_all_states)
+    compiled = torch.ops.mamba2c.ssd_step if _custom_ops._is_compiling() else None
+    return _dispatch.ssd_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit[0],
+                              dt_limit[1], state_indices, return_all_states, compiled)
 
 
 def conv1d_step(x: Tensor, conv_state: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
@@ -155,14 +122,9 @@ def conv1d_step(x: Tensor, conv_state: Tensor, weight: Tensor, bias: Optional[Te
     dtype (the cache is updated in place, so it is never copied), no circular buffer
     (cache_seqlens) and no gradient is needed; torch otherwise (K > W-1 shifts the whole
     K-long window, as causal-conv1d does)."""
-    W = weight.shape[-1]
-    if (_native_ok("conv1d_step", x) and cache_seqlens is None and conv_state.is_cpu
-            and conv_state.dim() == 3 and conv_state.shape[-1] == W - 1
-            and (W - 1 <= 1 or conv_state.stride(-1) == 1)
-            and conv_state.dtype in (torch.float32, torch.float64)
-            and conv_state.dtype == _native._act_dtype(x)
-            and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
-                                                  or (bias is not None and bias.requires_grad)))):
+    expect_rank("x", x, "[B,D]", "[B,D,T]")
+    expect_rank("conv_state", conv_state, "[S,D,K]")
+    if _dispatch.conv1d_step(x, conv_state, weight, bias, cache_seqlens):
         xs = x if x.dim() == 2 else x.transpose(1, 2)      # C takes [B,C] or [B,T,C]
         out = _custom_ops.conv1d_step(xs, conv_state, weight.reshape(weight.shape[0], -1), bias,
                                       activation, state_indices)

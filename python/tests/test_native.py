@@ -124,8 +124,8 @@ def _raw_forward(dtypes):
     order = ("out", "fin", "x", "dt", "A", "B", "C")
     for i, k in enumerate(order):
         _native._out_desc(s.buf, i * _native._TSZ, t[k], dtypes.get(k, _native.DT_F32))
-    popt = _native._options(s, [], 7, 1, None, None, None, None, None, False, 0.0,
-                            float("inf"), torch.float32, _native.DT_F32)
+    popt = _native._options(s, [], _native.abi.SLOT["ssd_probe"], 1, None, None, None, None,
+                            None, False, 0.0, float("inf"), torch.float32, _native.DT_F32)
     st = _native.load().mamba2_ssd_forward(_native._context(_native.BACKEND_CPU),
                                            *[s.base + i * _native._TSZ for i in range(7)],
                                            popt, None, 0)
@@ -149,11 +149,18 @@ def test_c_unsupported_maps_to_not_implemented():
 
 def test_unavailable_backend_is_not_implemented():
     x, dt, A, B, C = _tiny()
-    with mamba2c.use_backend("cuda"):
-        with pytest.raises(NotImplementedError, match="CUDA backend is not built"):
-            mamba2c.mamba_chunk_scan_combined(x, dt, A, B, C, 1)
+    # an unavailable backend fails where it is chosen, not at the next op (issue 16)
+    with pytest.raises(NotImplementedError, match="CUDA backend is not built"):
+        with mamba2c.use_backend("cuda"):
+            pytest.fail("use_backend('cuda') entered")
+    with pytest.raises(NotImplementedError, match="backend 'cuda' is not available"):
+        mamba2c.set_backend("cuda")
+    assert mamba2c.get_backend() == "cpu"  # unchanged by the failed calls
+    mamba2c.mamba_chunk_scan_combined(x, dt, A, B, C, 1)  # still runs on the CPU backend
     with pytest.raises(ValueError):
         mamba2c.set_backend("tpu")
+    with pytest.raises(ValueError):
+        mamba2c.use_backend("tpu")
 
 
 def test_status_mapping_table():
@@ -222,8 +229,8 @@ def test_binding_overhead_report(capsys):
     out, fin = torch.empty(1, 1, 1, 1), torch.empty(1, 1, 1, 1)
     for i, t in enumerate((out, fin, x, dt, A, B, C)):
         _native._out_desc(s.buf, i * _native._TSZ, t, _native.DT_F32)
-    popt = _native._options(s, [], 7, 1, None, None, None, None, None, False, 0.0,
-                            float("inf"), torch.float32, _native.DT_F32)
+    popt = _native._options(s, [], _native.abi.SLOT["ssd_probe"], 1, None, None, None, None,
+                            None, False, 0.0, float("inf"), torch.float32, _native.DT_F32)
     fn = _native.load().mamba2_ssd_forward
     ctx = _native._context(_native.BACKEND_CPU)
     ptrs = [s.base + i * _native._TSZ for i in range(7)]

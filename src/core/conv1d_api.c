@@ -48,6 +48,12 @@ static mamba2_status_t validate(const conv_call *c, m2_conv1d_problem *pr) {
                         call_name(c->kind));
 
     const int step = c->kind == CALL_STEP;
+    if (step)
+        M2_TRY(m2_check_struct_size(MAMBA2_STRUCT_CONV1D_STEP_OPTIONS, "opts", c->sopts->struct_size));
+    else
+        M2_TRY(m2_check_struct_size(MAMBA2_STRUCT_CONV1D_OPTIONS, "opts", c->opts->struct_size));
+    if (c->kind == CALL_BACKWARD && c->grads)
+        M2_TRY(m2_check_struct_size(MAMBA2_STRUCT_CONV1D_GRADS, "grads", c->grads->struct_size));
     const char *req_names[3] = {"x", "weight",
                                 c->kind == CALL_FORWARD    ? "out"
                                 : c->kind == CALL_BACKWARD ? "dout"
@@ -248,13 +254,13 @@ static mamba2_status_t query(const conv_call *c, m2_conv1d_problem *pr, size_t *
     M2_TRY(validate(c, pr));
     size_t b = 0;
     if (c->kind == CALL_BACKWARD) M2_TRY(c->ctx->ops->conv1d_backward_workspace(c->ctx, pr, &b));
-    *bytes = m2_workspace_padded(b);
+    M2_TRY(m2_workspace_padded(b, bytes));
     return MAMBA2_STATUS_OK;
 }
 
-static mamba2_status_t run(const conv_call *c, void *workspace, size_t workspace_size) {
+static mamba2_status_t run_locked(const conv_call *c, void *workspace, size_t workspace_size) {
     m2_conv1d_problem pr;
-    size_t need;
+    size_t need = 0;
     M2_TRY(query(c, &pr, &need));
     if (c->kind == CALL_FORWARD) return c->ctx->ops->conv1d_forward(c->ctx, &pr);
     if (c->kind == CALL_STEP) return c->ctx->ops->conv1d_step(c->ctx, &pr);
@@ -265,11 +271,28 @@ static mamba2_status_t run(const conv_call *c, void *workspace, size_t workspace
     return st;
 }
 
+/* The entry points' work, with the context held (m2_ctx_enter: BUSY while another call
+ * runs on it). */
+static mamba2_status_t run(const conv_call *c, void *workspace, size_t workspace_size) {
+    M2_TRY(m2_ctx_enter(c->ctx));
+    mamba2_status_t st = run_locked(c, workspace, workspace_size);
+    m2_ctx_leave(c->ctx);
+    return st;
+}
+
+static mamba2_status_t query_entry(const conv_call *c, m2_conv1d_problem *pr, size_t *bytes) {
+    M2_TRY(m2_ctx_enter(c->ctx));
+    mamba2_status_t st = query(c, pr, bytes);
+    m2_ctx_leave(c->ctx);
+    return st;
+}
+
 /* ---- public entry points ------------------------------------------------------------- */
 
 mamba2_conv1d_options_t mamba2_conv1d_options_default(void) {
     mamba2_conv1d_options_t o;
     memset(&o, 0, sizeof o);
+    o.struct_size = (uint32_t)sizeof o;
     o.activation = MAMBA2_ACTIVATION_NONE;
     return o;
 }
@@ -277,6 +300,7 @@ mamba2_conv1d_options_t mamba2_conv1d_options_default(void) {
 mamba2_conv1d_step_options_t mamba2_conv1d_step_options_default(void) {
     mamba2_conv1d_step_options_t o;
     memset(&o, 0, sizeof o);
+    o.struct_size = (uint32_t)sizeof o;
     o.activation = MAMBA2_ACTIVATION_NONE;
     return o;
 }
@@ -326,7 +350,7 @@ mamba2_status_t mamba2_conv1d_backward_workspace_size(
     mamba2_conv1d_options_t defaults = mamba2_conv1d_options_default();
     conv_call c = bwd_call(ctx, grads, dout, dfinal_conv_state, x, weight, opts, &defaults);
     m2_conv1d_problem pr;
-    return query(&c, &pr, workspace_size);
+    return query_entry(&c, &pr, workspace_size);
 }
 
 mamba2_status_t mamba2_conv1d_backward(mamba2_context_t *ctx, const mamba2_conv1d_grads_t *grads,

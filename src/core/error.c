@@ -33,6 +33,7 @@ const char *mamba2_status_string(mamba2_status_t status) {
     case MAMBA2_STATUS_WORKSPACE_TOO_SMALL: return "workspace too small";
     case MAMBA2_STATUS_BACKEND_UNAVAILABLE: return "backend unavailable";
     case MAMBA2_STATUS_INTERNAL_ERROR: return "internal error";
+    case MAMBA2_STATUS_BUSY: return "context busy";
     }
     return "unknown status";
 }

@@ -11,9 +11,11 @@
 #ifndef MAMBA2C_INTERNAL_H
 #define MAMBA2C_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stddef.h>
 
+#include "core/ksets.h"
 #include "mamba2c.h"
 
 /* A validated tensor: data pointer and element strides (outermost first, padded with 0).
@@ -90,12 +92,9 @@ static inline void m2_ssd_seq(const m2_ssd_problem *pr, int64_t s, int64_t *b, i
 }
 
 /* Problem structs of the other op families live in their own private headers in src/core/
- * and are only forward-declared here. */
-typedef struct m2_rmsnorm_problem m2_rmsnorm_problem; /* gated RMSNorm: core/rmsnorm.h */
-typedef struct m2_conv1d_problem m2_conv1d_problem; /* causal conv1d + step: core/conv1d.h */
-typedef struct m2_ssd_step_problem m2_ssd_step_problem;   /* SSD decode step: core/ssd_step.h */
-typedef struct m2_ssd_chunk_problem m2_ssd_chunk_problem; /* staged SSD: core/ssd_chunked.h  */
-/* @@ more forward declarations go above this line @@ */
+ * (listed in core/ops.def) and are only forward-declared here. */
+#define M2_PROBLEM(type, header) typedef struct type type;
+#include "core/ops.def"
 
 /* Flat token index of state position i. */
 static inline int64_t m2_ssd_pos(const m2_ssd_problem *pr, int64_t i) {
@@ -152,21 +151,31 @@ void m2_pool_run(m2_pool *pool, int64_t ntasks, m2_task_fn fn, void *arg);
 
 /* ---- CPU feature detection (src/core/cpuid.c) ------------------------------------- */
 
-/* Kernel sets, ordered: a level may use every set below it. M2_ISA_AVX512 (AVX-512 F/VL/BW/DQ
- * on top of AVX2+FMA+F16C) has its own kernels for conv1d only; every other op runs its AVX2
- * kernels there (`ctx->isa != M2_ISA_SCALAR`). */
-typedef enum m2_isa { M2_ISA_SCALAR = 0, M2_ISA_AVX2 = 1, M2_ISA_AVX512 = 2 } m2_isa;
+/* Kernel sets. x86-64 levels are ordered, a level may use every set below it:
+ * SCALAR < AVX2 < AVX512 (AVX-512 F/VL/BW/DQ on top of AVX2+FMA+F16C: its own kernels for
+ * conv1d and the fused SSD; every other op runs its AVX2 kernels there). M2_ISA_NEON
+ * (AArch64 ASIMD) is the one vector level of AArch64 and above SCALAR only: compare levels
+ * within one architecture (m2_isa_usable), never NEON against the x86 ones. */
+typedef enum m2_isa { M2_ISA_SCALAR = 0, M2_ISA_AVX2 = 1, M2_ISA_AVX512 = 2, M2_ISA_NEON = 3 } m2_isa;
 /* The best level this CPU and OS support, capped by MAMBA2C_ISA=scalar|avx2 in the
  * environment (a stand-in for a CPU without the higher sets; also caps force_isa). */
 m2_isa m2_detect_isa(void);
-/* 1 on AMD cores (cpuid vendor). The CPU backend tunes two choices by it, each measured on
- * Zen 5 against the Intel (Emerald Rapids) choice (docs/cpu_ssd.md §6, §10): its far
+/* 1 when kernel set `want` can run where m2_detect_isa() found `have`: SCALAR always, an x86
+ * level up to an x86 `have`, NEON where `have` is NEON. */
+int m2_isa_usable(m2_isa want, m2_isa have);
+/* 1 on AMD cores (cpuid vendor). The CPU backend tunes two choices by it, each chosen by
+ * measurement (docs/cpu_ssd.md §6, §10, docs/code_notes.md): its far
  * prefetches go out as prefetchnta rather than prefetcht1 (there the T0/T1/T2 hints all fill
  * L1), and the AVX-512 SSD kernels run for narrower heads and states (full-width 512-bit
  * units). */
 int m2_detect_amd(void);
 
 /* ---- context and backends ---------------------------------------------------------- */
+
+/* The parameters of a backend entry of each kind (core/ops.def). */
+#define M2_OP_ARGS_WS(problem) const mamba2_context_t *ctx, const problem *pr, size_t *bytes
+#define M2_OP_ARGS_WSRUN(problem) mamba2_context_t *ctx, const problem *pr, void *ws
+#define M2_OP_ARGS_RUN(problem) mamba2_context_t *ctx, const problem *pr
 
 typedef struct m2_backend_ops {
     const char *name;
@@ -177,41 +186,9 @@ typedef struct m2_backend_ops {
      * a designated initializer) = none. Kept apart from act_dtypes so that enabling half
      * storage for the SSD op does not let other ops' kernels see half data. */
     uint32_t ssd_extra_act_dtypes;
-    mamba2_status_t (*ssd_forward_workspace)(const mamba2_context_t *ctx,
-                                             const m2_ssd_problem *pr, size_t *bytes);
-    mamba2_status_t (*ssd_forward)(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws);
-    mamba2_status_t (*ssd_backward_workspace)(const mamba2_context_t *ctx,
-                                              const m2_ssd_problem *pr, size_t *bytes);
-    mamba2_status_t (*ssd_backward)(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws);
-    /* Entries of other ops follow, one block per op family. A NULL entry means the backend
-     * does not implement that op (the entry point reports MAMBA2_STATUS_UNSUPPORTED). */
-    /* gated RMSNorm (SPEC §5; m2_rmsnorm_problem in core/rmsnorm.h) */
-    mamba2_status_t (*rmsnorm_forward_workspace)(const mamba2_context_t *ctx,
-                                                 const m2_rmsnorm_problem *pr, size_t *bytes);
-    mamba2_status_t (*rmsnorm_forward)(mamba2_context_t *ctx, const m2_rmsnorm_problem *pr,
-                                       void *ws);
-    mamba2_status_t (*rmsnorm_backward_workspace)(const mamba2_context_t *ctx,
-                                                  const m2_rmsnorm_problem *pr, size_t *bytes);
-    mamba2_status_t (*rmsnorm_backward)(mamba2_context_t *ctx, const m2_rmsnorm_problem *pr,
-                                        void *ws);
-    /* causal depthwise conv1d and its decode step (SPEC §4, §6; core/conv1d.h). The
-     * forward and the step need no workspace. */
-    mamba2_status_t (*conv1d_forward)(mamba2_context_t *ctx, const m2_conv1d_problem *pr);
-    mamba2_status_t (*conv1d_backward_workspace)(const mamba2_context_t *ctx,
-                                                 const m2_conv1d_problem *pr, size_t *bytes);
-    mamba2_status_t (*conv1d_backward)(mamba2_context_t *ctx, const m2_conv1d_problem *pr,
-                                       void *ws);
-    mamba2_status_t (*conv1d_step)(mamba2_context_t *ctx, const m2_conv1d_problem *pr);
-    /* SSD decode step (SPEC §6; core/ssd_step.h). Needs no workspace. */
-    mamba2_status_t (*ssd_step)(mamba2_context_t *ctx, const m2_ssd_step_problem *pr);
-    /* staged SSD chunk pipeline (SPEC §3; core/ssd_chunked.h), one entry per stage, forward
-     * only. Need no workspace. */
-    mamba2_status_t (*ssd_chunk_cumsum)(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
-    mamba2_status_t (*ssd_bmm_chunk)(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
-    mamba2_status_t (*ssd_chunk_state)(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
-    mamba2_status_t (*ssd_state_passing)(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
-    mamba2_status_t (*ssd_chunk_scan)(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
-    /* @@ more ops' table entries go above this line @@ */
+    /* one entry per operator of core/ops.def, its signature given by its kind */
+#define M2_OP(name, problem, kind) mamba2_status_t (*name)(M2_OP_ARGS_##kind(problem));
+#include "core/ops.def"
 } m2_backend_ops;
 
 struct mamba2_context {
@@ -221,10 +198,27 @@ struct mamba2_context {
     m2_pool *pool;
     m2_isa isa; /* CPU backend kernel set */
     int amd;    /* m2_detect_amd() */
+    void *gpu;  /* GPU backends: the device (struct m2g_dev, src/gpu/gpu.h); else NULL */
+    atomic_int in_use; /* 1 while an entry point runs on this context (m2_ctx_enter) */
 };
+
+/* Every entry point that takes a context brackets its work with these: m2_ctx_enter fails
+ * with INVALID_ARGUMENT for a NULL ctx and with MAMBA2_STATUS_BUSY (at once, never waiting)
+ * while another call holds the context; on success the caller must m2_ctx_leave. */
+mamba2_status_t m2_ctx_enter(mamba2_context_t *ctx);
+void m2_ctx_leave(mamba2_context_t *ctx);
 
 extern const m2_backend_ops m2_ref_backend;  /* src/ref/ */
 extern const m2_backend_ops m2_cpu_backend;  /* src/cpu/ */
+/* GPU backends (src/gpu/ op code over src/opencl/, src/cuda/ device layers): attach a device
+ * to ctx->gpu at creation, release it at destruction. */
+extern const m2_backend_ops m2_opencl_backend;
+mamba2_status_t m2_opencl_open(mamba2_context_t *ctx);
+mamba2_status_t m2_opencl_open_device(mamba2_context_t *ctx, void *context, void *device,
+                                      void *queue);
+extern const m2_backend_ops m2_cuda_backend;
+mamba2_status_t m2_cuda_open(mamba2_context_t *ctx);
+void m2_gpu_close(mamba2_context_t *ctx);
 
 /* ---- errors (src/core/error.c) ----------------------------------------------------- */
 
@@ -236,9 +230,22 @@ mamba2_status_t m2_error(mamba2_status_t st, const char *fmt, ...)
     ;
 void m2_clear_error(void);
 
+/* ---- the ABI guard (src/core/abi.c) ------------------------------------------------- */
+
+/* INVALID_ARGUMENT naming `arg` (e.g. "opts", "grads") and the struct unless struct_size
+ * `got` is 0 (the v1 size) or within [the struct's v1 size, its sizeof]. */
+mamba2_status_t m2_check_struct_size(mamba2_struct_id_t id, const char *arg, uint32_t got);
+
 /* ---- argument checks shared by the entry points (src/core/validate.c) ---------------- */
 
 #define MAX_DIM ((int64_t)1 << 40) /* largest size or stride accepted in any dimension */
+/* SSD ops (fused, staged, decode step): at most M2_MAX_HEADS heads and M2_MAX_STATE
+ * elements H*P*N in one sequence's state, so that no planner sees sizes whose products or
+ * loops are out of proportion (INVALID_ARGUMENT, checked in O(1) before any tensor). */
+#define M2_MAX_HEADS ((int64_t)1 << 20)
+#define M2_MAX_STATE ((int64_t)1 << 36)
+/* INVALID_ARGUMENT naming `who` unless H <= M2_MAX_HEADS and H*P*N <= M2_MAX_STATE. */
+mamba2_status_t m2_check_ssd_sizes(const char *who, int64_t H, int64_t P, int64_t N);
 
 const char *m2_dtype_name(mamba2_dtype_t d);
 /* "[2,64,3,16]" */
@@ -299,10 +306,18 @@ mamba2_status_t m2_check_state_indices(const mamba2_tensor_t *ix, int64_t B, int
                                        const char *cache_name);
 
 /* Workspace: a backend's byte count is padded by M2_WS_ALIGN so that any caller pointer can
- * be aligned; workspace == NULL with need > 0 allocates (*owned, free it after the call). */
+ * be aligned (OUT_OF_MEMORY when that does not fit a size_t); workspace == NULL with
+ * need > 0 allocates (*owned, free it after the call). */
 #define M2_WS_ALIGN 64
-static inline size_t m2_workspace_padded(size_t backend_bytes) {
-    return backend_bytes ? backend_bytes + M2_WS_ALIGN : 0;
+static inline mamba2_status_t m2_workspace_padded(size_t backend_bytes, size_t *padded) {
+    if (!backend_bytes) {
+        *padded = 0;
+        return MAMBA2_STATUS_OK;
+    }
+    if (!m2_size_add(backend_bytes, M2_WS_ALIGN, padded))
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "the workspace this call needs exceeds "
+                                                     "the address space");
+    return MAMBA2_STATUS_OK;
 }
 mamba2_status_t m2_workspace_acquire(size_t need, void *workspace, size_t workspace_size,
                                      void **aligned, void **owned);

@@ -36,6 +36,9 @@ static mamba2_status_t validate(const rms_call *c, m2_rmsnorm_problem *pr) {
                         "the %s backend does not implement the gated RMSNorm %s", ops->name,
                         c->backward ? "backward" : "forward");
     const mamba2_rmsnorm_gated_options_t *o = c->opts;
+    M2_TRY(m2_check_struct_size(MAMBA2_STRUCT_RMSNORM_OPTIONS, "opts", o->struct_size));
+    if (c->backward && c->grads)
+        M2_TRY(m2_check_struct_size(MAMBA2_STRUCT_RMSNORM_GRADS, "grads", c->grads->struct_size));
     if (!c->x) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "x is NULL (required)");
     if (!c->weight) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "weight is NULL (required)");
     if (!c->backward && !c->out)
@@ -146,13 +149,13 @@ static mamba2_status_t query(const rms_call *c, m2_rmsnorm_problem *pr, size_t *
     size_t b = 0;
     M2_TRY(c->backward ? c->ctx->ops->rmsnorm_backward_workspace(c->ctx, pr, &b)
                     : c->ctx->ops->rmsnorm_forward_workspace(c->ctx, pr, &b));
-    *bytes = m2_workspace_padded(b);
+    M2_TRY(m2_workspace_padded(b, bytes));
     return MAMBA2_STATUS_OK;
 }
 
-static mamba2_status_t run(const rms_call *c, void *workspace, size_t workspace_size) {
+static mamba2_status_t run_locked(const rms_call *c, void *workspace, size_t workspace_size) {
     m2_rmsnorm_problem pr;
-    size_t need;
+    size_t need = 0;
     M2_TRY(query(c, &pr, &need));
     void *ws, *owned;
     M2_TRY(m2_workspace_acquire(need, workspace, workspace_size, &ws, &owned));
@@ -162,9 +165,26 @@ static mamba2_status_t run(const rms_call *c, void *workspace, size_t workspace_
     return st;
 }
 
+/* The entry points' work, with the context held (m2_ctx_enter: BUSY while another call
+ * runs on it). */
+static mamba2_status_t run(const rms_call *c, void *workspace, size_t workspace_size) {
+    M2_TRY(m2_ctx_enter(c->ctx));
+    mamba2_status_t st = run_locked(c, workspace, workspace_size);
+    m2_ctx_leave(c->ctx);
+    return st;
+}
+
+static mamba2_status_t query_entry(const rms_call *c, m2_rmsnorm_problem *pr, size_t *bytes) {
+    M2_TRY(m2_ctx_enter(c->ctx));
+    mamba2_status_t st = query(c, pr, bytes);
+    m2_ctx_leave(c->ctx);
+    return st;
+}
+
 mamba2_rmsnorm_gated_options_t mamba2_rmsnorm_gated_options_default(void) {
     mamba2_rmsnorm_gated_options_t o;
     memset(&o, 0, sizeof o);
+    o.struct_size = (uint32_t)sizeof o;
     o.eps = 1e-5;
     o.group_size = 0;
     o.norm_before_gate = 0;
@@ -215,7 +235,7 @@ mamba2_status_t mamba2_rmsnorm_gated_forward_workspace_size(
     mamba2_rmsnorm_gated_options_t defaults;
     rms_call c = fwd_call(ctx, out, rstd, x, z, weight, bias, opts, &defaults);
     m2_rmsnorm_problem pr;
-    return query(&c, &pr, workspace_size);
+    return query_entry(&c, &pr, workspace_size);
 }
 
 mamba2_status_t mamba2_rmsnorm_gated_forward(
@@ -240,7 +260,7 @@ mamba2_status_t mamba2_rmsnorm_gated_backward_workspace_size(
     mamba2_rmsnorm_gated_options_t defaults;
     rms_call c = bwd_call(ctx, grads, dout, x, z, weight, bias, rstd, opts, &defaults);
     m2_rmsnorm_problem pr;
-    return query(&c, &pr, workspace_size);
+    return query_entry(&c, &pr, workspace_size);
 }
 
 mamba2_status_t mamba2_rmsnorm_gated_backward(

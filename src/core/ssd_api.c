@@ -21,6 +21,7 @@ typedef struct ssd_call {
     const mamba2_ssd_options_t *opts;
     const mamba2_tensor_t *x, *dt, *A, *Bm, *Cm;
     const mamba2_tensor_t *out, *final_state;     /* forward outputs  */
+    const mamba2_tensor_t *out_x;                 /* forward output, backward input */
     const mamba2_tensor_t *position_states;       /* forward output (with positions) */
     const mamba2_ssd_grads_t *grads;              /* backward outputs */
     const mamba2_tensor_t *dout, *dfinal;         /* backward inputs  */
@@ -75,6 +76,9 @@ static mamba2_status_t validate(const ssd_call *c, m2_ssd_problem *pr) {
     memset(pr, 0, sizeof *pr);
     if (!c->ctx) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "ctx is NULL");
     const mamba2_ssd_options_t *o = c->opts;
+    M2_TRY(m2_check_struct_size(MAMBA2_STRUCT_SSD_OPTIONS, "opts", o->struct_size));
+    if (c->backward && c->grads)
+        M2_TRY(m2_check_struct_size(MAMBA2_STRUCT_SSD_GRADS, "grads", c->grads->struct_size));
     const char *req_names[6] = {"x", "dt", "A", "Bm", "Cm", c->backward ? "dout" : "out"};
     const mamba2_tensor_t *req[6] = {c->x, c->dt, c->A, c->Bm, c->Cm,
                                      c->backward ? c->dout : c->out};
@@ -128,6 +132,7 @@ static mamba2_status_t validate(const ssd_call *c, m2_ssd_problem *pr) {
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                         "x has H=%lld heads and Bm has G=%lld groups; H must be a multiple of G",
                         (long long)H, (long long)G);
+    M2_TRY(m2_check_ssd_sizes("x and Bm", H, P, N));
 
     /* options */
     if (o->chunk_size < 1)
@@ -180,7 +185,7 @@ static mamba2_status_t validate(const ssd_call *c, m2_ssd_problem *pr) {
 
     if (!c->backward) {
         M2_OUT("out", c->out, 4, sh_x, "[B,L,H,P]", adt, awhy);
-        if (o->out_x) M2_OUT("out_x", o->out_x, 4, sh_x, "[B,L,H,P]", adt, awhy);
+        if (c->out_x) M2_OUT("out_x", c->out_x, 4, sh_x, "[B,L,H,P]", adt, awhy);
         if (c->final_state) M2_OUT("final_state", c->final_state, 4, sh_st, st_layout, pdt, pwhy);
         if (c->position_states) {
             M2_TRY(check_positions(o->state_positions, B * L, pr));
@@ -194,7 +199,7 @@ static mamba2_status_t validate(const ssd_call *c, m2_ssd_problem *pr) {
         }
     } else {
         M2_IN("dout", c->dout, 4, sh_x, "[B,L,H,P]", adt, awhy);
-        if (o->out_x) M2_IN("out_x", o->out_x, 4, sh_x, "[B,L,H,P]", adt, awhy);
+        if (c->out_x) M2_IN("out_x", c->out_x, 4, sh_x, "[B,L,H,P]", adt, awhy);
         if (c->dfinal) M2_IN("dfinal_state", c->dfinal, 4, sh_st, st_layout, pdt, pwhy);
         const mamba2_ssd_grads_t *g = c->grads;
         if (g->dx) M2_OUT("dx", g->dx, 4, sh_x, "[B,L,H,P]", adt, awhy);
@@ -254,7 +259,7 @@ static mamba2_status_t validate(const ssd_call *c, m2_ssd_problem *pr) {
     pr->z = m2_view_of(o->z);
     pr->dt_bias = m2_view_of(o->dt_bias);
     pr->init = m2_view_of(o->initial_state);
-    pr->out_x = m2_view_of(o->out_x);
+    pr->out_x = m2_view_of(c->out_x);
     if (!c->backward) {
         pr->out = m2_view_of(c->out);
         pr->final = m2_view_of(c->final_state);
@@ -283,13 +288,13 @@ static mamba2_status_t query(const ssd_call *c, m2_ssd_problem *pr, size_t *byte
     size_t b = 0;
     M2_TRY(c->backward ? c->ctx->ops->ssd_backward_workspace(c->ctx, pr, &b)
                     : c->ctx->ops->ssd_forward_workspace(c->ctx, pr, &b));
-    *bytes = m2_workspace_padded(b);
+    M2_TRY(m2_workspace_padded(b, bytes));
     return MAMBA2_STATUS_OK;
 }
 
-static mamba2_status_t run(const ssd_call *c, void *workspace, size_t workspace_size) {
+static mamba2_status_t run_locked(const ssd_call *c, void *workspace, size_t workspace_size) {
     m2_ssd_problem pr;
-    size_t need;
+    size_t need = 0;
     M2_TRY(query(c, &pr, &need));
     void *ws, *owned;
     M2_TRY(m2_workspace_acquire(need, workspace, workspace_size, &ws, &owned));
@@ -299,9 +304,26 @@ static mamba2_status_t run(const ssd_call *c, void *workspace, size_t workspace_
     return st;
 }
 
+/* The entry points' work, with the context held (m2_ctx_enter: BUSY while another call
+ * runs on it). */
+static mamba2_status_t run(const ssd_call *c, void *workspace, size_t workspace_size) {
+    M2_TRY(m2_ctx_enter(c->ctx));
+    mamba2_status_t st = run_locked(c, workspace, workspace_size);
+    m2_ctx_leave(c->ctx);
+    return st;
+}
+
+static mamba2_status_t query_entry(const ssd_call *c, m2_ssd_problem *pr, size_t *bytes) {
+    M2_TRY(m2_ctx_enter(c->ctx));
+    mamba2_status_t st = query(c, pr, bytes);
+    m2_ctx_leave(c->ctx);
+    return st;
+}
+
 mamba2_ssd_options_t mamba2_ssd_options_default(void) {
     mamba2_ssd_options_t o;
     memset(&o, 0, sizeof o);
+    o.struct_size = (uint32_t)sizeof o;
     o.chunk_size = 256;
     o.dt_limit_lo = 0.0;
     o.dt_limit_hi = INFINITY;
@@ -309,10 +331,11 @@ mamba2_ssd_options_t mamba2_ssd_options_default(void) {
 }
 
 static ssd_call fwd_call(mamba2_context_t *ctx, const mamba2_tensor_t *out,
-                         const mamba2_tensor_t *final_state, const mamba2_tensor_t *x,
-                         const mamba2_tensor_t *dt, const mamba2_tensor_t *A,
-                         const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
-                         const mamba2_ssd_options_t *opts, mamba2_ssd_options_t *defaults) {
+                         const mamba2_tensor_t *out_x, const mamba2_tensor_t *final_state,
+                         const mamba2_tensor_t *x, const mamba2_tensor_t *dt,
+                         const mamba2_tensor_t *A, const mamba2_tensor_t *Bm,
+                         const mamba2_tensor_t *Cm, const mamba2_ssd_options_t *opts,
+                         mamba2_ssd_options_t *defaults) {
     ssd_call c;
     memset(&c, 0, sizeof c);
     *defaults = mamba2_ssd_options_default();
@@ -324,26 +347,28 @@ static ssd_call fwd_call(mamba2_context_t *ctx, const mamba2_tensor_t *out,
     c.Bm = Bm;
     c.Cm = Cm;
     c.out = out;
+    c.out_x = out_x;
     c.final_state = final_state;
     return c;
 }
 
 mamba2_status_t mamba2_ssd_forward_workspace_size(
-    mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *final_state,
-    const mamba2_tensor_t *x, const mamba2_tensor_t *dt, const mamba2_tensor_t *A,
-    const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm, const mamba2_ssd_options_t *opts,
-    size_t *workspace_size) {
+    mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *out_x,
+    const mamba2_tensor_t *final_state, const mamba2_tensor_t *x, const mamba2_tensor_t *dt,
+    const mamba2_tensor_t *A, const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
+    const mamba2_ssd_options_t *opts, size_t *workspace_size) {
     m2_clear_error();
     if (!workspace_size) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "workspace_size is NULL");
     *workspace_size = 0;
     mamba2_ssd_options_t defaults;
-    ssd_call c = fwd_call(ctx, out, final_state, x, dt, A, Bm, Cm, opts, &defaults);
+    ssd_call c = fwd_call(ctx, out, out_x, final_state, x, dt, A, Bm, Cm, opts, &defaults);
     c.query_only = 1;
     m2_ssd_problem pr;
-    return query(&c, &pr, workspace_size);
+    return query_entry(&c, &pr, workspace_size);
 }
 
 mamba2_status_t mamba2_ssd_forward(mamba2_context_t *ctx, const mamba2_tensor_t *out,
+                                   const mamba2_tensor_t *out_x,
                                    const mamba2_tensor_t *final_state, const mamba2_tensor_t *x,
                                    const mamba2_tensor_t *dt, const mamba2_tensor_t *A,
                                    const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
@@ -351,18 +376,19 @@ mamba2_status_t mamba2_ssd_forward(mamba2_context_t *ctx, const mamba2_tensor_t 
                                    size_t workspace_size) {
     m2_clear_error();
     mamba2_ssd_options_t defaults;
-    ssd_call c = fwd_call(ctx, out, final_state, x, dt, A, Bm, Cm, opts, &defaults);
+    ssd_call c = fwd_call(ctx, out, out_x, final_state, x, dt, A, Bm, Cm, opts, &defaults);
     return run(&c, workspace, workspace_size);
 }
 
 mamba2_status_t mamba2_ssd_forward_states(
-    mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *final_state,
-    const mamba2_tensor_t *position_states, const mamba2_tensor_t *x, const mamba2_tensor_t *dt,
-    const mamba2_tensor_t *A, const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
-    const mamba2_ssd_options_t *opts, void *workspace, size_t workspace_size) {
+    mamba2_context_t *ctx, const mamba2_tensor_t *out, const mamba2_tensor_t *out_x,
+    const mamba2_tensor_t *final_state, const mamba2_tensor_t *position_states,
+    const mamba2_tensor_t *x, const mamba2_tensor_t *dt, const mamba2_tensor_t *A,
+    const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm, const mamba2_ssd_options_t *opts,
+    void *workspace, size_t workspace_size) {
     m2_clear_error();
     mamba2_ssd_options_t defaults;
-    ssd_call c = fwd_call(ctx, out, final_state, x, dt, A, Bm, Cm, opts, &defaults);
+    ssd_call c = fwd_call(ctx, out, out_x, final_state, x, dt, A, Bm, Cm, opts, &defaults);
     c.position_states = position_states;
     return run(&c, workspace, workspace_size);
 }
@@ -371,9 +397,9 @@ static ssd_call bwd_call(mamba2_context_t *ctx, const mamba2_ssd_grads_t *grads,
                          const mamba2_tensor_t *dout, const mamba2_tensor_t *dfinal_state,
                          const mamba2_tensor_t *x, const mamba2_tensor_t *dt,
                          const mamba2_tensor_t *A, const mamba2_tensor_t *Bm,
-                         const mamba2_tensor_t *Cm, const mamba2_ssd_options_t *opts,
-                         mamba2_ssd_options_t *defaults) {
-    ssd_call c = fwd_call(ctx, NULL, NULL, x, dt, A, Bm, Cm, opts, defaults);
+                         const mamba2_tensor_t *Cm, const mamba2_tensor_t *out_x,
+                         const mamba2_ssd_options_t *opts, mamba2_ssd_options_t *defaults) {
+    ssd_call c = fwd_call(ctx, NULL, out_x, NULL, x, dt, A, Bm, Cm, opts, defaults);
     c.backward = 1;
     c.grads = grads;
     c.dout = dout;
@@ -385,14 +411,14 @@ mamba2_status_t mamba2_ssd_backward_workspace_size(
     mamba2_context_t *ctx, const mamba2_ssd_grads_t *grads, const mamba2_tensor_t *dout,
     const mamba2_tensor_t *dfinal_state, const mamba2_tensor_t *x, const mamba2_tensor_t *dt,
     const mamba2_tensor_t *A, const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
-    const mamba2_ssd_options_t *opts, size_t *workspace_size) {
+    const mamba2_tensor_t *out_x, const mamba2_ssd_options_t *opts, size_t *workspace_size) {
     m2_clear_error();
     if (!workspace_size) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "workspace_size is NULL");
     *workspace_size = 0;
     mamba2_ssd_options_t defaults;
-    ssd_call c = bwd_call(ctx, grads, dout, dfinal_state, x, dt, A, Bm, Cm, opts, &defaults);
+    ssd_call c = bwd_call(ctx, grads, dout, dfinal_state, x, dt, A, Bm, Cm, out_x, opts, &defaults);
     m2_ssd_problem pr;
-    return query(&c, &pr, workspace_size);
+    return query_entry(&c, &pr, workspace_size);
 }
 
 mamba2_status_t mamba2_ssd_backward(mamba2_context_t *ctx, const mamba2_ssd_grads_t *grads,
@@ -400,10 +426,11 @@ mamba2_status_t mamba2_ssd_backward(mamba2_context_t *ctx, const mamba2_ssd_grad
                                     const mamba2_tensor_t *dfinal_state, const mamba2_tensor_t *x,
                                     const mamba2_tensor_t *dt, const mamba2_tensor_t *A,
                                     const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
+                                    const mamba2_tensor_t *out_x,
                                     const mamba2_ssd_options_t *opts, void *workspace,
                                     size_t workspace_size) {
     m2_clear_error();
     mamba2_ssd_options_t defaults;
-    ssd_call c = bwd_call(ctx, grads, dout, dfinal_state, x, dt, A, Bm, Cm, opts, &defaults);
+    ssd_call c = bwd_call(ctx, grads, dout, dfinal_state, x, dt, A, Bm, Cm, out_x, opts, &defaults);
     return run(&c, workspace, workspace_size);
 }

@@ -8,8 +8,8 @@
  * opts->chunk_size and K = ceil(L/Q) (state_passing, which sees no token tensor, takes K from
  * states); every other tensor must then match exactly. Ranks, shapes, dtypes, strides, data
  * pointers, option values and overlaps are all checked here, before anything is written. The
- * batch form only: opts->cu_seqlens is rejected. The validated problem goes to the context's
- * backend as an m2_ssd_chunk_problem (core/ssd_chunked.h).
+ * batch form only (mamba2_ssd_chunked_options_t has no cu_seqlens). The validated problem
+ * goes to the context's backend as an m2_ssd_chunk_problem (core/ssd_chunked.h).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -25,7 +25,7 @@ static const char *const stage_name[5] = {"ssd_chunk_cumsum", "ssd_bmm_chunk", "
 typedef struct chunk_call {
     stage_t stage;
     mamba2_context_t *ctx;
-    const mamba2_ssd_options_t *opts;
+    const mamba2_ssd_chunked_options_t *opts;
     const mamba2_tensor_t *x, *dt, *A, *Bm, *Cm;
     const mamba2_tensor_t *dt_out, *dA_cumsum, *CB, *states, *states_start, *final_state, *out;
 } chunk_call;
@@ -65,7 +65,8 @@ static mamba2_status_t validate(const chunk_call *c, m2_ssd_chunk_problem *pr) {
     if (!have[sg])
         return m2_error(MAMBA2_STATUS_UNSUPPORTED, "the %s backend does not implement %s",
                         ops->name, stage_name[sg]);
-    const mamba2_ssd_options_t *o = c->opts;
+    const mamba2_ssd_chunked_options_t *o = c->opts;
+    M2_TRY(m2_check_struct_size(MAMBA2_STRUCT_SSD_CHUNKED_OPTIONS, "opts", o->struct_size));
 
     /* required tensors of the stage */
     const char *rn[8];
@@ -111,11 +112,6 @@ static mamba2_status_t validate(const chunk_call *c, m2_ssd_chunk_problem *pr) {
         if (!rt[i]) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "%s is NULL (required)", rn[i]);
 
     /* options */
-    if (o->cu_seqlens)
-        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                        "cu_seqlens is given, but the staged SSD pipeline (%s) has only the batch "
-                        "form; run packed sequences through mamba2_ssd_forward",
-                        stage_name[sg]);
     if (o->chunk_size < 1 || o->chunk_size > MAX_DIM)
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "chunk_size is %lld; expected 1..2^40",
                         (long long)o->chunk_size);
@@ -179,6 +175,10 @@ static mamba2_status_t validate(const chunk_call *c, m2_ssd_chunk_problem *pr) {
                 MAMBA2_STATUS_INVALID_ARGUMENT,
                 "x has H=%lld heads and %s has G=%lld groups; H must be a multiple of G",
                 (long long)H, bcn, (long long)G);
+    }
+    {
+        const char *who = sg == ST_CUMSUM ? "dt" : sg == ST_BMM ? "Bm" : sg == ST_PASSING ? "states" : "x";
+        M2_TRY(m2_check_ssd_sizes(who, sg == ST_BMM ? G : H, P > 0 ? P : 1, N > 0 ? N : 1));
     }
     if (sg != ST_PASSING) K = L / Q + (L % Q != 0);
 
@@ -286,9 +286,8 @@ static mamba2_status_t validate(const chunk_call *c, m2_ssd_chunk_problem *pr) {
     return MAMBA2_STATUS_OK;
 }
 
-static mamba2_status_t run(chunk_call *c, const mamba2_ssd_options_t *opts) {
-    m2_clear_error();
-    const mamba2_ssd_options_t defaults = mamba2_ssd_options_default();
+static mamba2_status_t run_locked(chunk_call *c, const mamba2_ssd_chunked_options_t *opts) {
+    const mamba2_ssd_chunked_options_t defaults = mamba2_ssd_chunked_options_default();
     c->opts = opts ? opts : &defaults;
     m2_ssd_chunk_problem pr;
     M2_TRY(validate(c, &pr));
@@ -303,12 +302,31 @@ static mamba2_status_t run(chunk_call *c, const mamba2_ssd_options_t *opts) {
     return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "unknown SSD stage");
 }
 
+mamba2_ssd_chunked_options_t mamba2_ssd_chunked_options_default(void) {
+    mamba2_ssd_chunked_options_t o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = (uint32_t)sizeof o;
+    o.chunk_size = 256;
+    o.dt_limit_lo = 0.0;
+    o.dt_limit_hi = INFINITY;
+    return o;
+}
+
+/* A stage with the context held (m2_ctx_enter: BUSY while another call runs on it). */
+static mamba2_status_t run(chunk_call *c, const mamba2_ssd_chunked_options_t *opts) {
+    m2_clear_error();
+    M2_TRY(m2_ctx_enter(c->ctx));
+    mamba2_status_t st = run_locked(c, opts);
+    m2_ctx_leave(c->ctx);
+    return st;
+}
+
 /* ---- public entry points ------------------------------------------------------------- */
 
 mamba2_status_t mamba2_ssd_chunk_cumsum(mamba2_context_t *ctx, const mamba2_tensor_t *dt_out,
                                         const mamba2_tensor_t *dA_cumsum, const mamba2_tensor_t *dt,
                                         const mamba2_tensor_t *A,
-                                        const mamba2_ssd_options_t *opts) {
+                                        const mamba2_ssd_chunked_options_t *opts) {
     chunk_call c = {
         .stage = ST_CUMSUM, .ctx = ctx, .dt_out = dt_out, .dA_cumsum = dA_cumsum, .dt = dt, .A = A};
     return run(&c, opts);
@@ -316,7 +334,7 @@ mamba2_status_t mamba2_ssd_chunk_cumsum(mamba2_context_t *ctx, const mamba2_tens
 
 mamba2_status_t mamba2_ssd_bmm_chunk(mamba2_context_t *ctx, const mamba2_tensor_t *CB,
                                      const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
-                                     const mamba2_ssd_options_t *opts) {
+                                     const mamba2_ssd_chunked_options_t *opts) {
     chunk_call c = {
         .stage = ST_BMM, .ctx = ctx, .CB = CB, .Bm = Bm, .Cm = Cm};
     return run(&c, opts);
@@ -326,7 +344,7 @@ mamba2_status_t mamba2_ssd_chunk_state(mamba2_context_t *ctx, const mamba2_tenso
                                        const mamba2_tensor_t *x, const mamba2_tensor_t *Bm,
                                        const mamba2_tensor_t *dt_out,
                                        const mamba2_tensor_t *dA_cumsum,
-                                       const mamba2_ssd_options_t *opts) {
+                                       const mamba2_ssd_chunked_options_t *opts) {
     chunk_call c = {
         .stage = ST_STATE, .ctx = ctx, .states = states, .x = x, .Bm = Bm, .dt_out = dt_out,
         .dA_cumsum = dA_cumsum};
@@ -337,7 +355,7 @@ mamba2_status_t mamba2_ssd_state_passing(mamba2_context_t *ctx, const mamba2_ten
                                          const mamba2_tensor_t *final_state,
                                          const mamba2_tensor_t *states,
                                          const mamba2_tensor_t *dA_cumsum,
-                                         const mamba2_ssd_options_t *opts) {
+                                         const mamba2_ssd_chunked_options_t *opts) {
     chunk_call c = {
         .stage = ST_PASSING, .ctx = ctx, .states_start = states_start, .final_state = final_state,
         .states = states, .dA_cumsum = dA_cumsum};
@@ -349,7 +367,7 @@ mamba2_status_t mamba2_ssd_chunk_scan(mamba2_context_t *ctx, const mamba2_tensor
                                       const mamba2_tensor_t *dt_out,
                                       const mamba2_tensor_t *dA_cumsum, const mamba2_tensor_t *Cm,
                                       const mamba2_tensor_t *states_start,
-                                      const mamba2_ssd_options_t *opts) {
+                                      const mamba2_ssd_chunked_options_t *opts) {
     chunk_call c = {
         .stage = ST_SCAN, .ctx = ctx, .out = out, .CB = CB, .x = x, .dt_out = dt_out,
         .dA_cumsum = dA_cumsum, .Cm = Cm, .states_start = states_start};

@@ -44,6 +44,7 @@ static mamba2_status_t validate(const step_call *c, m2_ssd_step_problem *pr) {
         return m2_error(MAMBA2_STATUS_UNSUPPORTED, "the %s backend does not implement ssd_step",
                         ops->name);
     const mamba2_ssd_step_options_t *o = c->opts;
+    M2_TRY(m2_check_struct_size(MAMBA2_STRUCT_SSD_STEP_OPTIONS, "opts", o->struct_size));
     const char *req_names[7] = {"state_cache", "out", "x", "dt", "A", "Bm", "Cm"};
     const mamba2_tensor_t *req[7] = {c->cache, c->out, c->x, c->dt, c->A, c->Bm, c->Cm};
     for (int i = 0; i < 7; i++)
@@ -102,6 +103,7 @@ static mamba2_status_t validate(const step_call *c, m2_ssd_step_problem *pr) {
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                         "x has H=%lld heads and Bm has G=%lld groups; H must be a multiple of G",
                         (long long)H, (long long)G);
+    M2_TRY(m2_check_ssd_sizes("x and Bm", H, P, N));
     const int64_t S = c->cache->shape[0];
     if (S < 0 || S > MAX_DIM)
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
@@ -221,6 +223,7 @@ static mamba2_status_t validate(const step_call *c, m2_ssd_step_problem *pr) {
 mamba2_ssd_step_options_t mamba2_ssd_step_options_default(void) {
     mamba2_ssd_step_options_t o;
     memset(&o, 0, sizeof o);
+    o.struct_size = (uint32_t)sizeof o;
     o.dt_limit_lo = 0.0;
     o.dt_limit_hi = INFINITY;
     return o;
@@ -246,6 +249,9 @@ mamba2_status_t mamba2_ssd_step(mamba2_context_t *ctx, const mamba2_tensor_t *st
     c.Bm = Bm;
     c.Cm = Cm;
     m2_ssd_step_problem pr;
-    M2_TRY(validate(&c, &pr));
-    return ctx->ops->ssd_step(ctx, &pr);
+    M2_TRY(m2_ctx_enter(ctx));
+    mamba2_status_t st = validate(&c, &pr);
+    if (st == MAMBA2_STATUS_OK) st = ctx->ops->ssd_step(ctx, &pr);
+    m2_ctx_leave(ctx);
+    return st;
 }

@@ -41,7 +41,8 @@ mamba2_tensor_t mamba2_tensor_make(void *data, mamba2_dtype_t dtype, int32_t ran
         int64_t s = 1;
         for (int32_t i = rank - 1; i >= 0; i--) {
             t.stride[i] = s;
-            s *= shape[i] > 0 ? shape[i] : 1;
+            /* saturate on overflow: such a stride is then refused by every entry point */
+            if (__builtin_mul_overflow(s, shape[i] > 0 ? shape[i] : 1, &s)) s = INT64_MAX;
         }
     }
     return t;

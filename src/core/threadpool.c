@@ -3,10 +3,10 @@
  *
  * nthreads - 1 workers wait for a job; m2_pool_run publishes it, the calling thread joins in
  * as worker 0, and tasks are handed out through an atomic counter (load balance). A worker
- * that finished a job polls for the next one for a short while (M2_POOL_SPIN polls, ~50 us)
- * before it sleeps on a condition variable, and the caller polls for the workers' end the
- * same way: back-to-back calls (a model's ops, a small problem's passes) then do not pay a
- * sleep and a wake-up (a futex round trip, tens of microseconds in a VM) per parallel
+ * that finished a job polls for the next one for a short while (M2_POOL_SPIN polls) before it
+ * sleeps on a condition variable, and the caller polls for the workers' end the same way:
+ * back-to-back calls (a model's ops, a small problem's passes) then do not pay a sleep and a
+ * wake-up (a futex round trip; docs/code_notes.md) per parallel
  * region, and an idle pool stops using the cores within that while. Which worker runs which
  * task therefore varies from call to call, so kernels
  * must make each task write only its own outputs and do every cross-task reduction
@@ -22,12 +22,15 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define M2_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__) && defined(__GNUC__)
+#define M2_CPU_RELAX() __asm__ __volatile__("yield" ::: "memory")
 #else
 #define M2_CPU_RELAX() ((void)0)
 #endif
 
 /* polls of the job counter before a worker sleeps (and of the workers' end before the caller
- * sleeps): a pause is ~40-140 cycles, so this is some 20-60 us */
+ * sleeps): a few pause instructions each, longer than the gap between the parallel regions
+ * of one call and short next to a futex round trip (docs/code_notes.md) */
 #define M2_POOL_SPIN 1000
 
 struct m2_pool {

@@ -225,6 +225,41 @@ mamba2_status_t m2_check_cu_seqlens(const mamba2_tensor_t *cu, int64_t B, int64_
     return MAMBA2_STATUS_OK;
 }
 
+/* An index value and the row holding it, ordered by value, then row. */
+typedef struct slot_row {
+    int64_t v, row;
+} slot_row;
+static int slot_row_less(slot_row a, slot_row b) { return a.v < b.v || (a.v == b.v && a.row < b.row); }
+
+/* Heapsort (no recursion, no allocation): O(n log n). */
+static void sort_slot_rows(slot_row *a, int64_t n) {
+    for (int64_t start = n / 2 - 1, end = n; end > 1;) {
+        int64_t root;
+        if (start >= 0) {
+            root = start--;
+        } else {
+            end--;
+            slot_row t = a[0];
+            a[0] = a[end];
+            a[end] = t;
+            root = 0;
+        }
+        for (int64_t child; (child = 2 * root + 1) < end; root = child) {
+            if (child + 1 < end && slot_row_less(a[child], a[child + 1])) child++;
+            if (!slot_row_less(a[root], a[child])) break;
+            slot_row t = a[root];
+            a[root] = a[child];
+            a[child] = t;
+        }
+    }
+}
+
+/* Rows whose slots a stack bitmap or a stack sort covers; beyond both (more than
+ * STACK_SORT_ROWS rows into more than STACK_BITMAP_SLOTS slots) the sort runs on a heap
+ * copy of the B indices: memory in proportion to the batch, never to the cache's S slots. */
+#define STACK_BITMAP_SLOTS 32768
+#define STACK_SORT_ROWS 1024
+
 /* state_indices[B]: i32/i64, every value < S, the non-negative ones distinct. */
 mamba2_status_t m2_check_state_indices(const mamba2_tensor_t *ix, int64_t B, int64_t S,
                                        const char *cache_name) {
@@ -233,41 +268,74 @@ mamba2_status_t m2_check_state_indices(const mamba2_tensor_t *ix, int64_t B, int
     if (ix->dtype != MAMBA2_DTYPE_I32 && ix->dtype != MAMBA2_DTYPE_I64)
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                         "state_indices has dtype %s; expected i32 or i64", m2_dtype_name(ix->dtype));
-    mamba2_status_t cst = m2_check_tensor("state_indices", ix, 1, want, "[B]", ix->dtype, "an index dtype", 0, &n);
-    if (cst != MAMBA2_STATUS_OK) return cst;
-    /* duplicates: a bitmap over the slots (on the stack for up to 32768 slots) */
-    unsigned char stack_bits[4096];
-    unsigned char *bits = stack_bits;
-    size_t nbytes = (size_t)((S + 7) / 8);
-    if (nbytes > sizeof stack_bits) {
-        bits = (unsigned char *)malloc(nbytes);
-        if (!bits)
-            return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY,
-                            "cannot allocate %zu bytes to check state_indices for duplicates", nbytes);
-    }
-    memset(bits, 0, nbytes);
-    mamba2_status_t st = MAMBA2_STATUS_OK;
+    M2_TRY(m2_check_tensor("state_indices", ix, 1, want, "[B]", ix->dtype, "an index dtype", 0, &n));
+    /* the first row out of range */
+    int64_t used = 0;
     for (int64_t b = 0; b < B; b++) {
-        int64_t v = m2_index_at(ix, b);
+        const int64_t v = m2_index_at(ix, b);
         if (v < 0) continue; /* padding row */
-        if (v >= S) {
-            st = m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                          "state_indices[%lld] is %lld; expected < S=%lld (%s slots) or "
-                          "negative (padding)",
-                          (long long)b, (long long)v, (long long)S, cache_name);
-            break;
-        }
-        if (bits[v >> 3] & (1u << (v & 7))) {
-            st = m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                          "state_indices[%lld] is %lld, a slot an earlier row already uses; "
-                          "slots must be distinct",
-                          (long long)b, (long long)v);
-            break;
-        }
-        bits[v >> 3] |= (unsigned char)(1u << (v & 7));
+        if (v >= S)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "state_indices[%lld] is %lld; expected < S=%lld (%s slots) or "
+                            "negative (padding)",
+                            (long long)b, (long long)v, (long long)S, cache_name);
+        used++;
     }
-    if (bits != stack_bits) free(bits);
-    return st;
+    if (used < 2) return MAMBA2_STATUS_OK;
+    /* duplicates: the first row whose slot an earlier row already uses */
+    int64_t dup = -1, dupv = 0;
+    if (S <= STACK_BITMAP_SLOTS) {
+        unsigned char bits[STACK_BITMAP_SLOTS / 8];
+        memset(bits, 0, (size_t)((S + 7) / 8));
+        for (int64_t b = 0; b < B && dup < 0; b++) {
+            const int64_t v = m2_index_at(ix, b);
+            if (v < 0) continue;
+            if (bits[v >> 3] & (1u << (v & 7))) dup = b, dupv = v;
+            bits[v >> 3] |= (unsigned char)(1u << (v & 7));
+        }
+    } else {
+        slot_row stack_rows[STACK_SORT_ROWS], *rows = stack_rows;
+        if (used > STACK_SORT_ROWS) {
+            size_t bytes;
+            if (!m2_size_mul((size_t)used, sizeof *rows, &bytes) || !(rows = malloc(bytes)))
+                return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY,
+                                "cannot allocate %lld index pairs to check state_indices for "
+                                "duplicates",
+                                (long long)used);
+        }
+        int64_t k = 0;
+        for (int64_t b = 0; b < B; b++) {
+            const int64_t v = m2_index_at(ix, b);
+            if (v >= 0) rows[k++] = (slot_row){v, b};
+        }
+        sort_slot_rows(rows, k);
+        /* in a run of equal values the second entry is the value's first repeat */
+        for (int64_t i = 1; i < k; i++)
+            if (rows[i].v == rows[i - 1].v && (dup < 0 || rows[i].row < dup) &&
+                (i < 2 || rows[i - 2].v != rows[i].v))
+                dup = rows[i].row, dupv = rows[i].v;
+        if (rows != stack_rows) free(rows);
+    }
+    if (dup >= 0)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "state_indices[%lld] is %lld, a slot an earlier row already uses; "
+                        "slots must be distinct",
+                        (long long)dup, (long long)dupv);
+    return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t m2_check_ssd_sizes(const char *who, int64_t H, int64_t P, int64_t N) {
+    if (H > M2_MAX_HEADS)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "%s has H=%lld heads; at most 2^20 are supported", who, (long long)H);
+    size_t e;
+    const int64_t f[3] = {H, P, N};
+    if (!m2_size_prod(&e, 3, f) || e > (size_t)M2_MAX_STATE)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "the state [H,P,N] = [%lld,%lld,%lld] (from %s) has more than 2^36 "
+                        "elements per sequence; that is not supported",
+                        (long long)H, (long long)P, (long long)N, who);
+    return MAMBA2_STATUS_OK;
 }
 
 mamba2_status_t m2_workspace_acquire(size_t need, void *workspace, size_t workspace_size,

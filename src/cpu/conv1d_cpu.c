@@ -48,7 +48,7 @@
  * floats, usually over a 4 KiB page), and a kernel call walks its tokens once per vector of
  * channels. A call therefore covers few tokens (the pages of its x and out rows stay within
  * the first-level TLB, its rows in L1, and the rows' streams few enough for the prefetchers;
- * 32 tokens per call halved the backward's speed) and many channels (long contiguous runs
+ * longer calls were measured slower, docs/code_notes.md) and many channels (long contiguous runs
  * per row). The history of a chunk that does not start a sequence is read from x in place,
  * so short chunks cost only W-1 reloaded rows each. Few backward blocks keep the partial
  * rows of dweight / dbias (written, then read once more) small next to x, dout and dx.
@@ -72,9 +72,16 @@
 /* ---- helpers ------------------------------------------------------------------------ */
 
 static const m2_conv1d_kernels *kernels_for(const mamba2_context_t *ctx) {
+#if defined(M2_KSETS_X86)
     return ctx->isa == M2_ISA_AVX512 ? &m2_conv1d_kernels_avx512
            : ctx->isa == M2_ISA_AVX2 ? &m2_conv1d_kernels_avx2
                                      : &m2_conv1d_kernels_scalar;
+#elif defined(M2_KSETS_NEON)
+    return ctx->isa == M2_ISA_NEON ? &m2_conv1d_kernels_neon : &m2_conv1d_kernels_scalar;
+#else
+    (void)ctx;
+    return &m2_conv1d_kernels_scalar;
+#endif
 }
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -312,8 +319,14 @@ static bwd_plan plan_bwd(const mamba2_context_t *ctx, const m2_conv1d_problem *p
 mamba2_status_t m2_cpu_conv1d_backward_workspace(const mamba2_context_t *ctx,
                                                  const m2_conv1d_problem *pr, size_t *bytes) {
     const bwd_plan p = plan_bwd(ctx, pr);
-    /* [nparts][W+1][C] doubles (k < W: dweight, k == W: dbias), then the threads' scratch */
-    *bytes = p.parts_bytes + (size_t)p.nthreads * p.scratch_floats * sizeof(float);
+    /* [nparts][W+1][C] doubles (k < W: dweight, k == W: dbias), then the threads' scratch;
+     * the sizes are bounded by validation (nparts * C <= B*L*C <= 2^46 elements, W <= 8),
+     * the sum checked all the same */
+    size_t scr;
+    const int64_t f[3] = {p.nthreads, (int64_t)p.scratch_floats, (int64_t)sizeof(float)};
+    if (!m2_size_prod(&scr, 3, f) || !m2_size_add(p.parts_bytes, scr, bytes))
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY,
+                        "the conv1d backward's workspace exceeds the address space");
     return MAMBA2_STATUS_OK;
 }
 

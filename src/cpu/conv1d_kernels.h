@@ -23,6 +23,8 @@
 
 #include <stdint.h>
 
+#include "core/ksets.h"
+
 #define M2C1_MAX_W 8        /* largest kernel width (W in 1..8)                           */
 #define M2C1_BLOCK_ALIGN 16 /* channel blocks start at multiples of this (AVX-512: 16 lanes) */
 
@@ -75,7 +77,11 @@ typedef struct m2_conv1d_kernels {
 } m2_conv1d_kernels;
 
 extern const m2_conv1d_kernels m2_conv1d_kernels_scalar; /* conv1d_kernels_scalar.c           */
+#if defined(M2_KSETS_X86)
 extern const m2_conv1d_kernels m2_conv1d_kernels_avx2;   /* conv1d_kernels_avx2.c, -mavx2 -mfma */
 extern const m2_conv1d_kernels m2_conv1d_kernels_avx512; /* conv1d_kernels_avx512.c, -mavx512f.. */
+#elif defined(M2_KSETS_NEON)
+extern const m2_conv1d_kernels m2_conv1d_kernels_neon;   /* conv1d_kernels_neon.c, AArch64     */
+#endif
 
 #endif /* MAMBA2C_CPU_CONV1D_KERNELS_H */

@@ -60,8 +60,12 @@
 /* ---- activation ------------------------------------------------------------------- */
 
 /* silu(v) = v / (1 + exp(-v)). The vector form uses m2v_exp_neg (a few ulp, about a quarter
- * fewer ops than m2v_exp): the activation, not the memory, had bounded the SiLU forward. */
-M2_INLINE m2v silu_v(m2v v) { return m2v_div(v, m2v_add(m2v_set1(1.0f), m2v_exp_neg(v))); }
+ * fewer ops than m2v_exp): the activation, not the memory, had bounded the SiLU forward.
+ * Below the exp's clamp the limit v * 0 (cpu/simd.h, "Saturation"). */
+M2_INLINE m2v silu_v(m2v v) {
+    return m2v_exp_sat(v, M2_EXP_NEG_LIM, m2v_mul(v, m2v_zero()),
+                       m2v_div(v, m2v_add(m2v_set1(1.0f), m2v_exp_neg(v))));
+}
 M2_INLINE float silu_s(float v) { return v / (1.0f + expf(-v)); }
 
 /* d silu'(v) = d sigmoid(v) (1 + v (1 - sigmoid(v))), the backward's activation term. It
@@ -70,7 +74,8 @@ M2_INLINE float silu_s(float v) { return v / (1.0f + expf(-v)); }
  * operations, a shorter chain), and d sigmoid formed beside the last FMA, not after it. */
 M2_INLINE m2v dsilu_v(m2v d, m2v v) {
     const m2v one = m2v_set1(1.0f);
-    const m2v sg = m2v_div(one, m2v_add(one, m2v_exp_neg_tab(v)));
+    const m2v sg = m2v_exp_sat(v, M2_EXP_NEG_LIM, m2v_zero(),
+                               m2v_div(one, m2v_add(one, m2v_exp_neg_tab(v)))); /* σ -> +0 */
     return m2v_mul(m2v_mul(d, sg), m2v_fma(v, m2v_sub(one, sg), one));
 }
 M2_INLINE float silu_grad_s(float v) {

@@ -32,41 +32,10 @@ static inline void m2_cpu_run_tasks(mamba2_context_t *ctx, int64_t ntasks, m2_ta
 /* x rounded up to a multiple of 64 (workspace layouts are 64-byte aligned) */
 static inline size_t m2_round64(size_t x) { return (x + 63) & ~(size_t)63; }
 
-/* SSD fused scan (ssd_cpu.c) */
-mamba2_status_t m2_cpu_ssd_forward_workspace(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
-                                             size_t *bytes);
-mamba2_status_t m2_cpu_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws);
-mamba2_status_t m2_cpu_ssd_backward_workspace(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
-                                              size_t *bytes);
-mamba2_status_t m2_cpu_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws);
-
-/* gated RMSNorm (rmsnorm_cpu.c) */
-mamba2_status_t m2_cpu_rmsnorm_forward_workspace(const mamba2_context_t *ctx,
-                                                 const m2_rmsnorm_problem *pr, size_t *bytes);
-mamba2_status_t m2_cpu_rmsnorm_forward(mamba2_context_t *ctx, const m2_rmsnorm_problem *pr,
-                                       void *ws);
-mamba2_status_t m2_cpu_rmsnorm_backward_workspace(const mamba2_context_t *ctx,
-                                                  const m2_rmsnorm_problem *pr, size_t *bytes);
-mamba2_status_t m2_cpu_rmsnorm_backward(mamba2_context_t *ctx, const m2_rmsnorm_problem *pr,
-                                        void *ws);
-
-/* causal depthwise conv1d and its decode step (conv1d_cpu.c) */
-mamba2_status_t m2_cpu_conv1d_forward(mamba2_context_t *ctx, const m2_conv1d_problem *pr);
-mamba2_status_t m2_cpu_conv1d_backward_workspace(const mamba2_context_t *ctx,
-                                                 const m2_conv1d_problem *pr, size_t *bytes);
-mamba2_status_t m2_cpu_conv1d_backward(mamba2_context_t *ctx, const m2_conv1d_problem *pr,
-                                       void *ws);
-mamba2_status_t m2_cpu_conv1d_step(mamba2_context_t *ctx, const m2_conv1d_problem *pr);
-
-/* SSD decode step (ssd_step_cpu.c) */
-mamba2_status_t m2_cpu_ssd_step(mamba2_context_t *ctx, const m2_ssd_step_problem *pr);
-
-/* staged SSD chunk pipeline (ssd_chunked_cpu.c) */
-mamba2_status_t m2_cpu_ssd_chunk_cumsum(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
-mamba2_status_t m2_cpu_ssd_bmm_chunk(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
-mamba2_status_t m2_cpu_ssd_chunk_state(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
-mamba2_status_t m2_cpu_ssd_state_passing(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
-mamba2_status_t m2_cpu_ssd_chunk_scan(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
-/* @@ more cpu ops are declared above this line @@ */
+/* The backend's operators (core/ops.def): m2_cpu_<name>, defined in ssd_cpu.c (SSD fused
+ * scan), rmsnorm_cpu.c, conv1d_cpu.c (conv1d and its step), ssd_step_cpu.c and
+ * ssd_chunked_cpu.c (the staged pipeline). */
+#define M2_OP(name, problem, kind) mamba2_status_t m2_cpu_##name(M2_OP_ARGS_##kind(problem));
+#include "core/ops.def"
 
 #endif /* MAMBA2C_CPU_H */

@@ -2,7 +2,7 @@
  * kernels.h — the CPU backend's SSD kernel sets: one table per instruction set, same
  * signatures.
  *
- * ssd_cpu.c (planning, threading, segment bookkeeping, reductions) calls the kernels only
+ * ssd_cpu*.c (planning, threading, segment bookkeeping, reductions) calls the kernels only
  * through an m2_cpu_kernels table chosen from ctx->isa, so the per-ISA files hold nothing
  * but arithmetic on packed or row-contiguous float32 data. Both tables are generated from
  * the one kernel text in ssd_kernels_impl.h.
@@ -10,10 +10,10 @@
  * Conventions: a "row" is P (or N) contiguous floats; `ld*` is the element distance between
  * the rows of consecutive tokens. The sweeps keep a state in their own layout S[a][b] (b
  * contiguous, both padded with zeros to the register tile): the forward's states are
- * [Np][Pp], B and C packed per block as [Np/4][T][4]; the backward's are transposed,
- * [Pp][Np], with x̂ and E dy read as rows (M2_SWEEP_VROWS). Either way a state is stored
- * tile-major: each 4 x tile_p register tile contiguous, tiles row of tiles after row of tiles
- * (m2_tile_off below). All kernels are deterministic:
+ * [Np][Pp], B and C packed per block as [Np/4][T][4] (4 = M2_TILE_COLS); the backward's
+ * are transposed, [Pp][Np], with x̂ and E dy read as rows (M2_SWEEP_VROWS). Either way a
+ * state is stored tile-major: each M2_TILE_COLS x tile_p register tile contiguous, tiles row
+ * of tiles after row of tiles (m2_tile_off below). All kernels are deterministic:
  * the same inputs give the same bits whatever thread runs them.
  */
 #ifndef MAMBA2C_CPU_KERNELS_H
@@ -21,9 +21,11 @@
 
 #include <stdint.h>
 
+#include "core/ksets.h"
+
 /*
  * Cache lines to prefetch while a block's sweeps run: rows of the streamed tensors the block's
- * epilogue or the next block reads (ssd_cpu.c builds one plan per block for a set of heads,
+ * epilogue or the next block reads (ssd_cpu_fwd.c, ssd_cpu_bwd_pass.c build one plan per block for a set of heads,
  * in address order). Requesting them all at once would queue far more misses than the core
  * has fill buffers, so the sweep issues a few every 8 tokens of a register tile and the
  * misses overlap its arithmetic.
@@ -97,13 +99,22 @@ static inline void m2_pf_issue(m2_pf *pf, int64_t count) {
     }
 }
 
+/* The sweep's register tile, the one definition the kernel text, its tables and the driver's
+ * layouts derive from: M2_TILE_VECS vectors along the state's contiguous dimension (tile_p =
+ * M2_TILE_VECS * lanes floats: 16 with AVX2, 32 with AVX-512, 2 scalar) by M2_TILE_COLS
+ * columns of the other (tile_n). B and C packed for the forward sweep are [Np/M2_TILE_COLS][T]
+ * [M2_TILE_COLS], a tile's columns of one token adjacent. The sweep's macros
+ * (ssd_kernels_impl.h) spell the 2 x 4 registers out by name and check these values. */
+#define M2_TILE_VECS 2
+#define M2_TILE_COLS 4
+
 /* Offset of element (a, b) of a sweep state with rows of Bp floats, stored tile-major: the
- * register tile holding it (4 rows a of tb floats b; tb = tile_p, a power of two, and Bp a
- * multiple of it) is one contiguous block, tiles row of tiles after row of tiles, in the order
- * the sweeps visit them. */
+ * register tile holding it (M2_TILE_COLS rows a of tb floats b; tb = tile_p, a power of two,
+ * and Bp a multiple of it) is one contiguous block, tiles row of tiles after row of tiles, in
+ * the order the sweeps visit them. */
 static inline int64_t m2_tile_off(int64_t a, int64_t b, int64_t Bp, int64_t tb) {
-    const int64_t lo = b & (tb - 1);
-    return (a & ~(int64_t)3) * Bp + 4 * (b - lo) + (a & 3) * tb + lo;
+    const int64_t lo = b & (tb - 1), c = a & (M2_TILE_COLS - 1); /* a power of two */
+    return (a - c) * Bp + M2_TILE_COLS * (b - lo) + c * tb + lo;
 }
 
 /* sweep flags */
@@ -114,9 +125,9 @@ static inline int64_t m2_tile_off(int64_t a, int64_t b, int64_t Bp, int64_t tb) 
 
 typedef struct m2_cpu_kernels {
     const char *isa;
-    /* The sweep's register tile: callers pad the state's contiguous dimension (the sweep's
-     * Pp: P in the forward, N in the backward) to a multiple of tile_p and the other to a
-     * multiple of tile_n, with zeros. */
+    /* The sweep's register tile (M2_TILE_VECS * lanes, M2_TILE_COLS): callers pad the
+     * state's contiguous dimension (the sweep's Pp: P in the forward, N in the backward) to a
+     * multiple of tile_p and the other to a multiple of tile_n, with zeros. */
     int tile_p, tile_n;
 
     /*
@@ -198,7 +209,23 @@ typedef struct m2_cpu_kernels {
 } m2_cpu_kernels;
 
 extern const m2_cpu_kernels m2_cpu_kernels_scalar; /* ssd_kernels_scalar.c, any CPU     */
+#if defined(M2_KSETS_X86)
 extern const m2_cpu_kernels m2_cpu_kernels_avx2;   /* ssd_kernels_avx2.c, -mavx2 -mfma */
 extern const m2_cpu_kernels m2_cpu_kernels_avx512; /* ssd_kernels_avx512.c, -mavx512f.. */
+#else
+/* ssd_cpu.c picks its set by the x86 names: the AVX-512 one only where ctx->isa is
+ * M2_ISA_AVX512, the AVX2 one for any other level above M2_ISA_SCALAR. Off x86-64 neither
+ * exists, and the two names stand for this architecture's vector set (NEON on AArch64, whose
+ * ctx->isa is then M2_ISA_NEON) or for the scalar set (no vector set: ctx->isa is always
+ * M2_ISA_SCALAR there). */
+#if defined(M2_KSETS_NEON)
+extern const m2_cpu_kernels m2_cpu_kernels_neon; /* ssd_kernels_neon.c, AArch64 */
+#define m2_cpu_kernels_avx2 m2_cpu_kernels_neon
+#define m2_cpu_kernels_avx512 m2_cpu_kernels_neon
+#else
+#define m2_cpu_kernels_avx2 m2_cpu_kernels_scalar
+#define m2_cpu_kernels_avx512 m2_cpu_kernels_scalar
+#endif
+#endif
 
 #endif /* MAMBA2C_CPU_KERNELS_H */

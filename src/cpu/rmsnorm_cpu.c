@@ -31,7 +31,14 @@
 #define RED_COLS 1024
 
 static const m2_rmsnorm_kernels *kernels_for(const mamba2_context_t *ctx) {
+#if defined(M2_KSETS_X86) /* AVX2 also at the AVX-512 level */
     return ctx->isa != M2_ISA_SCALAR ? &m2_rmsnorm_kernels_avx2 : &m2_rmsnorm_kernels_scalar;
+#elif defined(M2_KSETS_NEON)
+    return ctx->isa == M2_ISA_NEON ? &m2_rmsnorm_kernels_neon : &m2_rmsnorm_kernels_scalar;
+#else
+    (void)ctx;
+    return &m2_rmsnorm_kernels_scalar;
+#endif
 }
 
 /* Rows per backward block: a function of M only (never of the thread count). */
@@ -99,12 +106,20 @@ typedef struct bwd_layout {
     size_t total;
 } bwd_layout;
 
-static bwd_layout bwd_plan(const mamba2_context_t *ctx, const m2_rmsnorm_problem *pr) {
+/* The layout (checked size arithmetic: 0 when a size does not fit a size_t). */
+static int bwd_plan(const mamba2_context_t *ctx, const m2_rmsnorm_problem *pr, bwd_layout *Lp) {
     bwd_layout L;
     memset(&L, 0, sizeof L);
     L.rows = bwd_block_rows(pr->M);
     L.nblk = (pr->M + L.rows - 1) / L.rows;
-    const size_t part = m2_round64((size_t)L.nblk * (size_t)pr->D * sizeof(float));
+    size_t part, scr, thr;
+    const int64_t fp[3] = {L.nblk, pr->D, (int64_t)sizeof(float)};
+    const int64_t fs[3] = {4, pr->S, (int64_t)sizeof(float)}; /* 2 rows x 2 S floats */
+    if (!m2_size_prod(&part, 3, fp) || !m2_size_add(part, 63, &part) || !m2_size_prod(&scr, 3, fs) ||
+        !m2_size_add(scr, 63, &scr))
+        return 0;
+    part = m2_round64(part - 63);
+    L.scr_stride = m2_round64(scr - 63);
     size_t off = 0;
     if (pr->dweight.p) {
         L.dw = off;
@@ -112,12 +127,14 @@ static bwd_layout bwd_plan(const mamba2_context_t *ctx, const m2_rmsnorm_problem
     }
     if (pr->dbias.p) {
         L.db = off;
-        off += part;
+        if (!m2_size_add(off, part, &off)) return 0;
     }
     L.scr = off;
-    L.scr_stride = m2_round64((size_t)(4 * pr->S) * sizeof(float)); /* 2 rows x 2 S floats */
-    L.total = off + (size_t)m2_cpu_plan_threads(ctx) * L.scr_stride;
-    return L;
+    if (!m2_size_mul((size_t)m2_cpu_plan_threads(ctx), L.scr_stride, &thr) ||
+        !m2_size_add(off, thr, &L.total))
+        return 0;
+    *Lp = L;
+    return 1;
 }
 
 typedef struct bwd_arg {
@@ -186,13 +203,19 @@ static void reduce_task(void *arg_, int64_t task, int thread) {
 
 mamba2_status_t m2_cpu_rmsnorm_backward_workspace(const mamba2_context_t *ctx,
                                                   const m2_rmsnorm_problem *pr, size_t *bytes) {
-    *bytes = bwd_plan(ctx, pr).total;
+    bwd_layout L;
+    if (!bwd_plan(ctx, pr, &L))
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY,
+                        "the gated RMSNorm backward's workspace exceeds the address space");
+    *bytes = L.total;
     return MAMBA2_STATUS_OK;
 }
 
 mamba2_status_t m2_cpu_rmsnorm_backward(mamba2_context_t *ctx, const m2_rmsnorm_problem *pr,
                                         void *ws) {
-    bwd_arg a = {pr, kernels_for(ctx), bwd_plan(ctx, pr), (unsigned char *)ws};
+    bwd_arg a = {pr, kernels_for(ctx), {0}, (unsigned char *)ws};
+    if (!bwd_plan(ctx, pr, &a.L)) /* the workspace query refused it before */
+        return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "the RMSNorm backward plan does not fit");
     if (a.L.nblk == 0) { /* M == 0: the sums over no rows */
         if (pr->dweight.p) memset(pr->dweight.p, 0, (size_t)pr->D * sizeof(float));
         if (pr->dbias.p) memset(pr->dbias.p, 0, (size_t)pr->D * sizeof(float));

@@ -13,6 +13,8 @@
 
 #include <stdint.h>
 
+#include "core/ksets.h"
+
 /* One row's group for the backward; every pointer already offset to the group. */
 typedef struct m2_rms_row {
     const float *x, *z, *dout; /* z may be NULL                                       */
@@ -44,6 +46,10 @@ typedef struct m2_rmsnorm_kernels {
 } m2_rmsnorm_kernels;
 
 extern const m2_rmsnorm_kernels m2_rmsnorm_kernels_scalar; /* rmsnorm_kernels_scalar.c      */
+#if defined(M2_KSETS_X86)
 extern const m2_rmsnorm_kernels m2_rmsnorm_kernels_avx2;   /* rmsnorm_kernels_avx2.c, -mavx2 */
+#elif defined(M2_KSETS_NEON)
+extern const m2_rmsnorm_kernels m2_rmsnorm_kernels_neon;   /* rmsnorm_kernels_neon.c         */
+#endif
 
 #endif /* MAMBA2C_CPU_RMSNORM_KERNELS_H */

@@ -32,10 +32,11 @@
 #define M2R_CAT(a, b) M2R_CAT2(a, b)
 #define M2R(name) M2R_CAT(name, M2_KSUFFIX)
 
-/* σ(s) = 1 / (1 + e^-s) */
+/* σ(s) = 1 / (1 + e^-s); +0 below the exp's clamp (cpu/simd.h, "Saturation") */
 M2_INLINE m2v sigm_v(m2v s) {
     const m2v one = m2v_set1(1.0f);
-    return m2v_div(one, m2v_add(one, m2v_exp(m2v_sub(m2v_zero(), s))));
+    return m2v_exp_sat(s, M2_EXP_NEG_LIM, m2v_zero(),
+                       m2v_div(one, m2v_add(one, m2v_exp(m2v_sub(m2v_zero(), s)))));
 }
 M2_INLINE float sigm_s(float s) { return 1.0f / (1.0f + expf(-s)); }
 
@@ -60,6 +61,21 @@ M2_INLINE float sumsq(int64_t n, const float *x) {
 /* 1 / sqrt(ss / n + eps), rounded once to float */
 M2_INLINE float rstd_of(float ss, int64_t n, double eps) {
     return (float)(1.0 / sqrt((double)ss / (double)n + eps));
+}
+M2_INLINE float rstd_of_d(double ss, int64_t n, double eps) {
+    return (float)(1.0 / sqrt(ss / (double)n + eps));
+}
+
+/* Σ v² in double, v = x (s == NULL) or the float product x s: the fallback for a group whose
+ * float32 sum overflowed (|v| beyond about 1.8e19; SPEC §9), so such a group keeps its
+ * finite result. Groups whose float sum is finite keep the bits of the float sum. */
+static double sumsq_d(int64_t n, const float *x, const float *s) {
+    double a = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const double v = s ? (double)(x[i] * s[i]) : (double)x[i];
+        a += v * v;
+    }
+    return a;
 }
 
 /* ---- forward ------------------------------------------------------------------------ */
@@ -124,7 +140,7 @@ static float M2R(rms_fwd_group)(int64_t n, double eps, int nbg, const float *x, 
     } else {
         ss = sumsq(n, x);
     }
-    const float r = rstd_of(ss, n, eps);
+    const float r = isinf(ss) ? rstd_of_d(sumsq_d(n, v, NULL), n, eps) : rstd_of(ss, n, eps);
     const float *zafter = (z && nbg) ? z : NULL;
     if (b) {
         if (zafter) norm_out(n, r, v, w, b, zafter, out, 1, 1);
@@ -302,8 +318,19 @@ M2_INLINE void bwd_mode(int64_t n, double eps, int nrows, const m2_rms_row *rows
         k[q].s0 = R->scr;
         k[q].s1 = R->scr + n;
         bwd_pass1(n, R->x, R->z, w, R->dout, R->scr, R->scr + n, &ss, &svd, mode);
-        k[q].r = R->r_in ? *R->r_in : rstd_of(ss, n, eps);
-        k[q].c1 = k[q].r * svd / (float)n; /* Σ xh w dy / n */
+        if (isinf(ss) || isinf(svd)) {
+            /* a float sum overflowed: both in double (the forward's fallback) */
+            const float *vs = mode == GATE_FIRST ? R->scr : NULL;
+            const float *g = mode == GATE_AFTER ? R->scr : R->dout;
+            double a = 0.0;
+            for (int64_t i = 0; i < n; i++)
+                a += (vs ? (double)(R->x[i] * vs[i]) : (double)R->x[i]) * (double)w[i] * g[i];
+            k[q].r = R->r_in ? *R->r_in : rstd_of_d(sumsq_d(n, R->x, vs), n, eps);
+            k[q].c1 = (float)((double)k[q].r * a / (double)n);
+        } else {
+            k[q].r = R->r_in ? *R->r_in : rstd_of(ss, n, eps);
+            k[q].c1 = k[q].r * svd / (float)n; /* Σ xh w dy / n */
+        }
     }
     if (nrows == 2)
         bwd_pass2(n, k, w, b, dw, db, 2, mode);

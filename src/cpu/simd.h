@@ -2,7 +2,8 @@
  * simd.h — the thin per-ISA vector layer the CPU kernels are written against.
  *
  * A kernel file defines exactly one of M2_SIMD_AVX2, M2_SIMD_AVX512 (conv1d and SSD only: it
- * maps just the operations those kernel texts use) or M2_SIMD_SCALAR, then includes this header
+ * maps just the operations those kernel texts use), M2_SIMD_NEON (AArch64; every op) or
+ * M2_SIMD_SCALAR, then includes this header
  * and its op's *_kernels_impl.h. The kernel bodies use only the m2v_* names below, so one
  * source text yields every instruction set and no kernel body carries an #ifdef (the same
  * arrangement as ggml's simd-mappings.h).
@@ -11,7 +12,7 @@
  * kernels' vector loops then cover every element and their scalar tails never run.
  * Loads and stores are unaligned: rows of N or P floats start anywhere (N = 5 is legal).
  *
- * Arithmetic is IEEE float32 throughout; m2v_fma is a fused multiply-add on AVX2/AVX-512 and a
+ * Arithmetic is IEEE float32 throughout; m2v_fma is a fused multiply-add on AVX2/AVX-512/NEON and a
  * multiply followed by an add in the scalar mapping (a software fmaf would be slow where
  * the hardware has none). Results differ between the scalar and the vector kernel sets in
  * the last bits, never between runs or thread counts.
@@ -153,6 +154,11 @@ M2_INLINE m2v m2v_exp_neg_tab(m2v x) {
     return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(y), e));
 }
 
+/* r, or s in the lanes where x < lim (a NaN x keeps r): see "Saturation" at the end. */
+M2_INLINE m2v m2v_exp_sat(m2v x, float lim, m2v s, m2v r) {
+    return _mm256_blendv_ps(r, s, _mm256_cmp_ps(x, _mm256_set1_ps(lim), _CMP_LT_OQ));
+}
+
 /* Non-temporal store of a vector to a 32-byte aligned p: the line goes to memory without
  * first being read (no read-for-ownership) and without displacing cached data. For outputs
  * written once and not read again soon; a kernel writes whole 64-byte lines with back-to-back
@@ -292,6 +298,11 @@ M2_INLINE m2v m2v_exp_neg_tab(m2v x) {
     return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(y), e));
 }
 
+/* r, or s in the lanes where x < lim (a NaN x keeps r): see "Saturation" at the end. */
+M2_INLINE m2v m2v_exp_sat(m2v x, float lim, m2v s, m2v r) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(lim), _CMP_LT_OQ), r, s);
+}
+
 /* Non-temporal store of a vector (one whole 64-byte line) to a 64-byte aligned p; as AVX2. */
 #define m2v_stream(p, v) _mm512_stream_ps((p), (v))
 #define m2_stream_fence() _mm_sfence()
@@ -339,6 +350,134 @@ M2_INLINE void m2v_load_deint4(const float *p, m2v *a, m2v *b, m2v *c, m2v *d) {
     *d = _mm512_permutex2var_ps(cd0, hi, cd1);
 }
 
+#elif defined(M2_SIMD_NEON)
+
+/* AArch64 Advanced SIMD (NEON): 4 floats per vector. Every operation the AVX2 mapping has,
+ * lane for lane and constant for constant, with these differences: min/max are NEON's
+ * (a NaN operand gives NaN, where x86 returns the second operand: m2v_exp of a NaN is NaN
+ * here, e^-87.3 there; the clamps of m2v_exp_neg / _tab and of the sigmoid pass a NaN in both),
+ * the lane sums pair neighbouring lanes ((a0 + a1) + (a2 + a3)), and there are no
+ * non-temporal stores (m2v_stream is a plain store). The kernel texts need nothing of the
+ * vector width but M2V_LEN (scalar: 1, AVX-512: 16), so 4 native lanes it is (docs/
+ * architecture.md, "NEON"). ASIMD is part of the AArch64 base ISA: no compiler flags. */
+#include <arm_neon.h>
+
+#define M2V_LEN 4
+typedef float32x4_t m2v;
+
+#define m2v_load(p) vld1q_f32(p)
+#define m2v_store(p, v) vst1q_f32((p), (v))
+#define m2v_set1(x) vdupq_n_f32(x)
+#define m2v_zero() vdupq_n_f32(0.0f)
+#define m2v_add(a, b) vaddq_f32((a), (b))
+#define m2v_sub(a, b) vsubq_f32((a), (b))
+#define m2v_mul(a, b) vmulq_f32((a), (b))
+#define m2v_div(a, b) vdivq_f32((a), (b))
+#define m2v_fma(a, b, c) vfmaq_f32((c), (a), (b)) /* a*b + c, one rounding */
+#define m2v_fnma(a, b, c) vfmsq_f32((c), (a), (b)) /* c - a*b, one rounding */
+
+/* Sum of the 4 lanes: (v0 + v1) + (v2 + v3). */
+M2_INLINE float m2v_reduce(m2v v) {
+    const float32x4_t p = vpaddq_f32(v, v);
+    return vpadds_f32(vget_low_f32(p));
+}
+
+/* out[i] = sum of the lanes of v_i, four vectors at once (three pairwise adds), each in the
+ * order of m2v_reduce. */
+M2_INLINE void m2v_reduce4(m2v a, m2v b, m2v c, m2v d, float *out) {
+    vst1q_f32(out, vpaddq_f32(vpaddq_f32(a, b), vpaddq_f32(c, d)));
+}
+
+/* exp(x): the AVX2 m2v_exp (Cephes' scheme, see there), lane for lane. */
+M2_INLINE m2v m2v_exp(m2v x) {
+    x = vminq_f32(vmaxq_f32(x, vdupq_n_f32(-87.3f)), vdupq_n_f32(88.0f));
+    const float32x4_t n = vrndnq_f32(vmulq_f32(x, vdupq_n_f32(1.44269504088896341f)));
+    float32x4_t r = vfmsq_f32(x, n, vdupq_n_f32(0.693359375f));
+    r = vfmsq_f32(r, n, vdupq_n_f32(-2.12194440e-4f));
+    float32x4_t y = vdupq_n_f32(1.9875691500e-4f);
+    y = vfmaq_f32(vdupq_n_f32(1.3981999507e-3f), y, r);
+    y = vfmaq_f32(vdupq_n_f32(8.3334519073e-3f), y, r);
+    y = vfmaq_f32(vdupq_n_f32(4.1665795894e-2f), y, r);
+    y = vfmaq_f32(vdupq_n_f32(1.6666665459e-1f), y, r);
+    y = vfmaq_f32(vdupq_n_f32(5.0000001201e-1f), y, r);
+    y = vfmaq_f32(r, y, vmulq_f32(r, r));
+    y = vaddq_f32(y, vdupq_n_f32(1.0f));
+    const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtnq_s32_f32(n), vdupq_n_s32(127)), 23);
+    return vmulq_f32(y, vreinterpretq_f32_s32(e));
+}
+
+/* e^(-x): the AVX2 m2v_exp_neg (see there), lane for lane. */
+M2_INLINE m2v m2v_exp_neg(m2v x) {
+    x = vminq_f32(vdupq_n_f32(86.5f), vmaxq_f32(vdupq_n_f32(-88.0f), x));
+    const float32x4_t magic = vdupq_n_f32(12582912.0f); /* 1.5 * 2^23: rounds to an integer */
+    const float32x4_t t = vfmsq_f32(magic, x, vdupq_n_f32(1.44269504088896341f));
+    const float32x4_t n = vsubq_f32(t, magic);
+    float32x4_t q = vfmaq_f32(x, n, vdupq_n_f32(0.693359375f));
+    q = vfmaq_f32(q, n, vdupq_n_f32(-2.12194440e-4f));
+    float32x4_t y = vfmaq_f32(vdupq_n_f32(4.1897932501e-2f), vdupq_n_f32(-8.2903151531e-3f), q);
+    y = vfmaq_f32(vdupq_n_f32(-1.6667636210e-1f), y, q);
+    y = vfmaq_f32(vdupq_n_f32(4.9999149507e-1f), y, q);
+    y = vfmaq_f32(vdupq_n_f32(-9.9999970718e-1f), y, q);
+    y = vfmaq_f32(vdupq_n_f32(1.0f), y, q);
+    const int32x4_t e = vshlq_n_s32(vreinterpretq_s32_f32(t), 23); /* n << 23 */
+    return vreinterpretq_f32_s32(vaddq_s32(vreinterpretq_s32_f32(y), e));
+}
+
+/* e^(-x) with the 2^(j/8) table: the AVX2 m2v_exp_neg_tab (see there), lane for lane. The
+ * table lookup is one two-register byte shuffle (tbl), lane i's four byte indices formed
+ * from k & 7 (the low three bits of the magic sum). */
+M2_INLINE m2v m2v_exp_neg_tab(m2v x) {
+    static const float tab8[8] = {1.0f, 1.0905077326652577f, 1.1892071150027210f,
+                                  1.2968395546510096f, 1.4142135623730951f,
+                                  1.5422108254079407f, 1.6817928305074290f,
+                                  1.8340080864093424f}; /* 2^(j/8) */
+    x = vminq_f32(vdupq_n_f32(86.5f), vmaxq_f32(vdupq_n_f32(-88.0f), x));
+    const float32x4_t magic = vdupq_n_f32(12582912.0f);
+    const float32x4_t t = vfmsq_f32(magic, x, vdupq_n_f32(11.5415603271117f)); /* 8 log2e */
+    const float32x4_t k = vsubq_f32(t, magic);
+    const float32x4_t q = vfmaq_f32(x, k, vdupq_n_f32(0.0866433975699932f)); /* -r */
+    const float32x4_t b = vfmaq_f32(vdupq_n_f32(0.5f), q, vdupq_n_f32(-1.6666666666667e-1f));
+    const float32x4_t p = vnegq_f32(vfmsq_f32(q, vmulq_f32(q, q), b)); /* q^2 b - q */
+    const uint32x4_t j = vandq_u32(vreinterpretq_u32_f32(t), vdupq_n_u32(7));
+    const uint8x16_t idx = vreinterpretq_u8_u32(
+        vmlaq_u32(vdupq_n_u32(0x03020100u), j, vdupq_n_u32(0x04040404u)));
+    const uint8x16x2_t tb = {{vreinterpretq_u8_f32(vld1q_f32(tab8)),
+                              vreinterpretq_u8_f32(vld1q_f32(tab8 + 4))}};
+    const float32x4_t f = vreinterpretq_f32_u8(vqtbl2q_u8(tb, idx));
+    const float32x4_t y = vfmaq_f32(f, f, p);
+    const uint32x4_t e = vandq_u32(vshlq_n_u32(vreinterpretq_u32_f32(t), 20),
+                                   vdupq_n_u32(0xff800000u));
+    return vreinterpretq_f32_u32(vaddq_u32(vreinterpretq_u32_f32(y), e));
+}
+
+/* r, or s in the lanes where x < lim (a NaN x keeps r): see "Saturation" at the end. */
+M2_INLINE m2v m2v_exp_sat(m2v x, float lim, m2v s, m2v r) {
+    return vbslq_f32(vcltq_f32(x, vdupq_n_f32(lim)), s, r);
+}
+
+/* No non-temporal stores in the NEON intrinsics: plain stores, no fence needed. */
+#define m2v_stream(p, v) vst1q_f32((p), (v))
+#define m2_stream_fence() ((void)0)
+
+/* Interleaved <-> planar: NEON's structure loads and stores (ld3 / st3 / ld4). */
+M2_INLINE void m2v_load_deint3(const float *p, m2v *a, m2v *b, m2v *c) {
+    const float32x4x3_t v = vld3q_f32(p);
+    *a = v.val[0];
+    *b = v.val[1];
+    *c = v.val[2];
+}
+M2_INLINE void m2v_store_int3(float *p, m2v a, m2v b, m2v c) {
+    const float32x4x3_t v = {{a, b, c}};
+    vst3q_f32(p, v);
+}
+M2_INLINE void m2v_load_deint4(const float *p, m2v *a, m2v *b, m2v *c, m2v *d) {
+    const float32x4x4_t v = vld4q_f32(p);
+    *a = v.val[0];
+    *b = v.val[1];
+    *c = v.val[2];
+    *d = v.val[3];
+}
+
 #elif defined(M2_SIMD_SCALAR)
 
 #define M2V_LEN 1
@@ -366,6 +505,7 @@ M2_INLINE m2v m2v_exp(m2v x) { return expf(x); }
 
 M2_INLINE m2v m2v_exp_neg(m2v x) { return expf(-x); }
 M2_INLINE m2v m2v_exp_neg_tab(m2v x) { return expf(-x); }
+M2_INLINE m2v m2v_exp_sat(m2v x, float lim, m2v s, m2v r) { return x < lim ? s : r; }
 #define m2v_stream(p, v) (*(p) = (v)) /* no streaming stores in portable C */
 #define m2_stream_fence() ((void)0)
 M2_INLINE void m2v_load_deint3(const float *p, m2v *a, m2v *b, m2v *c) {
@@ -386,7 +526,20 @@ M2_INLINE void m2v_load_deint4(const float *p, m2v *a, m2v *b, m2v *c, m2v *d) {
 }
 
 #else
-#error "define M2_SIMD_AVX2, M2_SIMD_AVX512 or M2_SIMD_SCALAR before including cpu/simd.h"
+#error "define M2_SIMD_AVX2, M2_SIMD_AVX512, M2_SIMD_NEON or M2_SIMD_SCALAR before including cpu/simd.h"
 #endif
+
+/*
+ * Saturation. The vector exponentials clamp their argument to keep 2^n finite (m2v_exp:
+ * e^x for x <= 88; m2v_exp_neg, m2v_exp_neg_tab: e^-x for x >= -88; the SSD gate's sigmoid:
+ * z >= -87), so below the clamp 1 + e^-v stays near 1.7e38 where it should be +inf, and
+ * v / (1 + e^-v) grows with |v| instead of being -0 (silu(-1e36) gave -0.0061, silu(-3e38)
+ * -1.82). The activations therefore replace their result below the clamp by its limit with
+ * m2v_exp_sat(v, lim, limit, result): σ(v) -> +0, silu(v) -> v * 0 (= -0, and NaN for v = -inf
+ * as v / (1 + e^-v) is), the gate v silu(z) -> v (z * 0). Above the clamp nothing changes,
+ * bit for bit. The scalar mapping (libm's expf, no clamp) gives these limits by itself below
+ * expf's overflow; it takes the same select so that every set agrees on the whole range.
+ */
+#define M2_EXP_NEG_LIM (-88.0f) /* m2v_exp_neg(v), m2v_exp_neg_tab(v), m2v_exp(-v) clamp below it */
 
 #endif /* MAMBA2C_CPU_SIMD_H */

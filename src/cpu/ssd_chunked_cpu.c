@@ -32,7 +32,14 @@
 #define PB 16  /* state rows per state_passing task                                          */
 
 static const m2_ssd_chunk_kernels *kernels_for(const mamba2_context_t *ctx) {
+#if defined(M2_KSETS_X86) /* AVX2 also at the AVX-512 level */
     return ctx->isa != M2_ISA_SCALAR ? &m2_ssd_chunk_kernels_avx2 : &m2_ssd_chunk_kernels_scalar;
+#elif defined(M2_KSETS_NEON)
+    return ctx->isa == M2_ISA_NEON ? &m2_ssd_chunk_kernels_neon : &m2_ssd_chunk_kernels_scalar;
+#else
+    (void)ctx;
+    return &m2_ssd_chunk_kernels_scalar;
+#endif
 }
 
 static mamba2_status_t check_f32(const m2_ssd_chunk_problem *pr, const char *stage) {

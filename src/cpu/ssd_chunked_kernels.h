@@ -16,6 +16,8 @@
 
 #include <stdint.h>
 
+#include "core/ksets.h"
+
 typedef struct m2_ssd_chunk_kernels {
     const char *isa;
 
@@ -49,6 +51,10 @@ typedef struct m2_ssd_chunk_kernels {
 } m2_ssd_chunk_kernels;
 
 extern const m2_ssd_chunk_kernels m2_ssd_chunk_kernels_scalar; /* ssd_chunked_kernels_scalar.c */
+#if defined(M2_KSETS_X86)
 extern const m2_ssd_chunk_kernels m2_ssd_chunk_kernels_avx2;   /* ssd_chunked_kernels_avx2.c   */
+#elif defined(M2_KSETS_NEON)
+extern const m2_ssd_chunk_kernels m2_ssd_chunk_kernels_neon;   /* ssd_chunked_kernels_neon.c   */
+#endif
 
 #endif /* MAMBA2C_CPU_SSD_CHUNKED_KERNELS_H */

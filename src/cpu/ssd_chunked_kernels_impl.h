@@ -180,9 +180,10 @@ static void CK(chunk_decay_add)(int64_t n, float a, const float *S, const float 
     for (; i < n; i++) out[i] = a * S[i] + X[i];
 }
 
-/* silu(v) = v / (1 + e^-v) */
+/* silu(v) = v / (1 + e^-v); v * 0 below the exp's clamp (cpu/simd.h, "Saturation") */
 M2_INLINE m2v chunk_silu_v(m2v v) {
-    return m2v_div(v, m2v_add(m2v_set1(1.0f), m2v_exp(m2v_sub(m2v_zero(), v))));
+    return m2v_exp_sat(v, M2_EXP_NEG_LIM, m2v_mul(v, m2v_zero()),
+                       m2v_div(v, m2v_add(m2v_set1(1.0f), m2v_exp(m2v_sub(m2v_zero(), v)))));
 }
 M2_INLINE float chunk_silu_s(float v) { return v / (1.0f + expf(-v)); }
 

@@ -15,6 +15,9 @@
 #include "core/half.h"
 #include "cpu/simd.h"
 
+/* the sigmoid's clamp: σ(z) is +0 below it (cpu/simd.h, "Saturation") */
+#define M2_SIGMOID_LIM (-87.0f)
+
 #if defined(M2_SIMD_AVX2)
 
 #define M2VD_LEN 4
@@ -41,12 +44,13 @@ typedef __m256d m2vd_mask;
 #define m2vd_store_ps(p, v) _mm_storeu_ps((p), _mm256_cvtpd_ps(v))
 
 /* For m2vd_exp (after the sets): x clamped to [-708, 708] (e^-708 ~ 3e-308 stands in for
- * anything smaller, 0 once rounded to float), and 2^n from the magic-number sum t (its low
+ * anything smaller, 0 once rounded to float; x second in max and min, whose NaN operand
+ * rule then passes a NaN through, so exp(NaN) = NaN), and 2^n from the magic-number sum t (its low
  * mantissa bits hold the biased exponent of 2^n), as m2v_pow2_of_magic does in float */
 #define m2vd_fma(a, b, c) _mm256_fmadd_pd((a), (b), (c))
 #define m2vd_fnma(a, b, c) _mm256_fnmadd_pd((a), (b), (c))
 #define m2vd_exp_clamp(x)                                                                      \
-    _mm256_min_pd(_mm256_max_pd((x), _mm256_set1_pd(-708.0)), _mm256_set1_pd(708.0))
+    _mm256_min_pd(_mm256_set1_pd(708.0), _mm256_max_pd(_mm256_set1_pd(-708.0), (x)))
 #define m2vd_pow2_of_magic(t) _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_castpd_si256(t), 52))
 
 /* 1/x: the hardware estimate (12 bits) and one Newton step, r (2 - x r): about 2^-22
@@ -128,7 +132,7 @@ typedef __mmask8 m2vd_mask;
 #define m2vd_fma(a, b, c) _mm512_fmadd_pd((a), (b), (c))
 #define m2vd_fnma(a, b, c) _mm512_fnmadd_pd((a), (b), (c))
 #define m2vd_exp_clamp(x)                                                                      \
-    _mm512_min_pd(_mm512_max_pd((x), _mm512_set1_pd(-708.0)), _mm512_set1_pd(708.0))
+    _mm512_min_pd(_mm512_set1_pd(708.0), _mm512_max_pd(_mm512_set1_pd(-708.0), (x)))
 #define m2vd_pow2_of_magic(t) _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_castpd_si512(t), 52))
 
 /* 1/x: the 14-bit hardware estimate and one Newton step, r (2 - x r) */
@@ -193,6 +197,77 @@ M2_INLINE m2h m2v_to_bf16(m2v v) {
 #define m2v_store_f16(p, v)                                                                    \
     _mm256_storeu_si256((__m256i *)(p), _mm512_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
 
+#elif defined(M2_SIMD_NEON)
+
+/* AArch64 NEON: the AVX2 helpers above, 2 doubles / 4 floats per vector, constant for
+ * constant, except: m2vd_min / m2vd_max are x86's (a > b ? a : b, by compare and select: a
+ * NaN dt is clamped to the limit as on x86 and in the scalar set, where NEON's own min/max
+ * would give NaN); m2v_rcp is NEON's 8-bit estimate with two Newton steps (vrecps: 2 - x r,
+ * fused), about 2^-23; float16 through the base ISA's conversions (fcvtl / fcvtn, round to
+ * nearest even, a NaN stays a quiet NaN), bfloat16 by integer shifts with round to nearest
+ * even exactly as the AVX2 m2v_to_bf16. */
+#define M2VD_LEN 2
+typedef float64x2_t m2vd;
+
+#define m2vd_set1(x) vdupq_n_f64(x)
+#define m2vd_add(a, b) vaddq_f64((a), (b))
+#define m2vd_sub(a, b) vsubq_f64((a), (b))
+#define m2vd_mul(a, b) vmulq_f64((a), (b))
+#define m2vd_div(a, b) vdivq_f64((a), (b))
+M2_INLINE m2vd m2vd_min(m2vd a, m2vd b) { return vbslq_f64(vcltq_f64(a, b), a, b); }
+M2_INLINE m2vd m2vd_max(m2vd a, m2vd b) { return vbslq_f64(vcgtq_f64(a, b), a, b); }
+#define m2vd_load(p) vld1q_f64(p)
+typedef uint64x2_t m2vd_mask;
+#define m2vd_gt(a, b) vcgtq_f64((a), (b))
+#define m2vd_ge(a, b) vcgeq_f64((a), (b))
+#define m2vd_any(m) (vmaxvq_u32(vreinterpretq_u32_u64(m)) != 0)
+#define m2vd_select(m, a, b) vbslq_f64((m), (a), (b))
+#define m2vd_store(p, v) vst1q_f64((p), (v))
+/* 2 floats at p as doubles, and back (round to nearest) */
+#define m2vd_load_ps(p) vcvt_f64_f32(vld1_f32(p))
+#define m2vd_store_ps(p, v) vst1_f32((p), vcvt_f32_f64(v))
+
+#define m2vd_fma(a, b, c) vfmaq_f64((c), (a), (b))
+#define m2vd_fnma(a, b, c) vfmsq_f64((c), (a), (b))
+#define m2vd_exp_clamp(x) m2vd_min(m2vd_max((x), vdupq_n_f64(-708.0)), vdupq_n_f64(708.0))
+#define m2vd_pow2_of_magic(t) vreinterpretq_f64_s64(vshlq_n_s64(vreinterpretq_s64_f64(t), 52))
+
+/* 1/x: the 8-bit estimate and two Newton steps r (2 - x r) */
+M2_INLINE m2v m2v_rcp(m2v x) {
+    float32x4_t r = vrecpeq_f32(x);
+    r = vmulq_f32(r, vrecpsq_f32(x, r));
+    return vmulq_f32(r, vrecpsq_f32(x, r));
+}
+
+/* z clamped to [-87, 87] (a NaN stays NaN), 2^n from the magic-number sum as in AVX2 */
+#define m2v_sigmoid_clamp(z) vmaxq_f32(vdupq_n_f32(-87.0f), vminq_f32(vdupq_n_f32(87.0f), (z)))
+#define m2v_pow2_of_magic(t) vreinterpretq_f32_s32(vshlq_n_s32(vreinterpretq_s32_f32(t), 23))
+
+#define m2v_gt(a, b) vcgtq_f32((a), (b))
+#define m2v_select(m, a, b) vbslq_f32((m), (a), (b))
+
+/* 4 bfloat16 / float16 at p (uint16_t) as floats, and back, rounded to nearest even: the
+ * bits of core/half.h's converters */
+#define m2v_load_bf16(p)                                                                       \
+    vreinterpretq_f32_u32(vshlq_n_u32(vmovl_u16(vld1_u16((const uint16_t *)(p))), 16))
+typedef uint16x4_t m2h;
+#define m2h_stream2(p, a, b) vst1q_u16((uint16_t *)(p), vcombine_u16((a), (b)))
+M2_INLINE m2h m2v_to_bf16(m2v v) {
+    const uint32x4_t u = vreinterpretq_u32_f32(v);
+    const uint32x4_t lsb = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+    uint32x4_t r = vshrq_n_u32(vaddq_u32(vaddq_u32(u, vdupq_n_u32(0x7FFF)), lsb), 16);
+    const uint32x4_t a = vandq_u32(u, vdupq_n_u32(0x7FFFFFFF));
+    const uint32x4_t nan = vcgtq_u32(a, vdupq_n_u32(0x7F800000));
+    const uint32x4_t q = vorrq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(0x40));
+    r = vbslq_u32(nan, q, r);
+    return vmovn_u32(r);
+}
+#define m2v_store_bf16(p, v) vst1_u16((uint16_t *)(p), m2v_to_bf16(v))
+#define m2v_to_f16(v) vreinterpret_u16_f16(vcvt_f16_f32(v))
+#define m2v_load_f16(p) vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(p))))
+#define M2V_STREAM_ALIGN 16
+#define m2v_store_f16(p, v) vst1_u16((uint16_t *)(p), m2v_to_f16(v))
+
 #elif defined(M2_SIMD_SCALAR)
 
 #define M2VD_LEN 1
@@ -217,7 +292,7 @@ typedef int m2vd_mask;
 #define m2vd_fma(a, b, c) ((a) * (b) + (c))
 M2_INLINE m2vd m2vd_exp(m2vd x) { return exp(x); }
 M2_INLINE m2v m2v_rcp(m2v x) { return 1.0f / x; }
-M2_INLINE m2v m2v_sigmoid(m2v z) { return 1.0f / (1.0f + expf(-z)); }
+M2_INLINE m2v m2v_sigmoid(m2v z) { return m2v_exp_sat(z, M2_SIGMOID_LIM, 0.0f, 1.0f / (1.0f + expf(-z))); }
 #define m2v_gt(a, b) ((a) > (b))
 #define m2v_select(m, a, b) ((m) ? (a) : (b))
 #define m2v_load_bf16(p) m2_bf16_to_f32(*(const uint16_t *)(p))
@@ -231,7 +306,7 @@ typedef uint16_t m2h;
 #define m2h_stream2(p, a, b) ((p)[0] = (a), (p)[1] = (b))
 
 #else
-#error "define M2_SIMD_AVX2, M2_SIMD_AVX512 or M2_SIMD_SCALAR before including cpu/ssd_fast_simd.h"
+#error "define M2_SIMD_AVX2, M2_SIMD_AVX512, M2_SIMD_NEON or M2_SIMD_SCALAR before including cpu/ssd_fast_simd.h"
 #endif
 
 /* exp(x) in double: x = n ln2 + r (ln2 in two parts, |r| <= ln2/2 up to a rounding), e^r
@@ -286,7 +361,9 @@ M2_INLINE m2v m2v_sigmoid(m2v z) {
     q = m2v_fnma(q, s, m2v_set1(4.9999150634e-01f));
     q = m2v_fnma(q, s, m2v_set1(9.9999988079e-01f));
     q = m2v_fnma(q, s, m2v_set1(1.0f));
-    return m2v_rcp(m2v_fma(q, m2v_pow2_of_magic(t), m2v_set1(1.0f)));
+    /* below the clamp σ -> +0, not σ(-87) ~ 1.6e-38 (cpu/simd.h, "Saturation") */
+    return m2v_exp_sat(z, M2_SIGMOID_LIM, m2v_zero(),
+                       m2v_rcp(m2v_fma(q, m2v_pow2_of_magic(t), m2v_set1(1.0f))));
 }
 #endif
 

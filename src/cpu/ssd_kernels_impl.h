@@ -7,7 +7,7 @@
  *
  * What is here and why (docs/cpu_ssd.md has the measurements):
  *  - sweep: the one kernel that touches state elements. The state is carried rescaled inside
- *    a segment (ssd_cpu.c), so each token costs one FMA per state element for the update and
+ *    a segment (ssd_cpu.h), so each token costs one FMA per state element for the update and
  *    one more per contraction asked for: the w row (over the state's rows, vertical: lanes
  *    accumulate in registers) and the r row (over its columns, horizontal: a lane sum). The
  *    forward ([N][P] states) uses update + w; the backward's two passes ([P][N] states,
@@ -60,11 +60,17 @@
  * partial sums keep one vector of lanes per (token, column), added p-tile after p-tile and
  * reduced once per n-tile: every sum has one order fixed by (Pp, Np), never by threads. */
 #define M2_SW_TMAX 64
+/* The register tile (kernels.h): M2_SW_TILE_P floats of p (the table's tile_p) by
+ * M2_TILE_COLS columns n (tile_n). The macros below name its registers s0a s0b .. s3b
+ * (column 0..3, vector a, b), so they hold for that tile only. */
+#define M2_SW_TILE_P (M2_TILE_VECS * M2V_LEN)
+#define M2_SW_TILE_REGS (M2_TILE_VECS * M2_TILE_COLS)
+_Static_assert(M2_TILE_VECS == 2 && M2_TILE_COLS == 4, "the SW_* macros spell a 2 x 4 tile");
 /* The state is stored tile-major (kernels.h, m2_tile_off): register tile (n0, p0) is one
  * contiguous block of 8 vectors s0a s0b s1a .. s3b, the tiles in the order the sweep visits
- * them (n-tile outer), so a sweep reads and writes its state as one sequential stream (+4-5 %
- * forward against row-major [Np][Pp], whose tiles are 4 rows Pp apart). */
-#define M2_SW_TILE_AT(n0, p0, Pp) m2_tile_off((n0), (p0), (Pp), 2 * M2V_LEN)
+ * them (n-tile outer), so a sweep reads and writes its state as one sequential stream (faster
+ * than row-major [Np][Pp], whose tiles are 4 rows Pp apart: docs/code_notes.md). */
+#define M2_SW_TILE_AT(n0, p0, Pp) m2_tile_off((n0), (p0), (Pp), M2_SW_TILE_P)
 /* the tile in registers from p, and `put` (m2v_store or m2v_stream) of it to p */
 #define SW_TILE_LOAD(p)                                                                         \
     m2v s0a = m2v_load(p), s0b = m2v_load((p) + M2V_LEN), s1a = m2v_load((p) + 2 * M2V_LEN),    \
@@ -120,7 +126,7 @@
 #define SW_RSUM(t)                                                                              \
     do {                                                                                        \
         const float *rt = r + (t) * Pp;                                                         \
-        float *pt = part + (t) * 4 * M2V_LEN;                                                   \
+        float *pt = part + (t) * M2_TILE_COLS * M2V_LEN;                                        \
         const m2v ra = m2v_load(rt), rb = m2v_load(rt + M2V_LEN);                               \
         m2v q0, q1, q2, q3;                                                                     \
         if (first) {                                                                            \
@@ -192,12 +198,12 @@ M2_INLINE void sweep_impl(int64_t T, int64_t Np, int64_t Pp, int nr, const int32
                           const float *r, float *S, float *Sc, float *w, float *acc, m2_pf *pf,
                           const int vrows, const int want_w, const int w_pre, const int want_r,
                           const int rev) {
-    _Alignas(64) float part[M2_SW_TMAX * 4 * M2V_LEN];
+    _Alignas(64) float part[M2_SW_TMAX * M2_TILE_COLS * M2V_LEN];
     /* V, W element (t, n): packed [Np/4][T][4], or rows [T][Np] (M2_SWEEP_VROWS) */
-    const int64_t vsn = vrows ? 1 : T, vst = vrows ? Np : 4;
-    for (int64_t n0 = 0; n0 < Np; n0 += 4) {
+    const int64_t vsn = vrows ? 1 : T, vst = vrows ? Np : M2_TILE_COLS;
+    for (int64_t n0 = 0; n0 < Np; n0 += M2_TILE_COLS) {
         const float *Vn = V + n0 * vsn, *Wn = want_w ? W + n0 * vsn : NULL;
-        for (int64_t p = 0; p < Pp; p += 2 * M2V_LEN) {
+        for (int64_t p = 0; p < Pp; p += M2_SW_TILE_P) {
             float *s = S + M2_SW_TILE_AT(n0, p, Pp), *sc = Sc ? Sc + M2_SW_TILE_AT(n0, p, Pp) : NULL;
             const float *rp = want_r ? r + p : NULL;
             float *wp = want_w ? w + p : NULL;
@@ -207,7 +213,7 @@ M2_INLINE void sweep_impl(int64_t T, int64_t Np, int64_t Pp, int nr, const int32
                w_pre, want_r, rev, fi, la)
             /* the r sums: lanes kept per (token, column) across the p-tiles, reduced in the last
              * one's token loop, where the lane sums overlap the FMAs */
-            const int lst = p + 2 * M2V_LEN == Pp;
+            const int lst = p + M2_SW_TILE_P == Pp;
             if (!want_r) SW_TILE(0, 0);
             else if (p == 0 && lst) SW_TILE(1, 1);
             else if (p == 0) SW_TILE(1, 0);
@@ -219,9 +225,9 @@ M2_INLINE void sweep_impl(int64_t T, int64_t Np, int64_t Pp, int nr, const int32
 }
 
 /* Every flag combination is its own specialization of sweep_impl (no flag tests in the token
- * loop), one function per V/W layout: the packed layout's constant stride (4 floats) is worth
- * ~5% in L1 over a row stride, and one function holding both layouts' 36 variants compiled
- * ~4% slower again (measured with dev/sweep_micro.c). */
+ * loop), one function per V/W layout: the packed layout's constant stride (4 floats) beats a
+ * row stride in L1, and one function holding both layouts' 36 variants compiled slower
+ * (docs/code_notes.md, dev/sweep_micro.c). */
 #define SW_CALL(ww, pp, rr, rv, vr)                                                             \
     sweep_impl(T, Np, Pp, nr, ridx, rf, u, V, ww ? W : NULL, rr ? r : NULL, S, Sc,             \
                ww ? w : NULL,                                                                   \
@@ -268,7 +274,7 @@ static void M2K(sweep)(int64_t T, int64_t Np, int64_t Pp, int nr, const int32_t 
 /* ---- the reverse sweep with the decay gradient contracted directly ------------------- */
 
 /* For blocks where the decay is strong, the suffix-sum form of the decay gradient loses
- * precision (ssd_cpu.c); this sweep computes it from its definition instead,
+ * precision (ssd_cpu_bwd_pass.c); this sweep computes it from its definition instead,
  * lam[t] = Σ Ĝ_t ∘ Ŝ_{t-1} (Ŝ_{t-1}: the state before token t's update, after its restart
  * factor), besides everything the plain reverse sweep of the backward does (flags
  * M2_SWEEP_REV | M2_SWEEP_R_PRE: w row += Ĝ_t·W_t, acc = Ĝ_{t+1}·r_t). Per register tile it
@@ -288,7 +294,7 @@ M2_INLINE void direct_tile(int64_t T, int64_t Pp, int64_t vst, const float *uf, 
         int k = 0;
         for (int64_t t = 0; t < T; t++) {
             while (k < nr && ridx[k] == t) { SW_SCALE_TILE(rf[k]); k++; }
-            m2v *bt = buf + 8 * t;
+            m2v *bt = buf + M2_SW_TILE_REGS * t;
             bt[0] = s0a; bt[1] = s0b; bt[2] = s1a; bt[3] = s1b;
             bt[4] = s2a; bt[5] = s2b; bt[6] = s3a; bt[7] = s3b;
             SW_UPDATE(t);
@@ -304,7 +310,7 @@ M2_INLINE void direct_tile(int64_t T, int64_t Pp, int64_t vst, const float *uf, 
         int k = nr - 1;
         for (int64_t t = T - 1; t >= 0; t--) {
             SW_TOKEN(t);
-            const m2v *bt = buf + 8 * t;
+            const m2v *bt = buf + M2_SW_TILE_REGS * t;
             m2v dv = first_d ? m2v_mul(s0a, bt[0])
                              : m2v_fma(s0a, bt[0], m2v_load(dpart + t * M2V_LEN));
             dv = m2v_fma(s0b, bt[1], dv);
@@ -327,11 +333,11 @@ M2_INLINE void direct_impl(int64_t T, int64_t Np, int64_t Pp, int nr, const int3
                            const float *ur, const float *Vr, const float *Wr, const float *rr,
                            float *G, float *w, float *acc, float *lam, const int want_w,
                            const int want_r) {
-    _Alignas(64) float part[M2_SW_TMAX * 4 * M2V_LEN];
+    _Alignas(64) float part[M2_SW_TMAX * M2_TILE_COLS * M2V_LEN];
     _Alignas(64) float dpart[M2_SW_TMAX * M2V_LEN];
-    _Alignas(64) m2v buf[M2_SW_TMAX * 8];
-    for (int64_t n0 = 0; n0 < Np; n0 += 4) {
-        for (int64_t p = 0; p < Pp; p += 2 * M2V_LEN) {
+    _Alignas(64) m2v buf[M2_SW_TMAX * M2_SW_TILE_REGS];
+    for (int64_t n0 = 0; n0 < Np; n0 += M2_TILE_COLS) {
+        for (int64_t p = 0; p < Pp; p += M2_SW_TILE_P) {
             const int64_t o = M2_SW_TILE_AT(n0, p, Pp);
             float *wp = want_w ? w + p : NULL;
             const float *rp = want_r ? rr + p : NULL;
@@ -350,7 +356,7 @@ M2_INLINE void direct_impl(int64_t T, int64_t Np, int64_t Pp, int nr, const int3
         }
         if (want_r)
             for (int64_t t = 0; t < T; t++) {
-                const float *pt = part + t * 4 * M2V_LEN;
+                const float *pt = part + t * M2_TILE_COLS * M2V_LEN;
                 m2v_reduce4(m2v_load(pt), m2v_load(pt + M2V_LEN), m2v_load(pt + 2 * M2V_LEN),
                             m2v_load(pt + 3 * M2V_LEN), acc + t * Np + n0);
             }
@@ -375,7 +381,7 @@ static void M2K(sweep_direct)(int64_t T, int64_t Np, int64_t Pp, int nr, const i
 
 /* ---- dt processing and segment scales of a set of heads ------------------------------ */
 
-/* The segment threshold (see ssd_cpu.c): a head's carried state is renormalized when its
+/* The segment threshold (see ssd_cpu.h): a head's carried state is renormalized when its
  * accumulated log decay would fall below this. */
 #define M2_SEG_LOG_MIN (-60.0)
 
@@ -401,6 +407,12 @@ M2_INLINE m2vd dt_act(m2vd r, int softplus, m2vd *g) {
     return m2vd_select(big, r, sp);
 }
 
+/* d = clamp(v, lo, hi), a NaN v passed through as NaN (SPEC §9; the reference's clamp), the
+ * bits of min(max(v, lo), hi) otherwise */
+M2_INLINE m2vd dt_clamp(m2vd v, m2vd lo, m2vd hi) {
+    return m2vd_select(m2vd_ge(v, v), m2vd_min(m2vd_max(v, lo), hi), v);
+}
+
 /* dt_block for a few heads: each head's tokens along the vector lanes instead of the heads
  * (a set of 1-8 heads would fill 1-8 of 16 lanes). The same operations on every element in
  * the same order as the head-vectorized loop below (the segment scale token after token in
@@ -421,8 +433,7 @@ static void M2K(dt_heads)(int64_t nh, int64_t T, int64_t ldo, const float *raw, 
             const m2vd v = dt_act(m2vd_add(m2vd_load_ps(rr + i), m2vd_set1(bj)), softplus, &g);
             m2vd_store_ps(vv + i, v);
             m2vd_store_ps(gg + i, g);
-            m2vd_store_ps(dd + i, m2vd_min(m2vd_max(m2vd_load_ps(vv + i), m2vd_set1(lo)),
-                                           m2vd_set1(hi)));
+            m2vd_store_ps(dd + i, dt_clamp(m2vd_load_ps(vv + i), m2vd_set1(lo), m2vd_set1(hi)));
             m2vd_store(la + i, m2vd_mul(m2vd_load_ps(dd + i), m2vd_set1(aj))); /* exact */
         }
         /* the segment scale, token after token; restarts where dt_block finds them */
@@ -514,7 +525,7 @@ static void M2K(dt_block)(int64_t nh, int64_t T, int64_t ldo, const float *raw, 
                     float vf[M2VD_LEN];
                     m2vd_store_ps(vf, v);
                     const m2vd vd = m2vd_load_ps(vf), vlo = m2vd_set1(lo), vhi = m2vd_set1(hi);
-                    m2vd_store_ps(di + k, m2vd_min(m2vd_max(vd, vlo), vhi));
+                    m2vd_store_ps(di + k, dt_clamp(vd, vlo, vhi));
                     g = m2vd_select(m2vd_ge(vd, vlo), g, m2vd_set1(0.0));
                     m2vd_store_ps(gi + k, m2vd_select(m2vd_ge(vhi, vd), g, m2vd_set1(0.0)));
                     /* exact */
@@ -602,9 +613,10 @@ static void M2K(fwd_out)(int64_t nh, int64_t n, const float *e, int64_t lde, con
                 m2v_stream(outx + i, v);
             else if (outx)
                 m2v_store(outx + i, v);
-            if (z) { /* v silu(z) as (v z) σ(z): v z is off σ's dependency chain */
+            if (z) { /* v silu(z) as (v z) σ(z), v z off σ's chain; v (z 0) below σ's clamp */
                 const m2v zv = m2v_load(z + i);
-                v = m2v_mul(m2v_mul(v, zv), m2v_sigmoid(zv));
+                v = m2v_exp_sat(zv, M2_SIGMOID_LIM, m2v_mul(v, m2v_mul(zv, m2v_zero())),
+                                m2v_mul(m2v_mul(v, zv), m2v_sigmoid(zv)));
             }
             if (nto)
                 m2v_stream(out + i, v);
@@ -832,3 +844,16 @@ static double M2K(dot)(int64_t n, const float *a, const float *b) {
     for (; i < n; i++) r += (double)a[i] * (double)b[i];
     return r;
 }
+
+/* ---- the table ------------------------------------------------------------------------ */
+
+/* This set's m2_cpu_kernels (ssd_kernels_<isa>.c: `... m2_cpu_kernels_<isa> =
+ * M2_SSD_KERNELS("<isa>");`), its tile from the one definition above. */
+#define M2_SSD_KERNELS(name)                                                                    \
+    {                                                                                           \
+        .isa = name, .tile_p = M2_SW_TILE_P, .tile_n = M2_TILE_COLS, .sweep = M2K(sweep),      \
+        .sweep_direct = M2K(sweep_direct), .dt_block = M2K(dt_block), .scale = M2K(scale),     \
+        .fwd_out = M2K(fwd_out), .bwd_prep = M2K(bwd_prep), .bwd_a_out = M2K(bwd_a_out),       \
+        .bwd_b_out = M2K(bwd_b_out), .load_row = M2K(load_row), .store_row = M2K(store_row),   \
+        .dot = M2K(dot), .axpy = M2K(axpy), .head_sum = M2K(head_sum),                         \
+    }

@@ -10,21 +10,4 @@
 #define M2_KSUFFIX __scalar
 #include "cpu/ssd_kernels_impl.h"
 
-const m2_cpu_kernels m2_cpu_kernels_scalar = {
-    .isa = "scalar",
-    .tile_p = 2 * M2V_LEN,
-    .tile_n = 4,
-    .sweep = sweep__scalar,
-    .sweep_direct = sweep_direct__scalar,
-    .dt_block = dt_block__scalar,
-    .scale = scale__scalar,
-    .fwd_out = fwd_out__scalar,
-    .bwd_prep = bwd_prep__scalar,
-    .bwd_a_out = bwd_a_out__scalar,
-    .bwd_b_out = bwd_b_out__scalar,
-    .load_row = load_row__scalar,
-    .store_row = store_row__scalar,
-    .dot = dot__scalar,
-    .axpy = axpy__scalar,
-    .head_sum = head_sum__scalar,
-};
+const m2_cpu_kernels m2_cpu_kernels_scalar = M2_SSD_KERNELS("scalar");

@@ -23,7 +23,14 @@
 #define TOK_BLOCK 64 /* tokens whose dt is processed at once (stack scratch: 2 x 256 bytes) */
 
 static const m2_ssd_step_kernels *kernels_for(const mamba2_context_t *ctx) {
+#if defined(M2_KSETS_X86) /* AVX2 also at the AVX-512 level */
     return ctx->isa != M2_ISA_SCALAR ? &m2_ssd_step_kernels_avx2 : &m2_ssd_step_kernels_scalar;
+#elif defined(M2_KSETS_NEON)
+    return ctx->isa == M2_ISA_NEON ? &m2_ssd_step_kernels_neon : &m2_ssd_step_kernels_scalar;
+#else
+    (void)ctx;
+    return &m2_ssd_step_kernels_scalar;
+#endif
 }
 
 typedef struct step_job {

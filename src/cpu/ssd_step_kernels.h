@@ -15,6 +15,8 @@
 
 #include <stdint.h>
 
+#include "core/ksets.h"
+
 typedef struct m2_ssd_step_kernels {
     const char *isa;
 
@@ -39,6 +41,10 @@ typedef struct m2_ssd_step_kernels {
 } m2_ssd_step_kernels;
 
 extern const m2_ssd_step_kernels m2_ssd_step_kernels_scalar; /* ssd_step_kernels_scalar.c */
+#if defined(M2_KSETS_X86)
 extern const m2_ssd_step_kernels m2_ssd_step_kernels_avx2;   /* ssd_step_kernels_avx2.c   */
+#elif defined(M2_KSETS_NEON)
+extern const m2_ssd_step_kernels m2_ssd_step_kernels_neon;   /* ssd_step_kernels_neon.c   */
+#endif
 
 #endif /* MAMBA2C_CPU_SSD_STEP_KERNELS_H */

@@ -141,7 +141,7 @@ M2_INLINE void step_tile1(int64_t T, int64_t N, const float *a, const float *d, 
 /* Software prefetch distance, in bytes of state ahead of the tile being updated. The 4 rows
  * of a tile are 4 short interleaved streams (512 B each at N = 128), which the hardware
  * prefetchers pick up late; asking for the rows ~8 KiB ahead keeps enough misses in flight
- * (measured on a 2-core Xeon: 0.6x -> 0.9x of a 2-thread memcpy at a 335 MB cache). */
+ * (docs/code_notes.md). */
 #define SK_PF_BYTES 8192
 #if defined(__GNUC__)
 #define SK_PREFETCH_W(p) __builtin_prefetch((p), 1, 3)
@@ -186,9 +186,10 @@ static void SK(ssd_step_rows)(int64_t T, int64_t P, int64_t N, const float *a, c
 
 /* ---- output: (y + D x) * silu(z) ------------------------------------------------------- */
 
-/* silu(v) = v / (1 + e^-v) */
+/* silu(v) = v / (1 + e^-v); v * 0 below the exp's clamp (cpu/simd.h, "Saturation") */
 M2_INLINE m2v step_silu_v(m2v v) {
-    return m2v_div(v, m2v_add(m2v_set1(1.0f), m2v_exp(m2v_sub(m2v_zero(), v))));
+    return m2v_exp_sat(v, M2_EXP_NEG_LIM, m2v_mul(v, m2v_zero()),
+                       m2v_div(v, m2v_add(m2v_set1(1.0f), m2v_exp(m2v_sub(m2v_zero(), v)))));
 }
 M2_INLINE float step_silu_s(float v) { return v / (1.0f + expf(-v)); }
 

@@ -27,14 +27,20 @@ static double dsilu(double s) {
 mamba2_status_t m2_ref_rmsnorm_forward_workspace(const mamba2_context_t *ctx,
                                                  const m2_rmsnorm_problem *pr, size_t *bytes) {
     (void)ctx;
-    *bytes = (size_t)pr->S * sizeof(double);
+    const int64_t f[2] = {pr->S, (int64_t)sizeof(double)};
+    if (!m2_size_prod(bytes, 2, f))
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "rmsnorm reference: workspace too large");
     return MAMBA2_STATUS_OK;
 }
 
 mamba2_status_t m2_ref_rmsnorm_backward_workspace(const mamba2_context_t *ctx,
                                                   const m2_rmsnorm_problem *pr, size_t *bytes) {
     (void)ctx;
-    *bytes = (size_t)(2 * pr->S + 2 * pr->D) * sizeof(double);
+    size_t n;
+    const int64_t f[2] = {2, (int64_t)sizeof(double)};
+    if (!m2_size_add((size_t)pr->S, (size_t)pr->D, &n) || !m2_size_prod(bytes, 2, f) ||
+        !m2_size_mul(n, *bytes, bytes))
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "rmsnorm reference: workspace too large");
     return MAMBA2_STATUS_OK;
 }
 

@@ -46,9 +46,18 @@ class Mamba2(nn.Module):
                  D_has_hdim: bool = False, rmsnorm: bool = True, norm_before_gate: bool = False,
                  dt_min: float = 0.001, dt_max: float = 0.1, dt_init_floor: float = 1e-4,
                  dt_limit=(0.0, float("inf")), bias: bool = False, conv_bias: bool = True,
-                 chunk_size: int = 256, layer_idx: Optional[int] = None, device=None, dtype=None):
+                 chunk_size: int = 256, layer_idx: Optional[int] = None, device=None, dtype=None,
+                 context_parallel_group=None, process_group=None, sequence_parallel: bool = True):
         fk = {"device": device, "dtype": dtype}
         super().__init__()
+        # -- distributed (mamba2c.distributed; docs/distributed.md): context parallel = the
+        # sequence split over context_parallel_group; tensor parallel = the heads split
+        # over process_group (mamba_ssm's semantics), this rank's shard built below.
+        self.context_parallel_group = context_parallel_group
+        self.process_group = process_group
+        self.sequence_parallel = sequence_parallel
+        self.tp_world_size = 1
+        self.out_proj_has_bias = bias
         self.d_model = d_model
         self.d_state = d_state
         self.d_conv = d_conv
@@ -61,6 +70,14 @@ class Mamba2(nn.Module):
         self.nheads = self.d_inner // headdim
         if self.nheads % ngroups:
             raise ValueError(f"nheads={self.nheads} is not a multiple of ngroups={ngroups}")
+        if process_group is not None:  # tensor parallel: this rank's heads and groups
+            from ..distributed.tp import tp_local_dims
+            if context_parallel_group is not None:
+                raise NotImplementedError("tensor and context parallelism in one layer")
+            self.tp_world_size = torch.distributed.get_world_size(process_group)
+            self.nheads, ngroups, self.d_inner = tp_local_dims(self.nheads, ngroups,
+                                                               self.d_inner, process_group)
+            self.ngroups = ngroups
         self.D_has_hdim = D_has_hdim
         self.rmsnorm = rmsnorm
         self.norm_before_gate = norm_before_gate
@@ -91,6 +108,8 @@ class Mamba2(nn.Module):
             self.norm = RMSNormGated(self.d_inner, eps=1e-5, norm_before_gate=norm_before_gate,
                                      group_size=self.d_inner // ngroups, **fk)
         self.out_proj = nn.Linear(self.d_inner, d_model, bias=bias, **fk)
+        if process_group is not None and bias and torch.distributed.get_rank(process_group):
+            self.out_proj.register_parameter("bias", None)  # row-parallel: rank 0 adds it
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -110,6 +129,9 @@ class Mamba2(nn.Module):
         """u [B,L,d_model] -> [B,L,d_model]. cu_seqlens [nseq+1] (B == 1) or seq_idx
         [B,L] keep packed sequences apart (conv window and scan state both reset).
         inference_params: prefill the cache (seqlen_offset == 0) or decode one token."""
+        if self.process_group is not None or self.context_parallel_group is not None:
+            from ..distributed.layers import distributed_forward
+            return distributed_forward(self, u, seq_idx, cu_seqlens, inference_params)
         Bsz, L, _ = u.shape
         conv_state = ssm_state = None
         if inference_params is not None:
@@ -161,6 +183,9 @@ class Mamba2(nn.Module):
         no gradient is needed — decode under torch.no_grad() / torch.inference_mode();
         with gradients enabled and trainable parameters they take the differentiable torch
         path (see mamba2c.ops.ssd_step)."""
+        if self.process_group is not None:
+            raise NotImplementedError("Mamba2.step: decoding a tensor-parallel layer is not "
+                                      "supported (gather_state_dict into a single-process layer)")
         T = hidden_states.shape[1]
         one = T == 1
         zxbcdt = self.in_proj(hidden_states.squeeze(1) if one else hidden_states)

@@ -1,0 +1,20 @@
+# check_fatbin.cmake — every kernel of src/gpu/kernels/list.h is in the CUDA fat binary, so a
+# kernel file missing from src/cuda/kernels.cu fails here instead of at run time on a GPU.
+#   cmake -DLIST=<list.h> -DFATBIN=<file> -P check_fatbin.cmake
+file(STRINGS "${LIST}" lines REGEX "^M2G_KERNEL\\(")
+file(READ "${FATBIN}" hex HEX)
+set(missing "")
+foreach(l ${lines})
+  string(REGEX REPLACE "^M2G_KERNEL\\(([A-Za-z0-9_]+)\\).*" "\\1" name "${l}")
+  file(WRITE "${FATBIN}.name" "${name}")
+  file(READ "${FATBIN}.name" nhex HEX)
+  string(FIND "${hex}" "${nhex}" at)
+  if(at EQUAL -1)
+    list(APPEND missing ${name})
+  endif()
+endforeach()
+list(LENGTH lines n)
+if(missing)
+  message(FATAL_ERROR "kernels missing from the CUDA fat binary: ${missing}")
+endif()
+message(STATUS "all ${n} kernels of list.h are in the CUDA fat binary")

@@ -1,0 +1,76 @@
+# gpu.cmake — the GPU backends (included from CMakeLists.txt after the library targets).
+#
+# OpenCL: always built. It needs no OpenCL headers or library at build time (src/opencl/
+# declares the ABI it uses and opens libOpenCL.so.1 with dlopen at run time), so every
+# machine builds it and a machine without a driver reports BACKEND_UNAVAILABLE.
+# The kernel files are embedded into the library as text (cmake/embed.cmake) and compiled by
+# the OpenCL driver when a context is created.
+set(MAMBA2C_GPU_KERNEL_FILES
+  ${PROJECT_SOURCE_DIR}/src/gpu/kernels/common.h
+  ${PROJECT_SOURCE_DIR}/src/gpu/kernels/convert.cl
+  ${PROJECT_SOURCE_DIR}/src/gpu/kernels/ssd_chunked.cl
+  ${PROJECT_SOURCE_DIR}/src/gpu/kernels/ssd_bwd.cl
+  ${PROJECT_SOURCE_DIR}/src/gpu/kernels/conv1d.cl
+  ${PROJECT_SOURCE_DIR}/src/gpu/kernels/rmsnorm.cl
+  ${PROJECT_SOURCE_DIR}/src/gpu/kernels/step.cl
+  # @@ more kernel files go above this line @@
+)
+set(MAMBA2C_GPU_SRC ${CMAKE_CURRENT_BINARY_DIR}/gpu_kernel_sources.c)
+string(REPLACE ";" "," MAMBA2C_GPU_KERNEL_LIST "${MAMBA2C_GPU_KERNEL_FILES}")
+add_custom_command(OUTPUT ${MAMBA2C_GPU_SRC}
+  COMMAND ${CMAKE_COMMAND} -DOUT=${MAMBA2C_GPU_SRC} -DNAME=m2g_kernel_sources
+          -DFILES=${MAMBA2C_GPU_KERNEL_LIST} -P ${PROJECT_SOURCE_DIR}/cmake/embed.cmake
+  DEPENDS ${MAMBA2C_GPU_KERNEL_FILES} ${PROJECT_SOURCE_DIR}/cmake/embed.cmake
+  COMMENT "Embedding the GPU kernel sources" VERBATIM)
+target_sources(mamba2c_objs PRIVATE
+  src/gpu/gpu_common.c
+  src/gpu/ssd_ops.c
+  src/gpu/ssd_bwd.c
+  src/opencl/opencl.c
+  src/opencl/backend.c
+  ${MAMBA2C_GPU_SRC}
+  src/gpu/ops_conv1d.c
+  src/gpu/ops_rmsnorm.c
+  src/gpu/ops_step.c
+  # @@ more GPU host files go above this line @@
+)
+foreach(t mamba2c mamba2c_static)
+  target_link_libraries(${t} PUBLIC ${CMAKE_DL_LIBS})
+endforeach()
+
+# CUDA: on by default where nvcc is found. nvcc compiles the same kernel files (through
+# src/cuda/kernels.cu) into a fat binary for sm_80 and sm_90 (+ compute_90 PTX) that is
+# embedded into the library; src/cuda/cuda.c loads it through a dlopen'ed libcuda.so.1, so
+# the library neither links nor needs libcuda/cudart at load time. A failing nvcc compile
+# fails the build.
+find_program(MAMBA2C_NVCC nvcc HINTS /usr/local/cuda/bin $ENV{CUDA_HOME}/bin)
+if(MAMBA2C_NVCC)
+  set(MAMBA2C_CUDA_DEFAULT ON)
+else()
+  set(MAMBA2C_CUDA_DEFAULT OFF)
+endif()
+option(MAMBA2C_CUDA "Build the CUDA backend (needs nvcc; runs where an NVIDIA driver is)"
+       ${MAMBA2C_CUDA_DEFAULT})
+if(MAMBA2C_CUDA)
+  if(NOT MAMBA2C_NVCC)
+    message(FATAL_ERROR "MAMBA2C_CUDA=ON but nvcc was not found")
+  endif()
+  set(MAMBA2C_CUDA_ARCH_FLAGS
+    -gencode=arch=compute_80,code=sm_80
+    -gencode=arch=compute_90,code=sm_90
+    -gencode=arch=compute_90,code=compute_90)
+  set(MAMBA2C_FATBIN ${CMAKE_CURRENT_BINARY_DIR}/mamba2c_kernels.fatbin)
+  set(MAMBA2C_FATBIN_SRC ${CMAKE_CURRENT_BINARY_DIR}/cuda_fatbin.c)
+  add_custom_command(OUTPUT ${MAMBA2C_FATBIN}
+    COMMAND ${MAMBA2C_NVCC} -fatbin -O3 ${MAMBA2C_CUDA_ARCH_FLAGS} -Werror all-warnings
+            -o ${MAMBA2C_FATBIN} ${PROJECT_SOURCE_DIR}/src/cuda/kernels.cu
+    DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/kernels.cu ${MAMBA2C_GPU_KERNEL_FILES}
+    COMMENT "nvcc: the GPU kernels for sm_80, sm_90" VERBATIM)
+  add_custom_command(OUTPUT ${MAMBA2C_FATBIN_SRC}
+    COMMAND ${CMAKE_COMMAND} -DOUT=${MAMBA2C_FATBIN_SRC} -DNAME=m2g_cuda_fatbin -DBINARY=1
+            -DFILES=${MAMBA2C_FATBIN} -P ${PROJECT_SOURCE_DIR}/cmake/embed.cmake
+    DEPENDS ${MAMBA2C_FATBIN} ${PROJECT_SOURCE_DIR}/cmake/embed.cmake
+    COMMENT "Embedding the CUDA fat binary" VERBATIM)
+  target_sources(mamba2c_objs PRIVATE src/cuda/cuda.c src/cuda/backend.c ${MAMBA2C_FATBIN_SRC})
+  target_compile_definitions(mamba2c_objs PRIVATE MAMBA2C_HAVE_CUDA)
+endif()

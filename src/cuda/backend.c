@@ -1,0 +1,13 @@
+/*
+ * backend.c — the CUDA backend's function table: the same shared GPU op code as the
+ * OpenCL table (gpu/backend_entries.h) over the CUDA device layer (src/cuda/cuda.c).
+ */
+#include "gpu/gpu.h"
+
+const m2_backend_ops m2_cuda_backend = {
+    .name = "cuda",
+    .act_dtypes = 1u << MAMBA2_DTYPE_F32,
+    /* the fused SSD op converts bf16/f16 activations on the device (convert.cl) */
+    .ssd_extra_act_dtypes = (1u << MAMBA2_DTYPE_BF16) | (1u << MAMBA2_DTYPE_F16),
+#include "gpu/backend_entries.h"
+};

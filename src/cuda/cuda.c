@@ -1,0 +1,224 @@
+/*
+ * cuda.c — the CUDA device layer (m2g_dev of src/gpu/gpu.h) over the CUDA driver API.
+ *
+ * libcuda.so.1 is opened with dlopen when the first CUDA context is created (libmamba2c never
+ * links libcuda or cudart). The kernels are the portable ones of src/gpu/kernels/, compiled by
+ * nvcc at build time into a fat binary embedded in the library (m2g_cuda_fatbin), loaded once
+ * per context with cuModuleLoadData; each kernel's function is looked up once. A context
+ * uses the device's primary context and the default stream (host mode: copies in, launches,
+ * copies out). MAMBA2C_CUDA_DEVICE picks the device ordinal (default 0).
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/gpu.h"
+
+extern const unsigned char m2g_cuda_fatbin[];
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUstream_st *CUstream;
+typedef unsigned long long CUdeviceptr;
+#define CUDA_SUCCESS 0
+
+#define M2CU_FUNCS(X)                                                                          \
+    X(CUresult, cuInit, (unsigned int))                                                        \
+    X(CUresult, cuDeviceGetCount, (int *))                                                     \
+    X(CUresult, cuDeviceGet, (CUdevice *, int))                                                \
+    X(CUresult, cuDeviceGetName, (char *, int, CUdevice))                                      \
+    X(CUresult, cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                             \
+    X(CUresult, cuDevicePrimaryCtxRelease_v2, (CUdevice))                                      \
+    X(CUresult, cuCtxPushCurrent_v2, (CUcontext))                                              \
+    X(CUresult, cuCtxPopCurrent_v2, (CUcontext *))                                             \
+    X(CUresult, cuModuleLoadData, (CUmodule *, const void *))                                  \
+    X(CUresult, cuModuleUnload, (CUmodule))                                                    \
+    X(CUresult, cuModuleGetFunction, (CUfunction *, CUmodule, const char *))                   \
+    X(CUresult, cuMemAlloc_v2, (CUdeviceptr *, size_t))                                        \
+    X(CUresult, cuMemFree_v2, (CUdeviceptr))                                                   \
+    X(CUresult, cuMemcpyHtoD_v2, (CUdeviceptr, const void *, size_t))                          \
+    X(CUresult, cuMemcpyDtoH_v2, (void *, CUdeviceptr, size_t))                                \
+    X(CUresult, cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, \
+                                 unsigned, unsigned, CUstream, void **, void **))              \
+    X(CUresult, cuCtxSynchronize, (void))
+
+static struct {
+#define M2CU_PTR(ret, name, args) ret(*name) args;
+    M2CU_FUNCS(M2CU_PTR)
+#undef M2CU_PTR
+} cu;
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static char load_error[200];
+
+static void load_api(void) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(load_error, sizeof load_error,
+                 "CUDA: no driver (libcuda.so.1 could not be loaded): no NVIDIA GPU here?");
+        return;
+    }
+#define M2CU_SYM(ret, name, args)                                                              \
+    *(void **)(&cu.name) = dlsym(h, #name);                                                    \
+    if (!cu.name) {                                                                            \
+        snprintf(load_error, sizeof load_error, "CUDA: the driver lacks %s", #name);          \
+        return;                                                                                \
+    }
+    M2CU_FUNCS(M2CU_SYM)
+#undef M2CU_SYM
+}
+
+typedef struct cu_dev {
+    m2g_dev base; /* first */
+    CUdevice device;
+    CUcontext context;
+    CUmodule module;
+    CUfunction fn[M2G_NUM_KERNELS];
+} cu_dev;
+
+static mamba2_status_t cu_fail(CUresult r, const char *what) {
+    return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: %s failed (error %d)", what, (int)r);
+}
+static void push(cu_dev *c) { cu.cuCtxPushCurrent_v2(c->context); }
+static void pop(void) {
+    CUcontext o;
+    cu.cuCtxPopCurrent_v2(&o);
+}
+
+static mamba2_status_t d_alloc(m2g_dev *d, size_t bytes, m2g_mem *mem) {
+    CUdeviceptr p = 0;
+    push((cu_dev *)d);
+    CUresult r = cu.cuMemAlloc_v2(&p, bytes);
+    pop();
+    if (r != CUDA_SUCCESS)
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "CUDA: cannot allocate %zu bytes (error %d)",
+                        bytes, (int)r);
+    *mem = (m2g_mem)p;
+    return MAMBA2_STATUS_OK;
+}
+static void d_release(m2g_dev *d, m2g_mem mem) {
+    if (!mem) return;
+    push((cu_dev *)d);
+    cu.cuMemFree_v2((CUdeviceptr)mem);
+    pop();
+}
+static mamba2_status_t d_write(m2g_dev *d, m2g_mem dst, size_t off, const void *src, size_t n) {
+    push((cu_dev *)d);
+    CUresult r = cu.cuMemcpyHtoD_v2((CUdeviceptr)dst + off, src, n);
+    pop();
+    return r == CUDA_SUCCESS ? MAMBA2_STATUS_OK : cu_fail(r, "cuMemcpyHtoD");
+}
+static mamba2_status_t d_read(m2g_dev *d, void *dst, m2g_mem src, size_t off, size_t n) {
+    push((cu_dev *)d);
+    CUresult r = cu.cuMemcpyDtoH_v2(dst, (CUdeviceptr)src + off, n);
+    pop();
+    return r == CUDA_SUCCESS ? MAMBA2_STATUS_OK : cu_fail(r, "cuMemcpyDtoH");
+}
+static mamba2_status_t d_launch(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
+                                int nargs, const m2g_arg *args) {
+    cu_dev *c = (cu_dev *)d;
+    if (id < 0 || id >= M2G_NUM_KERNELS || nargs > M2G_MAX_ARGS)
+        return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: bad launch of kernel %d", id);
+    if (groups[0] == 0 || groups[1] == 0 || groups[2] == 0) return MAMBA2_STATUS_OK;
+    if (groups[0] > 0x7FFFFFFFu || groups[1] > 65535 || groups[2] > 65535)
+        return m2_error(MAMBA2_STATUS_UNSUPPORTED,
+                        "CUDA: %s needs a grid of %zu x %zu x %zu blocks (y and z are at most "
+                        "65535)",
+                        m2g_kernel_names[id], groups[0], groups[1], groups[2]);
+    void *params[M2G_MAX_ARGS];
+    for (int i = 0; i < nargs; i++) params[i] = (void *)&args[i].v; /* union: value at offset 0 */
+    push(c);
+    CUresult r = cu.cuLaunchKernel(c->fn[id], (unsigned)groups[0], (unsigned)groups[1],
+                                   (unsigned)groups[2], (unsigned)local[0], (unsigned)local[1],
+                                   (unsigned)local[2], 0, NULL, params, NULL);
+    pop();
+    if (r != CUDA_SUCCESS)
+        return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: launch of %s failed (error %d)",
+                        m2g_kernel_names[id], (int)r);
+    return MAMBA2_STATUS_OK;
+}
+static mamba2_status_t d_finish(m2g_dev *d) {
+    push((cu_dev *)d);
+    CUresult r = cu.cuCtxSynchronize();
+    pop();
+    return r == CUDA_SUCCESS ? MAMBA2_STATUS_OK : cu_fail(r, "cuCtxSynchronize");
+}
+static void d_destroy(m2g_dev *d) {
+    cu_dev *c = (cu_dev *)d;
+    if (!c) return;
+    if (c->context) {
+        d_finish(d);
+        if (d->dummy) d_release(d, d->dummy);
+        if (d->arena) d_release(d, d->arena);
+        if (c->module) {
+            push(c);
+            cu.cuModuleUnload(c->module);
+            pop();
+        }
+        cu.cuDevicePrimaryCtxRelease_v2(c->device);
+    }
+    free(c);
+}
+
+mamba2_status_t m2_cuda_open(mamba2_context_t *ctx) {
+    pthread_once(&load_once, load_api);
+    if (load_error[0]) return m2_error(MAMBA2_STATUS_BACKEND_UNAVAILABLE, "%s", load_error);
+    CUresult r = cu.cuInit(0);
+    int count = 0;
+    if (r == CUDA_SUCCESS) r = cu.cuDeviceGetCount(&count);
+    if (r != CUDA_SUCCESS || count == 0)
+        return m2_error(MAMBA2_STATUS_BACKEND_UNAVAILABLE,
+                        "CUDA: no usable device (cuInit/cuDeviceGetCount: error %d, %d devices)",
+                        (int)r, count);
+    const char *want = getenv("MAMBA2C_CUDA_DEVICE");
+    const int ordinal = want && *want ? atoi(want) : 0;
+    if (ordinal < 0 || ordinal >= count)
+        return m2_error(MAMBA2_STATUS_BACKEND_UNAVAILABLE,
+                        "CUDA: MAMBA2C_CUDA_DEVICE=%s but there are %d devices", want, count);
+    cu_dev *c = calloc(1, sizeof *c);
+    if (!c) return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "cannot allocate a CUDA context");
+    c->base.api = "CUDA";
+    c->base.local_mem = 48 * 1024; /* static shared memory per block on sm_80 / sm_90 */
+    c->base.alloc = d_alloc;
+    c->base.release = d_release;
+    c->base.write = d_write;
+    c->base.read = d_read;
+    c->base.launch = d_launch;
+    c->base.finish = d_finish;
+    c->base.destroy = d_destroy;
+    mamba2_status_t st = MAMBA2_STATUS_OK;
+    if ((r = cu.cuDeviceGet(&c->device, ordinal)) != CUDA_SUCCESS) st = cu_fail(r, "cuDeviceGet");
+    if (!st && (r = cu.cuDevicePrimaryCtxRetain(&c->context, c->device)) != CUDA_SUCCESS) {
+        c->context = NULL;
+        st = cu_fail(r, "cuDevicePrimaryCtxRetain");
+    }
+    if (!st) {
+        cu.cuDeviceGetName(c->base.name, (int)sizeof c->base.name - 1, c->device);
+        push(c);
+        r = cu.cuModuleLoadData(&c->module, m2g_cuda_fatbin);
+        if (r != CUDA_SUCCESS) {
+            c->module = NULL;
+            st = m2_error(MAMBA2_STATUS_BACKEND_UNAVAILABLE,
+                          "CUDA: the kernels do not load on %s (error %d; built for sm_80, "
+                          "sm_90 and compute_90 PTX)",
+                          c->base.name, (int)r);
+        }
+        for (int i = 0; !st && i < M2G_NUM_KERNELS; i++)
+            if ((r = cu.cuModuleGetFunction(&c->fn[i], c->module, m2g_kernel_names[i])) !=
+                CUDA_SUCCESS)
+                st = m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: kernel %s not found (error %d)",
+                              m2g_kernel_names[i], (int)r);
+        pop();
+    }
+    if (!st) st = d_alloc(&c->base, 64, &c->base.dummy);
+    if (st) {
+        d_destroy(&c->base);
+        return st;
+    }
+    ctx->gpu = &c->base;
+    return MAMBA2_STATUS_OK;
+}

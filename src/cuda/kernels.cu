@@ -1,0 +1,12 @@
+// kernels.cu — the portable GPU kernels (src/gpu/kernels/) compiled by nvcc. The kernel files
+// are C in the common subset of OpenCL C and CUDA C; common.h maps it onto CUDA here. nvcc
+// makes a fat binary (sm_80, sm_90, and compute_90 PTX for later GPUs) that the build embeds
+// into libmamba2c; src/cuda/cuda.c loads it with the driver API at context creation.
+#include "../gpu/kernels/common.h"
+#include "../gpu/kernels/convert.cl"
+#include "../gpu/kernels/ssd_chunked.cl"
+#include "../gpu/kernels/ssd_bwd.cl"
+#include "../gpu/kernels/conv1d.cl"
+#include "../gpu/kernels/rmsnorm.cl"
+#include "../gpu/kernels/step.cl"
+// @@ more kernel files go above this line @@

@@ -1,0 +1,193 @@
+/*
+ * gpu.h — the device layer under the GPU backends, and the per-op host logic above it.
+ *
+ * The op code in src/gpu/ (ssd_ops.c, ...) (problem struct -> buffers -> launches) is written once against
+ * m2g_dev, a small table of device operations (allocate, copy, launch by kernel id, finish)
+ * that each API fills in: src/opencl/opencl.c (OpenCL 1.2 through a dlopen'ed ICD loader) and
+ * src/cuda/cuda.c (the CUDA driver API through a dlopen'ed libcuda). Everything above this
+ * layer (argument checks, problem structs) is the core's, unchanged.
+ *
+ * Memory modes. In host mode (mamba2_context_create with MAMBA2_BACKEND_OPENCL/CUDA) tensor
+ * data pointers are host pointers: an op copies each input's span in, runs, and copies each
+ * output's elements back (the gaps of a strided output are never written). In device mode
+ * (mamba2_context_create_opencl) tensor data pointers are device buffer handles and nothing
+ * is copied. Either way a kernel sees a tensor as (buffer, element offset, element strides).
+ * Scratch between the stages of one op lives in buffers of the call (host mode) or of the
+ * context (device mode, grown to the largest call).
+ */
+#ifndef MAMBA2C_GPU_H
+#define MAMBA2C_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/internal.h"
+
+/* A device buffer: a cl_mem or a CUdeviceptr, carried as an integer. 0 = none. */
+typedef uint64_t m2g_mem;
+
+/* Kernel ids, M2G_K_<name>, in the order of gpu/kernels/list.h. */
+enum m2g_kernel_id {
+#define M2G_KERNEL(name) M2G_K_##name,
+#include "gpu/kernels/list.h"
+#undef M2G_KERNEL
+    M2G_NUM_KERNELS
+};
+extern const char *const m2g_kernel_names[M2G_NUM_KERNELS];
+
+/* One kernel argument. MEM is a buffer handle (the kernel parameter is a pointer), I64 a
+ * long / long long, I32 an int, F32 a float: the kernel's parameter types, in order. */
+typedef enum m2g_arg_kind { M2G_ARG_MEM, M2G_ARG_I64, M2G_ARG_I32, M2G_ARG_F32 } m2g_arg_kind;
+typedef struct m2g_arg {
+    m2g_arg_kind kind;
+    union {
+        m2g_mem mem;
+        int64_t i64;
+        int32_t i32;
+        float f32;
+    } v;
+} m2g_arg;
+#define M2G_MAX_ARGS 96
+
+/* Device mode with buffer handles (OpenCL): each registered buffer gets a range of a virtual
+ * address space, so tensor data pointers are base + byte offset, the core's overlap checks
+ * see real offsets, and the op code finds (buffer, element offset) by lookup. */
+typedef struct m2g_region {
+    uint64_t vbase;
+    size_t bytes;
+    m2g_mem mem;
+} m2g_region;
+#define M2G_MAX_REGIONS 256
+
+typedef struct m2g_dev m2g_dev;
+struct m2g_dev {
+    const char *api;   /* "OpenCL", "CUDA" (for messages) */
+    char name[192];    /* device name (for messages)      */
+    int device_memory; /* 1: tensor data pointers are device buffer handles */
+    size_t local_mem;  /* bytes of local (shared) memory a work-group may use */
+    m2g_mem dummy;     /* a small buffer bound to absent optional tensor arguments */
+    m2g_mem arena;     /* device mode: the context's scratch buffer */
+    size_t arena_bytes;
+    int nregions;      /* device mode: registered buffers, by vbase */
+    uint64_t next_vbase;
+    m2g_region regions[M2G_MAX_REGIONS];
+    mamba2_status_t (*alloc)(m2g_dev *d, size_t bytes, m2g_mem *mem);
+    void (*release)(m2g_dev *d, m2g_mem mem);
+    mamba2_status_t (*write)(m2g_dev *d, m2g_mem dst, size_t off, const void *src, size_t bytes);
+    mamba2_status_t (*read)(m2g_dev *d, void *dst, m2g_mem src, size_t off, size_t bytes);
+    /* launch kernel `id` on groups[0..2] work-groups of local[0..2] work-items */
+    mamba2_status_t (*launch)(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
+                              int nargs, const m2g_arg *args);
+    mamba2_status_t (*finish)(m2g_dev *d); /* wait for everything queued */
+    void (*destroy)(m2g_dev *d);            /* release the device objects and d itself */
+};
+
+/* The m2g_dev of a GPU context (ctx->gpu). */
+static inline m2g_dev *m2g_of(mamba2_context_t *ctx) { return (m2g_dev *)ctx->gpu; }
+
+/* ---- a tensor on the device, and the kernel argument list -------------------------------- */
+
+typedef struct m2g_t {
+    m2g_mem mem;
+    int64_t off;  /* element offset of element 0 */
+    int64_t s[5]; /* element strides, outermost first */
+    int present;  /* 0: an absent optional tensor (mem is the dummy buffer) */
+} m2g_t;
+
+typedef struct m2g_args {
+    int n;
+    m2g_arg a[M2G_MAX_ARGS];
+} m2g_args;
+void m2g_arg_mem(m2g_args *a, m2g_mem m);
+void m2g_arg_i64(m2g_args *a, int64_t v);
+void m2g_arg_i32(m2g_args *a, int32_t v);
+void m2g_arg_f32(m2g_args *a, float v);
+/* buffer, offset, then the first nstrides strides of t */
+void m2g_arg_t(m2g_args *a, const m2g_t *t, int nstrides);
+
+/* ---- one call's buffers ------------------------------------------------------------------- */
+
+#define M2G_CALL_MAX 48
+typedef struct m2g_out_rec {
+    void *host;
+    m2g_mem mem;
+    int rank;
+    int64_t dims[5], s[5];
+    size_t esize, span;
+} m2g_out_rec;
+typedef struct m2g_half_out { /* a half output: dense float32 scratch -> its storage */
+    m2g_t f32, half;
+    int64_t dims[4];
+    int kind; /* 1 bf16, 2 f16 */
+} m2g_half_out;
+typedef struct m2g_call {
+    m2g_dev *dev;
+    int nown, nout, nhalf;
+    m2g_mem own[M2G_CALL_MAX];
+    m2g_out_rec out[M2G_CALL_MAX];
+    m2g_half_out half[16];
+    size_t arena_used; /* device mode: bytes of the arena handed out so far */
+} m2g_call;
+
+void m2g_call_begin(m2g_call *c, m2g_dev *d);
+/* An input tensor of `rank` dims (the last contiguous), outer strides from v->s. v->p NULL:
+ * an absent optional tensor. */
+mamba2_status_t m2g_call_in(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
+                            size_t esize, m2g_t *t);
+/* An output tensor: every element is written by the op's kernels; copied back at the end. */
+mamba2_status_t m2g_call_out(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
+                             size_t esize, m2g_t *t);
+/* Activations that may be stored as bf16/f16 (dtype): F32 goes to m2g_call_in / _out; a half
+ * tensor is converted on the device to (from) a dense float32 copy that the kernels see, so
+ * *t is then dense. The output conversions run in m2g_call_end, before the copy back. */
+mamba2_status_t m2g_call_in_act(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
+                                mamba2_dtype_t dtype, m2g_t *t);
+mamba2_status_t m2g_call_out_act(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
+                                 mamba2_dtype_t dtype, m2g_t *t);
+/* Device scratch of `bytes` (any content), and a buffer filled from host memory. */
+mamba2_status_t m2g_call_tmp(m2g_call *c, size_t bytes, m2g_mem *mem, int64_t *elem_off,
+                             size_t esize);
+mamba2_status_t m2g_call_upload(m2g_call *c, const void *src, size_t bytes, m2g_mem *mem);
+/* Copy the outputs back (st == OK) and release the call's buffers; returns st, or the first
+ * failure of the copy. */
+mamba2_status_t m2g_call_end(m2g_call *c, mamba2_status_t st);
+
+/* Device mode: register / unregister a buffer of `bytes` (see m2g_region); *vbase receives
+ * the address of its byte 0. */
+mamba2_status_t m2g_register(m2g_dev *d, m2g_mem mem, size_t bytes, void **vbase);
+mamba2_status_t m2g_unregister(m2g_dev *d, m2g_mem mem);
+
+/* ceil(a / b) for a >= 0, b > 0 */
+static inline int64_t m2g_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* ---- the op entry points shared by every GPU backend table (src/gpu/ssd_ops.c) --------- */
+mamba2_status_t m2g_ssd_forward_workspace(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
+                                          size_t *bytes);
+mamba2_status_t m2g_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws);
+mamba2_status_t m2g_ssd_backward_workspace(const mamba2_context_t *ctx,
+                                           const m2_ssd_problem *pr, size_t *bytes);
+mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws);
+mamba2_status_t m2g_ssd_chunk_cumsum(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
+mamba2_status_t m2g_ssd_bmm_chunk(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
+mamba2_status_t m2g_ssd_chunk_state(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
+mamba2_status_t m2g_ssd_state_passing(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
+mamba2_status_t m2g_ssd_chunk_scan(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr);
+/* conv1d, gated RMSNorm, decode steps (src/gpu/ops_conv1d.c, ops_rmsnorm.c, ops_step.c) */
+mamba2_status_t m2g_conv1d_forward(mamba2_context_t *ctx, const m2_conv1d_problem *pr);
+mamba2_status_t m2g_conv1d_backward_workspace(const mamba2_context_t *ctx,
+                                              const m2_conv1d_problem *pr, size_t *bytes);
+mamba2_status_t m2g_conv1d_backward(mamba2_context_t *ctx, const m2_conv1d_problem *pr,
+                                    void *ws);
+mamba2_status_t m2g_conv1d_step(mamba2_context_t *ctx, const m2_conv1d_problem *pr);
+mamba2_status_t m2g_rmsnorm_forward_workspace(const mamba2_context_t *ctx,
+                                              const m2_rmsnorm_problem *pr, size_t *bytes);
+mamba2_status_t m2g_rmsnorm_forward(mamba2_context_t *ctx, const m2_rmsnorm_problem *pr,
+                                    void *ws);
+mamba2_status_t m2g_rmsnorm_backward_workspace(const mamba2_context_t *ctx,
+                                               const m2_rmsnorm_problem *pr, size_t *bytes);
+mamba2_status_t m2g_rmsnorm_backward(mamba2_context_t *ctx, const m2_rmsnorm_problem *pr,
+                                     void *ws);
+mamba2_status_t m2g_ssd_step(mamba2_context_t *ctx, const m2_ssd_step_problem *pr);
+/* @@ more GPU op entry points go above this line @@ */
+
+#endif /* MAMBA2C_GPU_H */

@@ -1,0 +1,376 @@
+/*
+ * gpu_common.c — what every GPU op's host code shares: kernel names, argument lists, and the
+ * buffers of one call (copy in, scratch, copy back) over the m2g_dev table of gpu.h.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/gpu.h"
+
+const char *const m2g_kernel_names[M2G_NUM_KERNELS] = {
+#define M2G_KERNEL(name) #name,
+#include "gpu/kernels/list.h"
+#undef M2G_KERNEL
+};
+
+/* ---- argument lists ---------------------------------------------------------------------- */
+
+/* Overflowing M2G_MAX_ARGS is a programming error caught by the tests: the launch then
+ * fails (n is left past the end) instead of writing out of bounds. */
+static m2g_arg *next_arg(m2g_args *a) {
+    if (a->n >= M2G_MAX_ARGS) {
+        a->n = M2G_MAX_ARGS + 1;
+        return NULL;
+    }
+    return &a->a[a->n++];
+}
+void m2g_arg_mem(m2g_args *a, m2g_mem m) {
+    m2g_arg *g = next_arg(a);
+    if (g) *g = (m2g_arg){.kind = M2G_ARG_MEM, .v.mem = m};
+}
+void m2g_arg_i64(m2g_args *a, int64_t v) {
+    m2g_arg *g = next_arg(a);
+    if (g) *g = (m2g_arg){.kind = M2G_ARG_I64, .v.i64 = v};
+}
+void m2g_arg_i32(m2g_args *a, int32_t v) {
+    m2g_arg *g = next_arg(a);
+    if (g) *g = (m2g_arg){.kind = M2G_ARG_I32, .v.i32 = v};
+}
+void m2g_arg_f32(m2g_args *a, float v) {
+    m2g_arg *g = next_arg(a);
+    if (g) *g = (m2g_arg){.kind = M2G_ARG_F32, .v.f32 = v};
+}
+void m2g_arg_t(m2g_args *a, const m2g_t *t, int nstrides) {
+    m2g_arg_mem(a, t->mem);
+    m2g_arg_i64(a, t->off);
+    for (int i = 0; i < nstrides; i++) m2g_arg_i64(a, t->s[i]);
+}
+
+/* ---- one call's buffers ------------------------------------------------------------------ */
+
+void m2g_call_begin(m2g_call *c, m2g_dev *d) {
+    memset(c, 0, sizeof *c);
+    c->dev = d;
+}
+
+/* Elements from element 0 to the last one of a view (0 when empty). */
+static int view_span(int rank, const int64_t *dims, const int64_t *s, size_t *span) {
+    size_t last = 0;
+    for (int i = 0; i < rank; i++) {
+        if (dims[i] == 0) {
+            *span = 0;
+            return 1;
+        }
+    }
+    for (int i = 0; i < rank; i++) {
+        size_t t;
+        if (!m2_size_mul((size_t)(dims[i] - 1), (size_t)s[i], &t) || !m2_size_add(last, t, &last))
+            return 0;
+    }
+    return m2_size_add(last, 1, span);
+}
+
+static void fill_strides(const m2_view *v, int rank, m2g_t *t) {
+    for (int i = 0; i < 5; i++) t->s[i] = 0;
+    for (int i = 0; i + 1 < rank && i < 4; i++) t->s[i] = v->s[i];
+    t->s[rank - 1] = 1;
+}
+
+mamba2_status_t m2g_register(m2g_dev *d, m2g_mem mem, size_t bytes, void **vbase) {
+    if (!d->device_memory)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "%s: buffers are registered only with a device-mode context", d->api);
+    if (!mem || bytes == 0 || bytes > ((uint64_t)1 << 44))
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "%s: register a non-NULL buffer of 1 byte to 16 TiB", d->api);
+    if (d->nregions >= M2G_MAX_REGIONS)
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s: at most %d registered buffers", d->api,
+                        M2G_MAX_REGIONS);
+    for (int i = 0; i < d->nregions; i++)
+        if (d->regions[i].mem == mem)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "%s: buffer already registered",
+                            d->api);
+    if (!d->next_vbase) d->next_vbase = (uint64_t)1 << 44;
+    const uint64_t span = ((uint64_t)bytes + ((uint64_t)1 << 20)) & ~(((uint64_t)1 << 20) - 1);
+    if (d->next_vbase > ((uint64_t)1 << 62) - span)
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s: virtual address range exhausted",
+                        d->api);
+    m2g_region *r = &d->regions[d->nregions++]; /* increasing vbase: appended in order */
+    r->vbase = d->next_vbase;
+    r->bytes = bytes;
+    r->mem = mem;
+    d->next_vbase += span; /* a gap of >= 1 MiB: ranges never touch */
+    *vbase = (void *)(uintptr_t)r->vbase;
+    return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t m2g_unregister(m2g_dev *d, m2g_mem mem) {
+    for (int i = 0; i < d->nregions; i++)
+        if (d->regions[i].mem == mem) {
+            memmove(&d->regions[i], &d->regions[i + 1],
+                    (size_t)(d->nregions - i - 1) * sizeof d->regions[0]);
+            d->nregions--;
+            return MAMBA2_STATUS_OK;
+        }
+    return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "%s: buffer not registered", d->api);
+}
+
+/* (buffer, element offset) of a device-mode data pointer covering span elements */
+static mamba2_status_t translate(m2g_dev *d, const void *p, size_t span, size_t esize,
+                                 m2g_t *t) {
+    const uint64_t a = (uint64_t)(uintptr_t)p;
+    for (int i = 0; i < d->nregions; i++) {
+        const m2g_region *r = &d->regions[i];
+        if (a < r->vbase || a - r->vbase >= r->bytes) continue;
+        const uint64_t off = a - r->vbase;
+        size_t need;
+        if (off % esize || !m2_size_mul(span, esize, &need) || need > r->bytes - off)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "%s: a tensor at byte %llu of a registered buffer of %zu bytes is "
+                            "misaligned or runs past its end",
+                            d->api, (unsigned long long)off, r->bytes);
+        t->mem = r->mem;
+        t->off = (int64_t)(off / esize);
+        return MAMBA2_STATUS_OK;
+    }
+    return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                    "%s: a tensor's data pointer is in no registered buffer "
+                    "(mamba2_opencl_register_buffer)",
+                    d->api);
+}
+
+static mamba2_status_t own(m2g_call *c, size_t bytes, m2g_mem *mem) {
+    if (c->nown >= M2G_CALL_MAX)
+        return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "%s backend: too many buffers in one call",
+                        c->dev->api);
+    M2_TRY(c->dev->alloc(c->dev, bytes ? bytes : 16, mem));
+    c->own[c->nown++] = *mem;
+    return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t m2g_call_in(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
+                            size_t esize, m2g_t *t) {
+    memset(t, 0, sizeof *t);
+    if (!v->p) {
+        t->mem = c->dev->dummy;
+        return MAMBA2_STATUS_OK;
+    }
+    t->present = 1;
+    fill_strides(v, rank, t);
+    size_t span, bytes;
+    if (!view_span(rank, dims, t->s, &span) || !m2_size_mul(span, esize, &bytes))
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: tensor too large", c->dev->api);
+    if (c->dev->device_memory) {
+        if (span == 0) {
+            t->mem = c->dev->dummy;
+            return MAMBA2_STATUS_OK;
+        }
+        return translate(c->dev, v->p, span, esize, t);
+    }
+    M2_TRY(own(c, bytes, &t->mem));
+    if (bytes) M2_TRY(c->dev->write(c->dev, t->mem, 0, v->p, bytes));
+    return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t m2g_call_out(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
+                             size_t esize, m2g_t *t) {
+    memset(t, 0, sizeof *t);
+    if (!v->p) {
+        t->mem = c->dev->dummy;
+        return MAMBA2_STATUS_OK;
+    }
+    t->present = 1;
+    fill_strides(v, rank, t);
+    size_t span, bytes;
+    if (!view_span(rank, dims, t->s, &span) || !m2_size_mul(span, esize, &bytes))
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: tensor too large", c->dev->api);
+    if (c->dev->device_memory) {
+        if (span == 0) {
+            t->mem = c->dev->dummy;
+            return MAMBA2_STATUS_OK;
+        }
+        return translate(c->dev, v->p, span, esize, t);
+    }
+    if (c->nout >= M2G_CALL_MAX)
+        return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "%s backend: too many outputs", c->dev->api);
+    M2_TRY(own(c, bytes, &t->mem));
+    m2g_out_rec *r = &c->out[c->nout++];
+    r->host = v->p;
+    r->mem = t->mem;
+    r->rank = rank;
+    for (int i = 0; i < 5; i++) {
+        r->dims[i] = i < rank ? dims[i] : 1;
+        r->s[i] = t->s[i];
+    }
+    r->esize = esize;
+    r->span = span;
+    return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t m2g_call_tmp(m2g_call *c, size_t bytes, m2g_mem *mem, int64_t *elem_off,
+                             size_t esize) {
+    *elem_off = 0;
+    if (!c->dev->device_memory) return own(c, bytes, mem);
+    /* device mode: carve from the context's arena (grown between calls, never inside one
+     * after a carve, so earlier carves stay valid) */
+    size_t at = (c->arena_used + 255) & ~(size_t)255, end;
+    if (!m2_size_add(at, bytes, &end))
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: scratch too large", c->dev->api);
+    if (end > c->dev->arena_bytes) {
+        if (c->arena_used)
+            return m2_error(MAMBA2_STATUS_INTERNAL_ERROR,
+                            "%s backend: scratch must be requested at once", c->dev->api);
+        if (c->dev->arena) c->dev->release(c->dev, c->dev->arena);
+        c->dev->arena = 0;
+        c->dev->arena_bytes = 0;
+        M2_TRY(c->dev->alloc(c->dev, end, &c->dev->arena));
+        c->dev->arena_bytes = end;
+    }
+    *mem = c->dev->arena;
+    *elem_off = (int64_t)(at / esize);
+    c->arena_used = end;
+    return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t m2g_call_upload(m2g_call *c, const void *src, size_t bytes, m2g_mem *mem) {
+    M2_TRY(own(c, bytes, mem));
+    if (bytes) M2_TRY(c->dev->write(c->dev, *mem, 0, src, bytes));
+    return MAMBA2_STATUS_OK;
+}
+
+/* Copy the elements of one output back: rows of dims[rank-1] contiguous elements. */
+static mamba2_status_t copy_back(m2g_dev *d, const m2g_out_rec *r) {
+    if (r->span == 0) return MAMBA2_STATUS_OK;
+    size_t numel = 1;
+    for (int i = 0; i < r->rank; i++) numel *= (size_t)r->dims[i]; /* <= span: fits */
+    if (numel == r->span) /* dense: one copy */
+        return d->read(d, r->host, r->mem, 0, r->span * r->esize);
+    char *stage = malloc(r->span * r->esize);
+    if (!stage)
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: cannot stage an output", d->api);
+    mamba2_status_t st = d->read(d, stage, r->mem, 0, r->span * r->esize);
+    if (st == MAMBA2_STATUS_OK) {
+        const int outer = r->rank - 1;
+        const size_t row = (size_t)r->dims[outer] * r->esize;
+        int64_t idx[4] = {0, 0, 0, 0};
+        for (;;) {
+            int64_t e = 0;
+            for (int i = 0; i < outer; i++) e += idx[i] * r->s[i];
+            memcpy((char *)r->host + (size_t)e * r->esize, stage + (size_t)e * r->esize, row);
+            int i = outer - 1;
+            while (i >= 0 && ++idx[i] == r->dims[i]) idx[i--] = 0;
+            if (i < 0) break;
+        }
+    }
+    free(stage);
+    return st;
+}
+
+static mamba2_status_t flush_half(m2g_call *c);
+
+mamba2_status_t m2g_call_end(m2g_call *c, mamba2_status_t st) {
+    m2g_dev *d = c->dev;
+    if (st == MAMBA2_STATUS_OK) st = flush_half(c);
+    if (st == MAMBA2_STATUS_OK && !d->device_memory) {
+        for (int i = 0; i < c->nout && st == MAMBA2_STATUS_OK; i++) st = copy_back(d, &c->out[i]);
+    }
+    /* device mode: no wait; a released buffer outlives the commands queued on it */
+    for (int i = 0; i < c->nown; i++) d->release(d, c->own[i]);
+    c->nown = c->nout = c->nhalf = 0;
+    return st;
+}
+
+void m2_gpu_close(mamba2_context_t *ctx) {
+    m2g_dev *d = (m2g_dev *)ctx->gpu;
+    ctx->gpu = NULL;
+    if (d) d->destroy(d);
+}
+
+/* ---- bf16/f16 activations ------------------------------------------------------------------ */
+
+/* dims padded in front to 4 (d[0..3]); n = their product */
+static void dims4(int rank, const int64_t *dims, int64_t d[4], int64_t *n) {
+    for (int i = 0; i < 4; i++) d[i] = 1;
+    for (int i = 0; i < rank; i++) d[4 - rank + i] = dims[i];
+    *n = d[0] * d[1] * d[2] * d[3];
+}
+/* the 3 outer strides of a view of `rank` dims, padded in front like dims4 */
+static void strides4(int rank, const m2g_t *t, int64_t s[3]) {
+    for (int i = 0; i < 3; i++) s[i] = 0;
+    for (int i = 0; i + 1 < rank; i++) s[4 - rank + i] = t->s[i];
+}
+
+static mamba2_status_t dense_f32(m2g_call *c, int64_t n, m2g_t *t) {
+    size_t bytes;
+    if (!m2_size_mul((size_t)n, sizeof(float), &bytes))
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: tensor too large", c->dev->api);
+    memset(t, 0, sizeof *t);
+    t->present = 1;
+    return own(c, bytes, &t->mem);
+}
+
+mamba2_status_t m2g_call_in_act(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
+                                mamba2_dtype_t dtype, m2g_t *t) {
+    if (dtype == MAMBA2_DTYPE_F32 || !v->p) return m2g_call_in(c, v, rank, dims, 4, t);
+    m2g_t h;
+    M2_TRY(m2g_call_in(c, v, rank, dims, 2, &h));
+    int64_t d[4], n, s[3];
+    dims4(rank, dims, d, &n);
+    strides4(rank, &h, s);
+    M2_TRY(dense_f32(c, n, t));
+    /* dense strides of the original rank */
+    int64_t acc = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        t->s[i] = acc;
+        acc *= dims[i];
+    }
+    m2g_args a = {0};
+    for (int i = 0; i < 4; i++) m2g_arg_i64(&a, d[i]);
+    m2g_arg_mem(&a, h.mem), m2g_arg_i64(&a, h.off);
+    for (int i = 0; i < 3; i++) m2g_arg_i64(&a, s[i]);
+    m2g_arg_i32(&a, dtype == MAMBA2_DTYPE_BF16 ? 1 : 2);
+    m2g_arg_mem(&a, t->mem), m2g_arg_i64(&a, 0);
+    const size_t g[3] = {(size_t)m2g_cdiv(n, 64), 1, 1}, l[3] = {64, 1, 1};
+    return c->dev->launch(c->dev, M2G_K_m2_cvt_to_f32_wi64, g, l, a.n, a.a);
+}
+
+mamba2_status_t m2g_call_out_act(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
+                                 mamba2_dtype_t dtype, m2g_t *t) {
+    if (dtype == MAMBA2_DTYPE_F32 || !v->p) return m2g_call_out(c, v, rank, dims, 4, t);
+    if (c->nhalf >= 16)
+        return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "%s backend: too many half outputs",
+                        c->dev->api);
+    m2g_half_out *o = &c->half[c->nhalf];
+    M2_TRY(m2g_call_out(c, v, rank, dims, 2, &o->half));
+    int64_t n;
+    dims4(rank, dims, o->dims, &n);
+    M2_TRY(dense_f32(c, n, t));
+    int64_t acc = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        t->s[i] = acc;
+        acc *= dims[i];
+    }
+    o->f32 = *t;
+    o->kind = dtype == MAMBA2_DTYPE_BF16 ? 1 : 2;
+    int64_t s4[3];
+    strides4(rank, &o->half, s4); /* kept padded to 4 dims for the kernel */
+    for (int i = 0; i < 3; i++) o->half.s[i] = s4[i];
+    c->nhalf++;
+    return MAMBA2_STATUS_OK;
+}
+
+static mamba2_status_t flush_half(m2g_call *c) {
+    for (int k = 0; k < c->nhalf; k++) {
+        const m2g_half_out *o = &c->half[k];
+        const int64_t n = o->dims[0] * o->dims[1] * o->dims[2] * o->dims[3];
+        m2g_args a = {0};
+        for (int i = 0; i < 4; i++) m2g_arg_i64(&a, o->dims[i]);
+        m2g_arg_mem(&a, o->f32.mem), m2g_arg_i64(&a, 0);
+        m2g_arg_mem(&a, o->half.mem), m2g_arg_i64(&a, o->half.off);
+        for (int i = 0; i < 3; i++) m2g_arg_i64(&a, o->half.s[i]);
+        m2g_arg_i32(&a, o->kind);
+        const size_t g[3] = {(size_t)m2g_cdiv(n, 64), 1, 1}, l[3] = {64, 1, 1};
+        M2_TRY(c->dev->launch(c->dev, M2G_K_m2_cvt_from_f32_wi64, g, l, a.n, a.a));
+    }
+    return MAMBA2_STATUS_OK;
+}

@@ -1,0 +1,72 @@
+/*
+ * ops_step.c — host logic of the SSD decode step (SPEC §6 ssd_step) on a GPU backend (any
+ * m2g_dev): problem struct -> device tensors -> one launch of m2_ssd_step_32x4
+ * (src/gpu/kernels/step.cl). The state cache, out and all_states are updated in place:
+ * padding rows (negative slot) keep their values. (conv1d_step: ops_conv1d.c.)
+ */
+#include "core/ssd_step.h"
+#include "gpu/ops_common.h"
+
+#define F4 sizeof(float)
+
+static const size_t L32x4[3] = {32, 4, 1};
+
+mamba2_status_t m2g_ssd_step(mamba2_context_t *ctx, const m2_ssd_step_problem *pr) {
+    m2g_dev *d = m2g_of(ctx);
+    M2_TRY(m2g_ops_f32(d, "ssd_step", pr->act_dtype, pr->par_dtype));
+    const int64_t B = pr->B, T = pr->T, H = pr->H, P = pr->P, N = pr->N, G = pr->G, S = pr->S;
+    m2g_call c;
+    m2g_call_begin(&c, d);
+    m2g_t cache, out, as, x, dt, A, Bm, Cm, D, z, dtb;
+    m2g_mem idx = d->dummy;
+    mamba2_status_t st = m2g_ops_inout(&c, &pr->cache, 4, (int64_t[]){S, H, P, N}, F4, &cache);
+    if (!st) st = m2g_ops_inout(&c, &pr->out, 4, (int64_t[]){B, T, H, P}, F4, &out);
+    if (!st) st = m2g_ops_inout(&c, &pr->all_states, 5, (int64_t[]){B, T, H, P, N}, F4, &as);
+    if (!st) st = m2g_call_in(&c, &pr->x, 4, (int64_t[]){B, T, H, P}, F4, &x);
+    if (!st) st = m2g_call_in(&c, &pr->dt, 3, (int64_t[]){B, T, H}, F4, &dt);
+    if (!st) st = m2g_call_in(&c, &pr->A, 1, (int64_t[]){H}, F4, &A);
+    if (!st) st = m2g_call_in(&c, &pr->Bm, 4, (int64_t[]){B, T, G, N}, F4, &Bm);
+    if (!st) st = m2g_call_in(&c, &pr->Cm, 4, (int64_t[]){B, T, G, N}, F4, &Cm);
+    if (!st) {
+        if (pr->D.p && pr->D_per_channel)
+            st = m2g_call_in(&c, &pr->D, 2, (int64_t[]){H, P}, F4, &D);
+        else
+            st = m2g_call_in(&c, &pr->D, 1, (int64_t[]){H}, F4, &D);
+    }
+    if (!st) st = m2g_call_in(&c, &pr->z, 4, (int64_t[]){B, T, H, P}, F4, &z);
+    if (!st) st = m2g_call_in(&c, &pr->dt_bias, 1, (int64_t[]){H}, F4, &dtb);
+    if (!st)
+        st = m2g_ops_index(&c, pr->state_indices, pr->idx_dtype, pr->state_indices ? B : 0, &idx);
+    if (!st && T > 0) {
+        m2g_args a = {0};
+        m2g_arg_t(&a, &cache, 3);
+        m2g_arg_t(&a, &out, 3);
+        m2g_arg_t(&a, &as, 4);
+        m2g_arg_i32(&a, as.present);
+        m2g_arg_t(&a, &x, 3);
+        m2g_arg_t(&a, &dt, 2);
+        m2g_arg_t(&a, &A, 0);
+        m2g_arg_t(&a, &Bm, 3);
+        m2g_arg_t(&a, &Cm, 3);
+        m2g_arg_t(&a, &D, 1); /* [H,P]: the row stride; [H]: s[0] = 1, unused */
+        m2g_arg_i32(&a, !D.present ? 0 : pr->D_per_channel ? 2 : 1);
+        m2g_arg_t(&a, &z, 3);
+        m2g_arg_i32(&a, z.present);
+        m2g_arg_t(&a, &dtb, 0);
+        m2g_arg_i32(&a, dtb.present);
+        m2g_arg_mem(&a, idx);
+        m2g_arg_i32(&a, pr->state_indices != NULL);
+        m2g_arg_i64(&a, B);
+        m2g_arg_i64(&a, T);
+        m2g_arg_i64(&a, H);
+        m2g_arg_i64(&a, P);
+        m2g_arg_i64(&a, N);
+        m2g_arg_i64(&a, G);
+        m2g_arg_i32(&a, pr->dt_softplus);
+        m2g_arg_f32(&a, (float)pr->dt_lo);
+        m2g_arg_f32(&a, (float)pr->dt_hi);
+        const size_t g[3] = {(size_t)(B * H * m2g_cdiv(P, 4)), 1, 1};
+        st = d->launch(d, M2G_K_m2_ssd_step_32x4, g, L32x4, a.n, a.a);
+    }
+    return m2g_call_end(&c, st);
+}

@@ -1,0 +1,494 @@
+/*
+ * ssd_ops.c — host logic of the SSD ops on a GPU backend (any m2g_dev): the five staged
+ * stages of SPEC §3, each one launch of its kernel in src/gpu/kernels/ssd_chunked.cl, and
+ * the fused forward as the same five launches chained on the device with the intermediates
+ * (dt_out, dA_cumsum, CB, chunk states, states at chunk starts) in device scratch.
+ *
+ * Chunk and sequence tables (see ssd_chunked.cl) are built here on the host: for the staged
+ * ops chunk c = b*K + k covers tokens [kQ, kQ + len) of row b; for the fused forward the
+ * chunks of each sequence (a batch row, or a cu_seqlens segment) are numbered one after the
+ * other, so a chunk never straddles a sequence boundary, and the staged intermediates are
+ * laid out as one row of nc chunks.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ssd_chunked.h"
+#include "gpu/gpu.h"
+#include "gpu/ssd_host.h"
+
+static const size_t L16x16[3] = {16, 16, 1}, L64[3] = {64, 1, 1};
+
+/* Every staged kernel here is float32: the backend declares act_dtypes = F32 only, and the
+ * staged tensors are F32 by the core's rule (par_dtype). */
+mamba2_status_t m2g_need_f32(const char *api, mamba2_dtype_t at, mamba2_dtype_t pt) {
+    if (at != MAMBA2_DTYPE_F32 || pt != MAMBA2_DTYPE_F32)
+        return m2_error(MAMBA2_STATUS_UNSUPPORTED, "%s backend: the SSD kernels take float32 only",
+                        api);
+    return MAMBA2_STATUS_OK;
+}
+
+/* The regular chunk table of a staged call: B*K chunks, B sequences. */
+static mamba2_status_t staged_tables(m2g_call *c, const m2_ssd_chunk_problem *pr, m2g_mem *ct,
+                                     m2g_mem *stab) {
+    const int64_t nc = pr->B * pr->K;
+    size_t n5, n2;
+    if (!m2_size_prod(&n5, 2, (int64_t[]){nc, 5 * (int64_t)sizeof(int64_t)}) ||
+        !m2_size_prod(&n2, 2, (int64_t[]){pr->B, 2 * (int64_t)sizeof(int64_t)}))
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "too many chunks");
+    int64_t *t = malloc(n5 ? n5 : 1), *s = malloc(n2 ? n2 : 1);
+    mamba2_status_t st = MAMBA2_STATUS_OK;
+    if (!t || !s) st = m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "cannot allocate a chunk table");
+    for (int64_t b = 0; st == MAMBA2_STATUS_OK && b < pr->B; b++) {
+        for (int64_t k = 0; k < pr->K; k++) {
+            int64_t *e = t + 5 * (b * pr->K + k);
+            e[0] = b;
+            e[1] = k * pr->Q;
+            e[2] = pr->L ? m2_chunk_len(pr, k) : pr->Q; /* state_passing: L unknown */
+            e[3] = b;
+            e[4] = k;
+        }
+        s[2 * b] = b * pr->K;
+        s[2 * b + 1] = (b + 1) * pr->K;
+    }
+    if (st == MAMBA2_STATUS_OK) st = m2g_call_upload(c, t, n5, ct);
+    if (st == MAMBA2_STATUS_OK && stab) st = m2g_call_upload(c, s, n2, stab);
+    free(t);
+    free(s);
+    return st;
+}
+
+/* ---- one launch per stage, on device tensors ------------------------------------------- */
+
+
+mamba2_status_t m2g_run_cumsum(m2g_dev *d, const ssd_dev *s) {
+    m2g_args a = {0};
+    m2g_arg_mem(&a, s->ct);
+    m2g_arg_i64(&a, s->nc);
+    m2g_arg_i64(&a, s->H);
+    m2g_arg_i64(&a, s->Q);
+    m2g_arg_t(&a, &s->dt, 2);
+    m2g_arg_t(&a, &s->A, 0);
+    m2g_arg_t(&a, &s->bias, 0);
+    m2g_arg_i32(&a, s->bias.present);
+    m2g_arg_i32(&a, s->softplus);
+    m2g_arg_f32(&a, s->lo);
+    m2g_arg_f32(&a, s->hi);
+    m2g_arg_t(&a, &s->dto, 3);
+    m2g_arg_t(&a, &s->dac, 3);
+    const size_t g[3] = {(size_t)m2g_cdiv(s->nc * s->H, 64), 1, 1};
+    return d->launch(d, M2G_K_m2_ssd_chunk_cumsum_wi64, g, L64, a.n, a.a);
+}
+
+mamba2_status_t m2g_run_bmm(m2g_dev *d, const ssd_dev *s) {
+    m2g_args a = {0};
+    m2g_arg_mem(&a, s->ct);
+    m2g_arg_i64(&a, s->Q);
+    m2g_arg_i64(&a, s->N);
+    m2g_arg_t(&a, &s->Cm, 3);
+    m2g_arg_t(&a, &s->Bm, 3);
+    m2g_arg_t(&a, &s->CB, 4);
+    const int64_t nt = m2g_cdiv(s->Q, 16);
+    const size_t g[3] = {(size_t)(nt * nt), (size_t)s->G, (size_t)s->nc};
+    return d->launch(d, M2G_K_m2_ssd_bmm_chunk_16x16, g, L16x16, a.n, a.a);
+}
+
+mamba2_status_t m2g_run_state(m2g_dev *d, const ssd_dev *s) {
+    m2g_args a = {0};
+    m2g_arg_mem(&a, s->ct);
+    m2g_arg_i64(&a, s->Q);
+    m2g_arg_i64(&a, s->H);
+    m2g_arg_i64(&a, s->G);
+    m2g_arg_i64(&a, s->P);
+    m2g_arg_i64(&a, s->N);
+    m2g_arg_t(&a, &s->x, 3);
+    m2g_arg_t(&a, &s->Bm, 3);
+    m2g_arg_t(&a, &s->dto, 3);
+    m2g_arg_t(&a, &s->dac, 3);
+    m2g_arg_t(&a, &s->states, 4);
+    m2g_arg_i32(&a, 0);
+    const size_t g[3] = {(size_t)(m2g_cdiv(s->P, 16) * m2g_cdiv(s->N, 16)), (size_t)s->H,
+                         (size_t)s->nc};
+    return d->launch(d, M2G_K_m2_ssd_chunk_state_16x16, g, L16x16, a.n, a.a);
+}
+
+mamba2_status_t m2g_run_passing(m2g_dev *d, const ssd_dev *s) {
+    m2g_args a = {0};
+    m2g_arg_mem(&a, s->ct);
+    m2g_arg_mem(&a, s->stab);
+    m2g_arg_i64(&a, s->Q);
+    m2g_arg_i64(&a, s->P);
+    m2g_arg_i64(&a, s->N);
+    m2g_arg_t(&a, &s->states, 4);
+    m2g_arg_t(&a, &s->dac, 3);
+    m2g_arg_t(&a, &s->init, 3);
+    m2g_arg_i32(&a, s->init.present);
+    m2g_arg_t(&a, &s->start, 4);
+    m2g_arg_t(&a, &s->final, 3);
+    m2g_arg_i32(&a, s->final.present);
+    const size_t g[3] = {(size_t)m2g_cdiv(s->P * s->N, 64), (size_t)s->H, (size_t)s->nseq};
+    return d->launch(d, M2G_K_m2_ssd_state_passing_wi64, g, L64, a.n, a.a);
+}
+
+mamba2_status_t m2g_run_scan(m2g_dev *d, const ssd_dev *s) {
+    m2g_args a = {0};
+    m2g_arg_mem(&a, s->ct);
+    m2g_arg_i64(&a, s->Q);
+    m2g_arg_i64(&a, s->H);
+    m2g_arg_i64(&a, s->G);
+    m2g_arg_i64(&a, s->P);
+    m2g_arg_i64(&a, s->N);
+    m2g_arg_t(&a, &s->CB, 4);
+    m2g_arg_t(&a, &s->x, 3);
+    m2g_arg_t(&a, &s->dto, 3);
+    m2g_arg_t(&a, &s->dac, 3);
+    m2g_arg_t(&a, &s->Cm, 3);
+    m2g_arg_t(&a, &s->start, 4);
+    m2g_arg_t(&a, &s->D, 1);
+    m2g_arg_i32(&a, s->D_mode);
+    m2g_arg_t(&a, &s->z, 3);
+    m2g_arg_i32(&a, s->z.present);
+    m2g_arg_t(&a, &s->out, 3);
+    m2g_arg_t(&a, &s->outx, 3);
+    m2g_arg_i32(&a, s->outx.present);
+    const size_t g[3] = {(size_t)(m2g_cdiv(s->Q, 16) * m2g_cdiv(s->P, 16)), (size_t)s->H,
+                         (size_t)s->nc};
+    return d->launch(d, M2G_K_m2_ssd_chunk_scan_16x16, g, L16x16, a.n, a.a);
+}
+
+/* ---- the staged ops ------------------------------------------------------------------------ */
+
+#define F4 sizeof(float)
+
+static void staged_common(const m2_ssd_chunk_problem *pr, ssd_dev *s) {
+    memset(s, 0, sizeof *s);
+    s->nc = pr->B * pr->K;
+    s->nseq = pr->B;
+    s->Q = pr->Q;
+    s->H = pr->H;
+    s->G = pr->G ? pr->G : 1;
+    s->P = pr->P;
+    s->N = pr->N;
+}
+
+mamba2_status_t m2g_ssd_chunk_cumsum(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr) {
+    m2g_dev *d = m2g_of(ctx);
+    M2_TRY(m2g_need_f32(d->api, pr->act_dtype, pr->par_dtype));
+    ssd_dev s;
+    staged_common(pr, &s);
+    s.softplus = pr->dt_softplus;
+    s.lo = (float)pr->dt_lo;
+    s.hi = (float)pr->dt_hi;
+    const int64_t B = pr->B, L = pr->L, H = pr->H, K = pr->K, Q = pr->Q;
+    m2g_call c;
+    m2g_call_begin(&c, d);
+    mamba2_status_t st = staged_tables(&c, pr, &s.ct, NULL);
+    if (!st) st = m2g_call_in(&c, &pr->dt, 3, (int64_t[]){B, L, H}, F4, &s.dt);
+    if (!st) st = m2g_call_in(&c, &pr->A, 1, (int64_t[]){H}, F4, &s.A);
+    if (!st) st = m2g_call_in(&c, &pr->dt_bias, 1, (int64_t[]){H}, F4, &s.bias);
+    if (!st) st = m2g_call_out(&c, &pr->dt_out, 4, (int64_t[]){B, H, K, Q}, F4, &s.dto);
+    if (!st) st = m2g_call_out(&c, &pr->dA_cumsum, 4, (int64_t[]){B, H, K, Q}, F4, &s.dac);
+    if (!st) st = m2g_run_cumsum(d, &s);
+    return m2g_call_end(&c, st);
+}
+
+mamba2_status_t m2g_ssd_bmm_chunk(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr) {
+    m2g_dev *d = m2g_of(ctx);
+    M2_TRY(m2g_need_f32(d->api, pr->act_dtype, pr->par_dtype));
+    ssd_dev s;
+    staged_common(pr, &s);
+    const int64_t B = pr->B, L = pr->L, G = pr->G, N = pr->N, K = pr->K, Q = pr->Q;
+    m2g_call c;
+    m2g_call_begin(&c, d);
+    mamba2_status_t st = staged_tables(&c, pr, &s.ct, NULL);
+    if (!st) st = m2g_call_in(&c, &pr->Cm, 4, (int64_t[]){B, L, G, N}, F4, &s.Cm);
+    if (!st) st = m2g_call_in(&c, &pr->Bm, 4, (int64_t[]){B, L, G, N}, F4, &s.Bm);
+    if (!st) st = m2g_call_out(&c, &pr->CB, 5, (int64_t[]){B, K, G, Q, Q}, F4, &s.CB);
+    if (!st) st = m2g_run_bmm(d, &s);
+    return m2g_call_end(&c, st);
+}
+
+mamba2_status_t m2g_ssd_chunk_state(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr) {
+    m2g_dev *d = m2g_of(ctx);
+    M2_TRY(m2g_need_f32(d->api, pr->act_dtype, pr->par_dtype));
+    ssd_dev s;
+    staged_common(pr, &s);
+    const int64_t B = pr->B, L = pr->L, H = pr->H, G = pr->G, P = pr->P, N = pr->N, K = pr->K,
+                  Q = pr->Q;
+    m2g_call c;
+    m2g_call_begin(&c, d);
+    mamba2_status_t st = staged_tables(&c, pr, &s.ct, NULL);
+    if (!st) st = m2g_call_in(&c, &pr->x, 4, (int64_t[]){B, L, H, P}, F4, &s.x);
+    if (!st) st = m2g_call_in(&c, &pr->Bm, 4, (int64_t[]){B, L, G, N}, F4, &s.Bm);
+    if (!st) st = m2g_call_in(&c, &pr->dt_out, 4, (int64_t[]){B, H, K, Q}, F4, &s.dto);
+    if (!st) st = m2g_call_in(&c, &pr->dA_cumsum, 4, (int64_t[]){B, H, K, Q}, F4, &s.dac);
+    if (!st) st = m2g_call_out(&c, &pr->states, 5, (int64_t[]){B, K, H, P, N}, F4, &s.states);
+    if (!st) st = m2g_run_state(d, &s);
+    return m2g_call_end(&c, st);
+}
+
+mamba2_status_t m2g_ssd_state_passing(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr) {
+    m2g_dev *d = m2g_of(ctx);
+    M2_TRY(m2g_need_f32(d->api, pr->par_dtype, pr->par_dtype));
+    ssd_dev s;
+    staged_common(pr, &s);
+    const int64_t B = pr->B, H = pr->H, P = pr->P, N = pr->N, K = pr->K, Q = pr->Q;
+    m2g_call c;
+    m2g_call_begin(&c, d);
+    mamba2_status_t st = staged_tables(&c, pr, &s.ct, &s.stab);
+    if (!st) st = m2g_call_in(&c, &pr->states, 5, (int64_t[]){B, K, H, P, N}, F4, &s.states);
+    if (!st) st = m2g_call_in(&c, &pr->dA_cumsum, 4, (int64_t[]){B, H, K, Q}, F4, &s.dac);
+    if (!st) st = m2g_call_in(&c, &pr->init, 4, (int64_t[]){B, H, P, N}, F4, &s.init);
+    if (!st)
+        st = m2g_call_out(&c, &pr->states_start, 5, (int64_t[]){B, K, H, P, N}, F4, &s.start);
+    if (!st) st = m2g_call_out(&c, &pr->final, 4, (int64_t[]){B, H, P, N}, F4, &s.final);
+    if (!st) st = m2g_run_passing(d, &s);
+    return m2g_call_end(&c, st);
+}
+
+mamba2_status_t m2g_ssd_chunk_scan(mamba2_context_t *ctx, const m2_ssd_chunk_problem *pr) {
+    m2g_dev *d = m2g_of(ctx);
+    M2_TRY(m2g_need_f32(d->api, pr->act_dtype, pr->par_dtype));
+    ssd_dev s;
+    staged_common(pr, &s);
+    const int64_t B = pr->B, L = pr->L, H = pr->H, G = pr->G, P = pr->P, N = pr->N, K = pr->K,
+                  Q = pr->Q;
+    s.D_mode = !pr->D.p ? 0 : pr->D_per_channel ? 2 : 1;
+    m2g_call c;
+    m2g_call_begin(&c, d);
+    mamba2_status_t st = staged_tables(&c, pr, &s.ct, NULL);
+    if (!st) st = m2g_call_in(&c, &pr->CB, 5, (int64_t[]){B, K, G, Q, Q}, F4, &s.CB);
+    if (!st) st = m2g_call_in(&c, &pr->x, 4, (int64_t[]){B, L, H, P}, F4, &s.x);
+    if (!st) st = m2g_call_in(&c, &pr->dt_out, 4, (int64_t[]){B, H, K, Q}, F4, &s.dto);
+    if (!st) st = m2g_call_in(&c, &pr->dA_cumsum, 4, (int64_t[]){B, H, K, Q}, F4, &s.dac);
+    if (!st) st = m2g_call_in(&c, &pr->Cm, 4, (int64_t[]){B, L, G, N}, F4, &s.Cm);
+    if (!st)
+        st = m2g_call_in(&c, &pr->states_start, 5, (int64_t[]){B, K, H, P, N}, F4, &s.start);
+    if (!st)
+        st = m2g_call_in(&c, &pr->D, pr->D_per_channel ? 2 : 1, (int64_t[]){H, P}, F4, &s.D);
+    if (!st) st = m2g_call_in(&c, &pr->z, 4, (int64_t[]){B, L, H, P}, F4, &s.z);
+    if (!st) st = m2g_call_out(&c, &pr->out, 4, (int64_t[]){B, L, H, P}, F4, &s.out);
+    m2_view none = {0};
+    if (!st) st = m2g_call_out(&c, &none, 4, (int64_t[]){B, L, H, P}, F4, &s.outx);
+    if (!st) st = m2g_run_scan(d, &s);
+    return m2g_call_end(&c, st);
+}
+
+/* ---- the fused forward ---------------------------------------------------------------------- */
+
+
+/* Device scratch lives in the call (host mode) or the context's arena (device mode), so the
+ * core's host workspace is not used. */
+mamba2_status_t m2g_ssd_forward_workspace(const mamba2_context_t *ctx, const m2_ssd_problem *pr,
+                                          size_t *bytes) {
+    (void)ctx;
+    (void)pr;
+    *bytes = 0;
+    return MAMBA2_STATUS_OK;
+}
+
+/* Chunks of every sequence in order: ct[5c..] = {b, t0, len, 0, c}; st[2s..] = [c0, c1). */
+mamba2_status_t m2g_fused_tables(m2g_call *c, const m2_ssd_problem *pr, int64_t Q,
+                                    int64_t *nc_out, m2g_mem *ct, m2g_mem *stab) {
+    int64_t nc = 0;
+    for (int64_t s = 0; s < pr->nseq; s++) {
+        int64_t b, t0, t1;
+        m2_ssd_seq(pr, s, &b, &t0, &t1);
+        nc += m2g_cdiv(t1 - t0, Q);
+    }
+    size_t n5, n2;
+    if (!m2_size_prod(&n5, 2, (int64_t[]){nc, 5 * (int64_t)sizeof(int64_t)}) ||
+        !m2_size_prod(&n2, 2, (int64_t[]){pr->nseq, 2 * (int64_t)sizeof(int64_t)}))
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "too many chunks");
+    int64_t *t = malloc(n5 ? n5 : 1), *sq = malloc(n2 ? n2 : 1);
+    mamba2_status_t st = MAMBA2_STATUS_OK;
+    if (!t || !sq) st = m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "cannot allocate a chunk table");
+    int64_t k = 0;
+    for (int64_t s = 0; st == MAMBA2_STATUS_OK && s < pr->nseq; s++) {
+        int64_t b, t0, t1;
+        m2_ssd_seq(pr, s, &b, &t0, &t1);
+        sq[2 * s] = k;
+        for (int64_t u = t0; u < t1; u += Q, k++) {
+            int64_t *e = t + 5 * k;
+            e[0] = b;
+            e[1] = u;
+            e[2] = t1 - u < Q ? t1 - u : Q;
+            e[3] = 0;
+            e[4] = k;
+        }
+        sq[2 * s + 1] = k;
+    }
+    if (st == MAMBA2_STATUS_OK) st = m2g_call_upload(c, t, n5, ct);
+    if (st == MAMBA2_STATUS_OK) st = m2g_call_upload(c, sq, n2, stab);
+    free(t);
+    free(sq);
+    *nc_out = nc;
+    return st;
+}
+
+/* The scan with the states on chip (m2_ssd_scan_seq_16x16) replaces chunk_state,
+ * state_passing and chunk_scan when its 16 x N state slice fits (N <= 128, ~19 KB of local
+ * memory) and no states at positions are asked for (they need the states at chunk starts).
+ * MAMBA2C_GPU_SSD_FWD=staged forces the three-launch form (the tests run both). The rule is
+ * not tuned: no GPU measurement exists yet (docs/gpu.md §4). */
+static int use_scan_seq(const m2g_dev *d, const m2_ssd_problem *pr) {
+    const char *e = getenv("MAMBA2C_GPU_SSD_FWD");
+    if (e && !strcmp(e, "staged")) return 0;
+    return pr->N <= 128 && pr->npos == 0 && d->local_mem >= 32 * 1024;
+}
+
+static mamba2_status_t run_scan_seq(m2g_dev *d, const ssd_dev *s) {
+    m2g_args a = {0};
+    m2g_arg_mem(&a, s->ct);
+    m2g_arg_mem(&a, s->stab);
+    m2g_arg_i64(&a, s->Q), m2g_arg_i64(&a, s->H), m2g_arg_i64(&a, s->G), m2g_arg_i64(&a, s->P),
+        m2g_arg_i64(&a, s->N);
+    m2g_arg_t(&a, &s->CB, 4);
+    m2g_arg_t(&a, &s->x, 3);
+    m2g_arg_t(&a, &s->dto, 3);
+    m2g_arg_t(&a, &s->dac, 3);
+    m2g_arg_t(&a, &s->Bm, 3);
+    m2g_arg_t(&a, &s->Cm, 3);
+    m2g_arg_t(&a, &s->D, 1);
+    m2g_arg_i32(&a, s->D_mode);
+    m2g_arg_t(&a, &s->z, 3);
+    m2g_arg_i32(&a, s->z.present);
+    m2g_arg_t(&a, &s->init, 3);
+    m2g_arg_i32(&a, s->init.present);
+    m2g_arg_t(&a, &s->out, 3);
+    m2g_arg_t(&a, &s->outx, 3);
+    m2g_arg_i32(&a, s->outx.present);
+    m2g_arg_t(&a, &s->final, 3);
+    m2g_arg_i32(&a, s->final.present);
+    const size_t g[3] = {(size_t)m2g_cdiv(s->P, 16), (size_t)s->H, (size_t)s->nseq};
+    return d->launch(d, M2G_K_m2_ssd_scan_seq_16x16, g, L16x16, a.n, a.a);
+}
+
+/* mamba2_ssd_forward_states: the state after each chosen token, from the states at chunk
+ * starts. Positions are flat token indices b*L + t, increasing, as are the chunks (by row,
+ * then token), so one merge finds each one's chunk. */
+static mamba2_status_t pos_states(m2g_call *c, m2g_dev *d, const m2_ssd_problem *pr,
+                                  const ssd_dev *s) {
+    size_t bytes;
+    if (!m2_size_prod(&bytes, 2, (int64_t[]){pr->npos, 2 * (int64_t)sizeof(int64_t)}))
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "too many state positions");
+    int64_t *pt = malloc(bytes ? bytes : 1);
+    if (!pt) return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "cannot allocate a position table");
+    int64_t ci = 0, nseen = 0; /* chunk index walk: chunks of sequence order */
+    mamba2_status_t st = MAMBA2_STATUS_OK;
+    for (int64_t sq = 0; sq < pr->nseq && nseen < pr->npos; sq++) {
+        int64_t b, t0, t1;
+        m2_ssd_seq(pr, sq, &b, &t0, &t1);
+        for (int64_t u = t0; u < t1; u += s->Q, ci++) {
+            const int64_t len = t1 - u < s->Q ? t1 - u : s->Q, f0 = b * pr->L + u;
+            while (nseen < pr->npos && m2_ssd_pos(pr, nseen) < f0 + len) {
+                const int64_t f = m2_ssd_pos(pr, nseen);
+                if (f < f0) { /* the core's checks exclude it; never read out of bounds */
+                    st = m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                                  "state position %lld is in no sequence", (long long)f);
+                    break;
+                }
+                pt[2 * nseen] = ci;
+                pt[2 * nseen + 1] = f - f0;
+                nseen++;
+            }
+        }
+    }
+    if (!st && nseen != pr->npos)
+        st = m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "state positions beyond the last token");
+    m2g_mem ptab = 0;
+    if (!st) st = m2g_call_upload(c, pt, bytes, &ptab);
+    free(pt);
+    m2g_t ps;
+    if (!st)
+        st = m2g_call_out(c, &pr->pos_states, 4, (int64_t[]){pr->npos, s->H, s->P, s->N},
+                          sizeof(float), &ps);
+    if (st) return st;
+    m2g_args a = {0};
+    m2g_arg_mem(&a, s->ct);
+    m2g_arg_mem(&a, ptab);
+    m2g_arg_i64(&a, s->Q), m2g_arg_i64(&a, s->H), m2g_arg_i64(&a, s->G), m2g_arg_i64(&a, s->P),
+        m2g_arg_i64(&a, s->N);
+    m2g_arg_t(&a, &s->x, 3);
+    m2g_arg_t(&a, &s->Bm, 3);
+    m2g_arg_t(&a, &s->dto, 3);
+    m2g_arg_t(&a, &s->dac, 3);
+    m2g_arg_t(&a, &s->start, 4);
+    m2g_arg_t(&a, &ps, 3);
+    const size_t g[3] = {(size_t)(m2g_cdiv(s->P, 16) * m2g_cdiv(s->N, 16)), (size_t)s->H,
+                         (size_t)pr->npos};
+    return d->launch(d, M2G_K_m2_ssd_pos_state_16x16, g, L16x16, a.n, a.a);
+}
+
+mamba2_status_t m2g_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws) {
+    (void)ws;
+    m2g_dev *d = m2g_of(ctx);
+    M2_TRY(m2g_need_f32(d->api, MAMBA2_DTYPE_F32, pr->par_dtype)); /* half acts: converted */
+    const int64_t B = pr->B, L = pr->L, H = pr->H, G = pr->G, P = pr->P, N = pr->N;
+    const int64_t Q = M2G_FUSED_Q, S = pr->nseq;
+    ssd_dev s;
+    memset(&s, 0, sizeof s);
+    s.nseq = S;
+    s.Q = Q;
+    s.H = H;
+    s.G = G;
+    s.P = P;
+    s.N = N;
+    s.softplus = pr->dt_softplus;
+    s.lo = (float)pr->dt_lo;
+    s.hi = (float)pr->dt_hi;
+    s.D_mode = !pr->D.p ? 0 : pr->D_per_channel ? 2 : 1;
+    m2g_call c;
+    m2g_call_begin(&c, d);
+    mamba2_status_t st = m2g_fused_tables(&c, pr, Q, &s.nc, &s.ct, &s.stab);
+    const int64_t nc = s.nc;
+    /* scratch, one block: dt_out, dA_cumsum [1,H,nc,Q]; CB [1,nc,G,Q,Q]; states and
+     * states_start [1,nc,H,P,N] (float32 each) */
+    size_t n_dt = 0, n_cb = 0, n_st = 0, total = 0;
+    if (!st && (!m2_size_prod(&n_dt, 3, (int64_t[]){H, nc, Q}) ||
+                !m2_size_prod(&n_cb, 4, (int64_t[]){nc, G, Q, Q}) ||
+                !m2_size_prod(&n_st, 4, (int64_t[]){nc, H, P, N}) ||
+                !m2_size_add(n_dt, n_dt, &total) || !m2_size_add(total, n_cb, &total) ||
+                !m2_size_add(total, n_st, &total) || !m2_size_add(total, n_st, &total) ||
+                !m2_size_mul(total, F4, &total)))
+        st = m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: SSD scratch too large", d->api);
+    m2g_mem scratch = 0;
+    int64_t base = 0;
+    if (!st) st = m2g_call_tmp(&c, total, &scratch, &base, F4);
+    if (!st) {
+        s.dto = (m2g_t){.mem = scratch, .off = base, .s = {0, nc * Q, Q, 1}, .present = 1};
+        s.dac = s.dto;
+        s.dac.off = base + (int64_t)n_dt;
+        s.CB = (m2g_t){.mem = scratch, .off = base + 2 * (int64_t)n_dt,
+                       .s = {0, G * Q * Q, Q * Q, Q, 1}, .present = 1};
+        s.states = (m2g_t){.mem = scratch, .off = s.CB.off + (int64_t)n_cb,
+                           .s = {0, H * P * N, P * N, N, 1}, .present = 1};
+        s.start = s.states;
+        s.start.off = s.states.off + (int64_t)n_st;
+    }
+    if (!st) st = m2g_call_in_act(&c, &pr->x, 4, (int64_t[]){B, L, H, P}, pr->act_dtype, &s.x);
+    if (!st) st = m2g_call_in_act(&c, &pr->dt, 3, (int64_t[]){B, L, H}, pr->act_dtype, &s.dt);
+    if (!st) st = m2g_call_in(&c, &pr->A, 1, (int64_t[]){H}, F4, &s.A);
+    if (!st) st = m2g_call_in_act(&c, &pr->Bm, 4, (int64_t[]){B, L, G, N}, pr->act_dtype, &s.Bm);
+    if (!st) st = m2g_call_in_act(&c, &pr->Cm, 4, (int64_t[]){B, L, G, N}, pr->act_dtype, &s.Cm);
+    if (!st)
+        st = m2g_call_in(&c, &pr->D, pr->D_per_channel ? 2 : 1, (int64_t[]){H, P}, F4, &s.D);
+    if (!st) st = m2g_call_in_act(&c, &pr->z, 4, (int64_t[]){B, L, H, P}, pr->act_dtype, &s.z);
+    if (!st) st = m2g_call_in(&c, &pr->dt_bias, 1, (int64_t[]){H}, F4, &s.bias);
+    if (!st) st = m2g_call_in(&c, &pr->init, 4, (int64_t[]){S, H, P, N}, F4, &s.init);
+    if (!st) st = m2g_call_out_act(&c, &pr->out, 4, (int64_t[]){B, L, H, P}, pr->act_dtype, &s.out);
+    if (!st) st = m2g_call_out_act(&c, &pr->out_x, 4, (int64_t[]){B, L, H, P}, pr->act_dtype, &s.outx);
+    if (!st) st = m2g_call_out(&c, &pr->final, 4, (int64_t[]){S, H, P, N}, F4, &s.final);
+    if (!st) st = m2g_run_cumsum(d, &s);
+    if (!st) st = m2g_run_bmm(d, &s);
+    if (!st && use_scan_seq(d, pr)) {
+        st = run_scan_seq(d, &s);
+    } else {
+        if (!st) st = m2g_run_state(d, &s);
+        if (!st) st = m2g_run_passing(d, &s);
+        if (!st) st = m2g_run_scan(d, &s);
+        if (!st && pr->npos) st = pos_states(&c, d, pr, &s);
+    }
+    return m2g_call_end(&c, st);
+}
+

@@ -1,0 +1,24 @@
+# tests/ops_opencl.cmake — the GPU kernels on the OpenCL backend (PoCL in CI; included from
+# tests/CMakeLists.txt). Exit code 77 = no OpenCL device at all (SKIPPED); `make test`
+# installs PoCL first so that CI never skips it.
+add_executable(test_opencl_ssd gpu/test_opencl_ssd.c)
+target_include_directories(test_opencl_ssd PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(test_opencl_ssd PRIVATE mamba2c_test_harness)
+add_test(NAME opencl_ssd COMMAND test_opencl_ssd -q)
+set_tests_properties(opencl_ssd PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "gpu;opencl")
+# bf16/f16 storage of the fused SSD op on the OpenCL backend: the half test's own table
+add_test(NAME ssd_half_opencl COMMAND test_ssd_half --backend opencl -q)
+set_tests_properties(ssd_half_opencl PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "gpu;opencl")
+# device mode: tensors in the caller's cl_mem buffers (the test dlopens the ICD loader itself)
+add_executable(test_opencl_device gpu/test_opencl_device.c)
+target_include_directories(test_opencl_device PRIVATE ${CMAKE_CURRENT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(test_opencl_device PRIVATE mamba2c_test_harness ${CMAKE_DL_LIBS})
+add_test(NAME opencl_device COMMAND test_opencl_device -q)
+set_tests_properties(opencl_device PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "gpu;opencl")
+# the CUDA build (where nvcc was found): every kernel of list.h made it into the fat binary
+if(MAMBA2C_CUDA)
+  add_test(NAME cuda_fatbin_kernels COMMAND ${CMAKE_COMMAND}
+           -DLIST=${PROJECT_SOURCE_DIR}/src/gpu/kernels/list.h -DFATBIN=${MAMBA2C_FATBIN}
+           -P ${PROJECT_SOURCE_DIR}/cmake/check_fatbin.cmake)
+  set_tests_properties(cuda_fatbin_kernels PROPERTIES LABELS "gpu;cuda" TIMEOUT 120)
+endif()

@@ -1,0 +1,255 @@
+/*
+ * test_nonfinite.c — NaN and Inf inputs (SPEC §9): every backend and kernel set, the fused
+ * forward, the staged pipeline and the decode step propagate them as the reference does, so
+ * prefill and decode agree; and large finite values the float32 kernels must not overflow on
+ * (the gated RMSNorm's sum of squares).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+static mamba2_tensor_t t1(float *p, int64_t a) { return mamba2_tensor_make(p, MAMBA2_DTYPE_F32, 1, &a); }
+static mamba2_tensor_t tn(float *p, int r, int64_t a, int64_t b, int64_t c, int64_t d) {
+    const int64_t s[4] = {a, b, c, d};
+    return mamba2_tensor_make(p, MAMBA2_DTYPE_F32, r, s);
+}
+
+/* The contexts every check runs on: the reference and each CPU kernel set this CPU has. */
+#define NKIND 4
+static mamba2_context_t *kind_ctx(int k, const char **name) {
+    static const char *isa[NKIND] = {NULL, "avx512", "avx2", "scalar"};
+    static const char *nm[NKIND] = {"ref", "cpu/avx512", "cpu/avx2", "cpu/scalar"};
+    mamba2_context_t *ctx = NULL;
+    if (mamba2_context_create(&ctx, k == 0 ? MAMBA2_BACKEND_REF : MAMBA2_BACKEND_CPU, 2) !=
+        MAMBA2_STATUS_OK)
+        return NULL;
+    if (k > 0 && mamba2_context_force_isa(ctx, isa[k]) != MAMBA2_STATUS_OK) {
+        mamba2_context_destroy(ctx);
+        return NULL;
+    }
+    *name = nm[k];
+    return ctx;
+}
+
+/* ok: v has the expected class: NaN for want = NaN, non-finite (NaN or ±inf, SPEC §9) for
+ * want = ±inf, else about the value want */
+static int same_class(float v, float want) {
+    if (isnan(want)) return isnan(v);
+    if (isinf(want)) return !isfinite(v);
+    return fabsf(v - want) <= 1e-5f * (1.0f + fabsf(want));
+}
+
+/* [1,2,1,1], x = B = C = 1, A = -1, dt = [dt0, 0.5]: fused forward, staged pipeline and decode
+ * step (one call with both tokens, and one call per token) give want0, want1. */
+static void ssd_dt_case(const char *label, float dt0, int softplus, float want0, float want1) {
+    for (int k = 0; k < NKIND; k++) {
+        const char *kn;
+        mamba2_context_t *ctx = kind_ctx(k, &kn);
+        if (!ctx) continue;
+        th_begin("ssd_dt_%s/%s", label, kn);
+        float x[2] = {1, 1}, dt[2] = {dt0, 0.5f}, A[1] = {-1}, Bm[2] = {1, 1}, Cm[2] = {1, 1};
+        float out[2] = {7, 7}, fin[1] = {7};
+        mamba2_tensor_t tx = tn(x, 4, 1, 2, 1, 1), tdt = tn(dt, 3, 1, 2, 1, 0), tA = t1(A, 1),
+                        tB = tn(Bm, 4, 1, 2, 1, 1), tC = tn(Cm, 4, 1, 2, 1, 1),
+                        to = tn(out, 4, 1, 2, 1, 1), tf = tn(fin, 4, 1, 1, 1, 1);
+        mamba2_ssd_options_t o = mamba2_ssd_options_default();
+        o.dt_softplus = softplus;
+        mamba2_status_t st = mamba2_ssd_forward(ctx, &to, NULL, &tf, &tx, &tdt, &tA, &tB, &tC, &o, NULL, 0);
+        if (th_expect(st == MAMBA2_STATUS_OK, "forward: %s", mamba2_last_error())) {
+            th_expect(same_class(out[0], want0) && same_class(out[1], want1) &&
+                          same_class(fin[0], want1),
+                      "forward gives [%g, %g] final %g; expected [%g, %g]", out[0], out[1], fin[0],
+                      want0, want1);
+        }
+        /* staged: chunk_cumsum .. chunk_scan with Q = 2 */
+        float dto[2], cs[2], CB[4], sts[1], ss[1], out2[2] = {7, 7};
+        int64_t s5[5] = {1, 1, 1, 2, 2};
+        mamba2_tensor_t tdto = tn(dto, 4, 1, 1, 1, 2), tcs = tn(cs, 4, 1, 1, 1, 2),
+                        tCB = mamba2_tensor_make(CB, MAMBA2_DTYPE_F32, 5, s5);
+        int64_t s5s[5] = {1, 1, 1, 1, 1};
+        mamba2_tensor_t tst = mamba2_tensor_make(sts, MAMBA2_DTYPE_F32, 5, s5s),
+                        tss = mamba2_tensor_make(ss, MAMBA2_DTYPE_F32, 5, s5s),
+                        to2 = tn(out2, 4, 1, 2, 1, 1);
+        mamba2_ssd_chunked_options_t co = mamba2_ssd_chunked_options_default();
+        co.chunk_size = 2;
+        co.dt_softplus = softplus;
+        st = mamba2_ssd_chunk_cumsum(ctx, &tdto, &tcs, &tdt, &tA, &co);
+        if (!st) st = mamba2_ssd_bmm_chunk(ctx, &tCB, &tB, &tC, &co);
+        if (!st) st = mamba2_ssd_chunk_state(ctx, &tst, &tx, &tB, &tdto, &tcs, &co);
+        if (!st) st = mamba2_ssd_state_passing(ctx, &tss, NULL, &tst, &tcs, &co);
+        if (!st) st = mamba2_ssd_chunk_scan(ctx, &to2, &tCB, &tx, &tdto, &tcs, &tC, &tss, &co);
+        if (th_expect(st == MAMBA2_STATUS_OK, "staged: %s", mamba2_last_error()))
+            th_expect(same_class(out2[0], want0) && same_class(out2[1], want1),
+                      "staged gives [%g, %g]; expected [%g, %g]", out2[0], out2[1], want0, want1);
+        /* decode: both tokens in one call, then token by token */
+        mamba2_ssd_step_options_t so = mamba2_ssd_step_options_default();
+        so.dt_softplus = softplus;
+        for (int by_token = 0; by_token < 2; by_token++) {
+            float cache[1] = {0}, sout[2] = {7, 7};
+            mamba2_tensor_t tc = tn(cache, 4, 1, 1, 1, 1);
+            if (!by_token) {
+                mamba2_tensor_t sx = tn(x, 4, 1, 2, 1, 1), sdt = tn(dt, 3, 1, 2, 1, 0),
+                                sB = tn(Bm, 4, 1, 2, 1, 1), sC = tn(Cm, 4, 1, 2, 1, 1),
+                                sy = tn(sout, 4, 1, 2, 1, 1);
+                st = mamba2_ssd_step(ctx, &tc, &sy, NULL, &sx, &sdt, &tA, &sB, &sC, &so);
+            } else {
+                st = MAMBA2_STATUS_OK;
+                for (int t = 0; t < 2 && !st; t++) {
+                    mamba2_tensor_t sx = tn(x + t, 3, 1, 1, 1, 0), sdt = tn(dt + t, 2, 1, 1, 0, 0),
+                                    sB = tn(Bm + t, 3, 1, 1, 1, 0), sC = tn(Cm + t, 3, 1, 1, 1, 0),
+                                    sy = tn(sout + t, 3, 1, 1, 1, 0);
+                    st = mamba2_ssd_step(ctx, &tc, &sy, NULL, &sx, &sdt, &tA, &sB, &sC, &so);
+                }
+            }
+            if (th_expect(st == MAMBA2_STATUS_OK, "step: %s", mamba2_last_error()))
+                th_expect(same_class(sout[0], want0) && same_class(sout[1], want1) &&
+                              same_class(cache[0], want1),
+                          "step (%s) gives [%g, %g] state %g; expected [%g, %g]",
+                          by_token ? "token by token" : "T = 2", sout[0], sout[1], cache[0], want0,
+                          want1);
+        }
+        th_end();
+        mamba2_context_destroy(ctx);
+    }
+}
+
+/* A NaN in x, Bm or Cm of one token of a larger problem: the fused CPU forward's NaN pattern
+ * (out and final_state) equals the reference's, on every kernel set and shape class. */
+static void ssd_nan_pattern(const char *label, int64_t L, int64_t H, int64_t P, int64_t N,
+                            int which, int64_t tok) {
+    const int64_t nx = L * H * P, nb = L * N, ns = H * P * N;
+    float *x = th_xmalloc(nx * 4), *dt = th_xmalloc(L * H * 4), *A = th_xmalloc(H * 4),
+          *Bm = th_xmalloc(nb * 4), *Cm = th_xmalloc(nb * 4);
+    th_rng r;
+    th_rng_seed(&r, 7);
+    for (int64_t i = 0; i < nx; i++) x[i] = (float)th_rng_uniform(&r, -1, 1);
+    for (int64_t i = 0; i < L * H; i++) dt[i] = (float)th_rng_uniform(&r, 0.01, 0.1);
+    for (int64_t i = 0; i < H; i++) A[i] = (float)th_rng_uniform(&r, -1, -0.1);
+    for (int64_t i = 0; i < nb; i++) Bm[i] = (float)th_rng_uniform(&r, -1, 1);
+    for (int64_t i = 0; i < nb; i++) Cm[i] = (float)th_rng_uniform(&r, -1, 1);
+    if (which == 0) x[tok * H * P + 1] = NAN;
+    if (which == 1) Bm[tok * N] = NAN;
+    if (which == 2) Cm[tok * N] = NAN;
+    if (which == 3) dt[tok * H] = NAN;
+    float *ref_out = NULL, *ref_fin = NULL;
+    for (int k = 0; k < NKIND; k++) {
+        const char *kn;
+        mamba2_context_t *ctx = kind_ctx(k, &kn);
+        if (!ctx) continue;
+        th_begin("ssd_nan_%s/%s", label, kn);
+        float *out = th_xmalloc(nx * 4), *fin = th_xmalloc(ns * 4);
+        mamba2_tensor_t tx = tn(x, 4, 1, L, H, P), tdt = tn(dt, 3, 1, L, H, 0), tA = t1(A, H),
+                        tB = tn(Bm, 4, 1, L, 1, N), tC = tn(Cm, 4, 1, L, 1, N),
+                        to = tn(out, 4, 1, L, H, P), tf = tn(fin, 4, 1, H, P, N);
+        mamba2_ssd_options_t o = mamba2_ssd_options_default();
+        o.chunk_size = 16;
+        mamba2_status_t st = mamba2_ssd_forward(ctx, &to, NULL, &tf, &tx, &tdt, &tA, &tB, &tC, &o, NULL, 0);
+        if (th_expect(st == MAMBA2_STATUS_OK, "forward: %s", mamba2_last_error())) {
+            if (!ref_out) {
+                ref_out = out;
+                ref_fin = fin;
+                int64_t nn = 0;
+                for (int64_t i = 0; i < nx; i++) nn += isnan(out[i]) != 0;
+                th_expect(nn > 0, "the reference has no NaN in out");
+                th_note("%lld NaN outputs", (long long)nn);
+            } else {
+                int64_t bad = -1;
+                for (int64_t i = 0; i < nx && bad < 0; i++)
+                    if (!isnan(ref_out[i]) != !isnan(out[i])) bad = i;
+                th_expect(bad < 0, "out[%lld] is %g; the reference has %g", (long long)bad,
+                          bad >= 0 ? out[bad] : 0.0, bad >= 0 ? ref_out[bad] : 0.0);
+                bad = -1;
+                for (int64_t i = 0; i < ns && bad < 0; i++)
+                    if (!isnan(ref_fin[i]) != !isnan(fin[i])) bad = i;
+                th_expect(bad < 0, "final_state[%lld] is %g; the reference has %g", (long long)bad,
+                          bad >= 0 ? fin[bad] : 0.0, bad >= 0 ? ref_fin[bad] : 0.0);
+                free(out);
+                free(fin);
+            }
+        }
+        th_end();
+        mamba2_context_destroy(ctx);
+    }
+    free(ref_out);
+    free(ref_fin);
+    free(x), free(dt), free(A), free(Bm), free(Cm);
+}
+
+/* Gated RMSNorm of a [1,16] row of ones with one element `big`: out = v r w, r from the mean
+ * square in a range float32 cannot square. */
+static void rms_big(float big, int gated, int nbg) {
+    for (int k = 0; k < NKIND; k++) {
+        const char *kn;
+        mamba2_context_t *ctx = kind_ctx(k, &kn);
+        if (!ctx) continue;
+        th_begin("rmsnorm_big_%g_%s%s/%s", (double)big, gated ? "z" : "noz", nbg ? "_nbg" : "", kn);
+        float x[16], z[16], w[16], out[16], rstd[1], dout[16], dx[16], dw[16];
+        for (int i = 0; i < 16; i++) x[i] = 1, z[i] = 30, w[i] = 1, dout[i] = 1;
+        x[5] = big;
+        mamba2_tensor_t tx = tn(x, 2, 1, 16, 0, 0), tz = tn(z, 2, 1, 16, 0, 0), tw = t1(w, 16),
+                        to = tn(out, 2, 1, 16, 0, 0), tr = tn(rstd, 2, 1, 1, 0, 0),
+                        tdo = tn(dout, 2, 1, 16, 0, 0), tdx = tn(dx, 2, 1, 16, 0, 0),
+                        tdw = t1(dw, 16);
+        mamba2_rmsnorm_gated_options_t o = mamba2_rmsnorm_gated_options_default();
+        o.norm_before_gate = nbg;
+        mamba2_status_t st = mamba2_rmsnorm_gated_forward(ctx, &to, &tr, &tx, gated ? &tz : NULL,
+                                                          &tw, NULL, &o, NULL, 0);
+        /* out[5] = big / sqrt((big^2 + 15) / 16) ~= 4, the others ~= 4 / big (times
+         * silu(30) when the gate comes after the norm; before it, it scales v uniformly) */
+        const double s30 = 30.0 / (1.0 + exp(-30.0));
+        const double rr = 1.0 / sqrt(((double)big * big + 15.0) / 16.0) * (nbg ? s30 : 1.0);
+        if (th_expect(st == MAMBA2_STATUS_OK, "forward: %s", mamba2_last_error())) {
+            int ok = 1;
+            for (int i = 0; i < 16; i++) {
+                const double want = (i == 5 ? (double)big : 1.0) * rr;
+                ok &= fabs(out[i] - want) <= 1e-5 * fabs(want);
+            }
+            th_expect(ok, "out[5] = %g out[0] = %g; expected %g and %g", out[5], out[0],
+                      (double)big * rr, rr);
+        }
+        mamba2_rmsnorm_gated_grads_t g;
+        memset(&g, 0, sizeof g);
+        g.dx = &tdx;
+        g.dweight = &tdw;
+        st = mamba2_rmsnorm_gated_backward(ctx, &g, &tdo, &tx, gated ? &tz : NULL, &tw, NULL, NULL,
+                                           &o, NULL, 0);
+        if (th_expect(st == MAMBA2_STATUS_OK, "backward: %s", mamba2_last_error())) {
+            int ok = 1;
+            for (int i = 0; i < 16; i++) ok &= isfinite(dx[i]) && isfinite(dw[i]);
+            th_expect(ok, "dx/dweight not finite: dx[5] = %g dweight[5] = %g", dx[5], dw[5]);
+            th_expect(fabs(dw[5] - (double)big * rr) <= 1e-5 * (double)big * rr,
+                      "dweight[5] = %g; expected %g", dw[5], (double)big * rr);
+        }
+        th_end();
+        mamba2_context_destroy(ctx);
+    }
+}
+
+int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-q")) th_set_verbose(0);
+    /* d = [NaN, 0.5]: y_0 = NaN and the NaN state carries into y_1 */
+    ssd_dt_case("nan", NAN, 0, NAN, NAN);
+    ssd_dt_case("nan_softplus", NAN, 1, NAN, NAN);
+    /* finite control: d = [0 (clamped), 0.5]: y = [0, 0.5] */
+    ssd_dt_case("neg", -1.0f, 0, 0.0f, 0.5f);
+    /* d = +inf: non-finite from that token on (the recurrence gives inf, the chunked form
+     * exp(cs_i - cs_j) = exp(-inf + inf) = NaN) */
+    ssd_dt_case("inf", INFINITY, 0, INFINITY, INFINITY);
+    static const char *what[4] = {"x", "Bm", "Cm", "dt"};
+    for (int w = 0; w < 4; w++) {
+        char lab[64];
+        snprintf(lab, sizeof lab, "%s_P8_N16", what[w]);
+        ssd_nan_pattern(lab, 70, 4, 8, 16, w, 33);
+        snprintf(lab, sizeof lab, "%s_P64_N64", what[w]);
+        ssd_nan_pattern(lab, 130, 4, 64, 64, w, 77);
+    }
+    rms_big(2e19f, 0, 0);
+    rms_big(2e19f, 1, 0);
+    rms_big(2e19f, 1, 1);
+    rms_big(3e38f, 0, 0);
+    return th_finish();
+}
