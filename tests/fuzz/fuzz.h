@@ -119,7 +119,7 @@ int64_t m2f_opt_i(m2f_case *c, int field, int64_t dflt);
 
 /* the struct_size to put in an options/grads struct whose sizeof is `real` (ABI v1):
  * real, or a hostile value from an M2F_O_STRUCT_SIZE record (then c->struct_bad notes
- * whether the library must refuse it: only 0 and real are valid for a v1 struct) */
+ * whether the library must refuse it) */
 uint32_t m2f_struct_size(m2f_case *c, size_t real);
 #ifdef MAMBA2C_ABI_VERSION
 #define M2F_SET_SIZE(c, st) ((st).struct_size = m2f_struct_size((c), sizeof(st)))

@@ -99,7 +99,10 @@ uint32_t m2f_struct_size(m2f_case *c, size_t real) {
     static const int64_t delta[8] = {0, 0, -1, 1, 8, -8, -((int64_t)1 << 40), 4};
     const int k = c->oval[M2F_O_STRUCT_SIZE] & 7;
     uint32_t v = k == 0 ? 0 : k == 6 ? UINT32_MAX : (uint32_t)((int64_t)r + delta[k]);
-    if (v != 0 && v != r) c->struct_bad = 1;
+    /* valid: 0, or from the end of the struct's last v1 field up to sizeof; that end lies in
+     * (sizeof - 8, sizeof] (the structs are 8-byte aligned), so only values outside that
+     * window are known to be invalid */
+    if (v != 0 && (v > r || (uint64_t)v + 8 <= r)) c->struct_bad = 1;
     return v;
 }
 
@@ -680,8 +683,10 @@ static void run_op(m2f_case *c) {
 int m2f_run(const uint8_t *data, size_t size) {
     static m2f_case cs;
     m2f_case *c = &cs;
-    memset(c, 0, offsetof(m2f_case, s));
+    memset(c, 0, offsetof(m2f_case, s)); /* the slots are reset by m2f_add */
     c->ns = 0;
+    c->any_big = 0;
+    c->struct_bad = 0;
     c->in = data;
     c->n = size;
     c->op = m2f_byte(c) % M2F_NOPS;

@@ -291,7 +291,9 @@ static void busy_ops(m2f_case *c, mamba2_context_t *ctx, uint8_t v) {
 
 void m2f_context_ops(m2f_case *c) {
     static const int32_t threads[8] = {1, 2, 3, -1, 0, 1025, INT32_MIN, INT32_MAX};
-    static const int32_t backends[8] = {0, 1, 2, 3, -1, 0, 1, INT32_MAX};
+    /* CPU, reference, CUDA (not built into the fuzz build: BACKEND_UNAVAILABLE) and invalid
+     * ids; OpenCL (3) only through the device-mode entry points below, with hostile handles */
+    static const int32_t backends[8] = {0, 1, 2, 4, -1, 0, 1, INT32_MAX};
     static const char *const isas[10] = {"auto", "scalar", "avx2", "avx2+fma", "avx512", NULL, "",
                                          "AVX2", "avx2 ", "neon"};
     mamba2_context_t *ctx = NULL;
@@ -371,6 +373,23 @@ void m2f_context_ops(m2f_case *c) {
             if (mamba2_struct_size((mamba2_struct_id_t)(int8_t)v) > 4096)
                 m2f_fail(c, "struct_size(%d) is implausible", (int)(int8_t)v);
             if (ctx) busy_ops(c, ctx, v);
+            {
+                /* OpenCL device mode with no OpenCL objects, and buffer registration on a
+                 * context that is not an OpenCL one: refused, nothing created */
+                mamba2_context_t *oc = (mamba2_context_t *)&oc;
+                st = mamba2_context_create_opencl((v & 1) ? NULL : &oc, NULL, NULL, NULL);
+                expect_err(c, st, "context_create_opencl");
+                if (st == MAMBA2_STATUS_OK) m2f_fail(c, "create_opencl(NULL handles) succeeded");
+                if (!(v & 1) && oc) m2f_fail(c, "a failed create_opencl set *ctx");
+                void *base = &base;
+                st = mamba2_opencl_register_buffer((v & 2) ? NULL : ctx, (v & 4) ? NULL : &base,
+                                                   (size_t)1 << (v & 63), (v & 8) ? NULL : &base);
+                expect_err(c, st, "opencl_register_buffer");
+                if (st == MAMBA2_STATUS_OK) m2f_fail(c, "register_buffer on a non-OpenCL context succeeded");
+                st = mamba2_opencl_unregister_buffer((v & 2) ? NULL : ctx, (v & 4) ? NULL : &base);
+                expect_err(c, st, "opencl_unregister_buffer");
+                if (st == MAMBA2_STATUS_OK) m2f_fail(c, "unregister_buffer on a non-OpenCL context succeeded");
+            }
 #endif
             break;
         }
