@@ -14,6 +14,7 @@ bf16/f16 computed in float32); mamba2c.ops.backend_of tells which, and each op's
 lists the cases that fall back to torch.
 """
 from . import chunked, ops, reference
+from ._info import info
 from ._native import (DeviceError, LibraryNotFoundError, Mamba2Error, available, get_backend,
                       library_path, reuse_freed_memory, set_backend, use_backend)
 from .interface import (RMSNormGated, causal_conv1d_fn, causal_conv1d_update,
@@ -29,7 +30,7 @@ __all__ = [
     "seq_idx_to_cu_seqlens",
     "Mamba2Error", "DeviceError", "LibraryNotFoundError",
     "available", "library_path", "set_backend", "get_backend", "use_backend",
-    "reuse_freed_memory",
+    "reuse_freed_memory", "info",
 ]
 
 
