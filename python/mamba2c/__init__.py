@@ -4,8 +4,8 @@
     y = mamba2c.mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size=64, D=D, z=z,
                                           dt_bias=dt_bias, dt_softplus=True)
 
-Layers:   mamba2c.nn.Mamba2, mamba2c.nn.RMSNormGated
-Models:   mamba2c.models.VisionMamba2
+Layers:   mamba2c.nn.Mamba2, mamba2c.nn.RMSNormGated, mamba2c.RMSNorm / LayerNorm
+Models:   mamba2c.models.VisionMamba2, mamba2c.models.MambaLMHeadModel
 Ops:      mamba2c.ops (one function per operator, the C contract's form)
 Staged:   mamba2c.chunked (the SSD pipeline stage by stage, forward only)
 Oracle:   mamba2c.reference (pure torch)
@@ -14,10 +14,12 @@ bf16/f16 computed in float32); mamba2c.ops.backend_of tells which, and each op's
 lists the cases that fall back to torch.
 """
 from . import chunked, ops, reference
+from ._info import info
+from .layer_norm import LayerNorm, RMSNorm, layer_norm_fn, layernorm_fn, rms_norm_fn
 from ._native import (DeviceError, LibraryNotFoundError, Mamba2Error, available, get_backend,
                       library_path, reuse_freed_memory, set_backend, use_backend)
 from .interface import (RMSNormGated, causal_conv1d_fn, causal_conv1d_update,
-                        mamba_chunk_scan_combined, mamba_split_conv1d_scan_combined, rmsnorm_fn,
+                        causal_conv1d_varlen_states, mamba_chunk_scan_combined, mamba_split_conv1d_scan_combined, rmsnorm_fn,
                         selective_state_update, seq_idx_to_cu_seqlens)
 
 __version__ = "0.1.0"
@@ -25,11 +27,12 @@ __version__ = "0.1.0"
 __all__ = [
     "ops", "reference", "chunked", "nn", "models",
     "mamba_chunk_scan_combined", "mamba_split_conv1d_scan_combined", "selective_state_update",
-    "causal_conv1d_fn", "causal_conv1d_update", "rmsnorm_fn", "RMSNormGated",
+    "causal_conv1d_fn", "causal_conv1d_update", "causal_conv1d_varlen_states", "rmsnorm_fn",
+    "RMSNormGated", "layer_norm_fn", "layernorm_fn", "rms_norm_fn", "RMSNorm", "LayerNorm",
     "seq_idx_to_cu_seqlens",
     "Mamba2Error", "DeviceError", "LibraryNotFoundError",
     "available", "library_path", "set_backend", "get_backend", "use_backend",
-    "reuse_freed_memory",
+    "reuse_freed_memory", "info",
 ]
 
 

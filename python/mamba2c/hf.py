@@ -34,11 +34,12 @@ _MOD = "transformers.models.mamba2.modeling_mamba2"
 
 def _chunk_scan(hidden_states, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
                 initial_states=None, dt_softplus=False, dt_limit=(0.0, float("inf")),
-                return_final_states=False, seq_idx=None, cu_seqlens=None, **_):
+                return_final_states=False, seq_idx=None, cu_seqlens=None, state_dtype=None, **_):
     return interface.mamba_chunk_scan_combined(
         hidden_states, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias,
         initial_states=initial_states, seq_idx=seq_idx, cu_seqlens=cu_seqlens,
-        dt_softplus=dt_softplus, dt_limit=tuple(dt_limit), return_final_states=return_final_states)
+        dt_softplus=dt_softplus, dt_limit=tuple(dt_limit), return_final_states=return_final_states,
+        state_dtype=state_dtype)
 
 
 def _split_conv1d_scan(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chunk_size,

@@ -5,7 +5,7 @@ Drop-in replacements for
   mamba_ssm.ops.triton.ssd_combined.mamba_split_conv1d_scan_combined
   mamba_ssm.ops.triton.selective_state_update.selective_state_update
   mamba_ssm.ops.triton.layernorm_gated.rmsnorm_fn / RMSNorm (exported as RMSNormGated)
-  causal_conv1d.causal_conv1d_fn / causal_conv1d_update
+  causal_conv1d.causal_conv1d_fn / causal_conv1d_update / causal_conv1d_varlen_states
 with the same argument names, defaults and return conventions. Where mamba2c's contract
 (SPEC.md) says more than mamba_ssm, the differences are listed in each docstring.
 """
@@ -21,7 +21,8 @@ from . import _dispatch, ops
 from ._checks import expect_rank
 
 __all__ = ["mamba_chunk_scan_combined", "mamba_split_conv1d_scan_combined",
-           "selective_state_update", "causal_conv1d_fn", "causal_conv1d_update", "rmsnorm_fn",
+           "selective_state_update", "causal_conv1d_fn", "causal_conv1d_update",
+           "causal_conv1d_varlen_states", "rmsnorm_fn",
            "RMSNormGated", "seq_idx_to_cu_seqlens"]
 
 
@@ -73,7 +74,7 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
                               initial_states=None, seq_idx=None, cu_seqlens=None,
                               dt_softplus=False, dt_limit=(0.0, float("inf")),
                               return_final_states=False, return_varlen_states=False,
-                              return_states_at=None):
+                              state_dtype=None, return_states_at=None):
     """mamba_ssm's mamba_chunk_scan_combined, computed by the mamba2c C library.
 
     Arguments (PyTorch order): x [B,L,H,P], dt [B,L,H], A [H], B/C [B,L,G,N], D [H] or
@@ -84,9 +85,15 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
         (out, final_states)                  return_final_states
         (out, varlen_states)                 return_varlen_states
         (out, final_states, varlen_states)   both
-    out has x's dtype; final_states [B,H,P,N] and varlen_states [nseq,H,P,N] are float32
-    (float64 for float64 input). Everything is differentiable (all of x, dt, A, B, C, D,
-    z, dt_bias, initial_states), varlen_states included (mamba_ssm's backward refuses it).
+    out has x's dtype. States, as mamba_ssm allocates them: final_states [B,H,P,N] float32
+    (float64 for float64 input; mamba_ssm's _state_passing_fwd keeps them float32 for
+    bf16/f16 inputs too), varlen_states [nseq,H,P,N] in C's dtype (mamba_ssm's
+    chunk_state_varlen writes them in the dtype of its chunk states, C.dtype); with
+    state_dtype given, both (and return_states_at's position_states) are returned in
+    state_dtype. The scan itself accumulates in float32 (float64) either way: state_dtype
+    only sets the dtype the states are delivered in. Everything is differentiable (all
+    of x, dt, A, B, C, D, z, dt_bias, initial_states), varlen_states included (mamba_ssm's
+    backward refuses it).
 
     Sequences: seq_idx (non-decreasing per row) is converted to the equivalent packed
     cu_seqlens (rows become consecutive sequences); the state resets at every change,
@@ -113,10 +120,19 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
             return ops.ssd(*args) + (None,)
         return ops.ssd_states(*args[:5], args[5], return_states_at, *args[6:])
 
-    def result(*parts):
-        parts = tuple(p for p in parts if p is not None)
+    if state_dtype is not None and not (isinstance(state_dtype, torch.dtype)
+                                        and state_dtype.is_floating_point):
+        raise TypeError(f"state_dtype is {state_dtype!r}; expected a floating-point torch.dtype")
+
+    def as_state(t, default=None):
+        dt_ = state_dtype if state_dtype is not None else default
+        return t if (t is None or dt_ is None or t.dtype == dt_) else t.to(dt_)
+
+    def result(out, final=None, varlen=None):
+        parts = tuple(p for p in (out, as_state(final), as_state(varlen, C.dtype))
+                      if p is not None)
         if return_states_at is not None:
-            parts = parts + (pos,)
+            parts = parts + (as_state(pos),)
         return parts[0] if len(parts) == 1 else parts
 
     if return_varlen_states and cu_seqlens is None:
@@ -277,6 +293,36 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
                            conv_state_indices, cache_seqlens)
 
 
+def causal_conv1d_varlen_states(x: Tensor, cu_seqlens: Tensor, state_len: int) -> Tensor:
+    """causal-conv1d's causal_conv1d_varlen_states: the conv cache of each packed sequence
+    after its last token. x [total_tokens, dim], cu_seqlens [batch+1] (sorted, from 0).
+    Returns states [batch, dim, state_len]: states[b, :, -k:] = x[end_b-k:end_b].T with
+    k = min(state_len, seqlen_b), zeros before (elements of another sequence are never
+    copied). Laid out channel-last ([batch, state_len, dim] memory seen transposed), as
+    causal-conv1d allocates it. Forward only (no gradient), like causal-conv1d's."""
+    expect_rank("x", x, "[total_tokens,dim]")
+    if cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 1:
+        raise ValueError(f"cu_seqlens has shape {tuple(cu_seqlens.shape)}; expected [batch+1]")
+    if state_len < 0:
+        raise ValueError(f"state_len is {state_len}; expected >= 0")
+    cu = cu_seqlens.to(device=x.device, dtype=torch.long)
+    if cu.numel() > 1 and bool((cu[1:] < cu[:-1]).any()):
+        raise ValueError("cu_seqlens must be non-decreasing")
+    if cu.numel() and (int(cu[0]) < 0 or int(cu[-1]) > x.shape[0]):
+        raise ValueError(f"cu_seqlens spans [{int(cu[0])}, {int(cu[-1])}]; x has "
+                         f"{x.shape[0]} tokens")
+    with torch.no_grad():
+        starts, ends = cu[:-1], cu[1:]
+        idx = ends[:, None] - state_len + torch.arange(state_len, device=x.device)  # [b, K]
+        valid = idx >= starts[:, None]
+        rows = x.detach()[idx.clamp(min=0).clamp(max=max(x.shape[0] - 1, 0))]   # [b, K, dim]
+        if x.shape[0] == 0:
+            rows = x.new_zeros(idx.shape + (x.shape[1],))
+        states = torch.where(valid[..., None], rows, torch.zeros((), dtype=x.dtype,
+                                                                   device=x.device))
+    return states.transpose(1, 2)
+
+
 # ---------------------------------------------------------------------------------------
 # Gated RMSNorm
 # ---------------------------------------------------------------------------------------
@@ -318,12 +364,14 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
                                      dt_limit=(0.0, float("inf")), return_final_states=False,
                                      activation="silu", rmsnorm_weight=None, rmsnorm_eps=1e-6,
                                      outproj_weight=None, outproj_bias=None, headdim=None,
-                                     ngroups=1, norm_before_gate=True):
+                                     ngroups=1, norm_before_gate=True, state_dtype=None):
     """mamba_ssm's mamba_split_conv1d_scan_combined, composed from mamba2c ops:
     zxbcdt [B,L, 2*d_nonssm + 2*dim + 2*G*N + H] is split (views, no copy) into the gated
     MLP part, z, xBC and dt; xBC goes through the causal conv + activation, the SSD scan
     runs with dt_softplus=True (z gating inside the scan when rmsnorm_weight is None,
-    else the gated RMSNorm with group_size dim/ngroups), then the output projection."""
+    else the gated RMSNorm with group_size dim/ngroups), then the output projection.
+    state_dtype: the dtype of the returned final_states (float32 when None), as in
+    mamba_chunk_scan_combined."""
     if D.dim() == 1:
         if headdim is None:
             raise ValueError("headdim must be given when D is [nheads]")
@@ -351,7 +399,8 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
                                     z=zh if rmsnorm_weight is None else None, dt_bias=dt_bias,
                                     initial_states=initial_states, seq_idx=seq_idx,
                                     dt_softplus=True, dt_limit=dt_limit,
-                                    return_final_states=return_final_states)
+                                    return_final_states=return_final_states,
+                                    state_dtype=state_dtype)
     y, final = (res if return_final_states else (res, None))
     y = y.flatten(-2)
     if rmsnorm_weight is not None:
