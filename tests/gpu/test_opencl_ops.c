@@ -18,6 +18,8 @@
  * queue, every tensor in its own registered cl_mem (mamba2_opencl_register_buffer; index
  * tensors stay host arrays), the context's scratch arena: bitwise the host mode's results.
  * Exit code 77 (skipped) only when no OpenCL device or driver exists.
+ * Usage: test_opencl_ops [--backend opencl|cuda] [-v]: cuda runs the same units on the CUDA
+ * backend's host mode (without the OpenCL device-mode units; exit 77 when it has no device).
  */
 #include <math.h>
 #include <stdio.h>
@@ -676,15 +678,27 @@ static void device_checks(void) {
 }
 
 int main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
+    int cuda = 0; /* --backend cuda: the same units on the CUDA backend (host mode) */
+    for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-v")) th_set_verbose(2);
-    mamba2_status_t st = mamba2_context_create(&gpu, MAMBA2_BACKEND_OPENCL, 0);
+        else if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
+            const char *b = argv[++i];
+            if (strcmp(b, "opencl") && strcmp(b, "cuda")) {
+                printf("usage: test_opencl_ops [--backend opencl|cuda] [-v]\n");
+                return 2;
+            }
+            cuda = !strcmp(b, "cuda");
+        }
+    }
+    const char *api = cuda ? "CUDA" : "OpenCL";
+    mamba2_status_t st =
+        mamba2_context_create(&gpu, cuda ? MAMBA2_BACKEND_CUDA : MAMBA2_BACKEND_OPENCL, 0);
     if (st == MAMBA2_STATUS_BACKEND_UNAVAILABLE) {
-        printf("skipped: no OpenCL device (%s)\n", mamba2_last_error());
+        printf("skipped: no %s device (%s)\n", api, mamba2_last_error());
         return 77;
     }
     if (st != MAMBA2_STATUS_OK) {
-        printf("setup: OpenCL context: %s: %s\n0 passed, 1 failed\n", mamba2_status_string(st),
+        printf("setup: %s context: %s: %s\n0 passed, 1 failed\n", api, mamba2_status_string(st),
                mamba2_last_error());
         return 1;
     }
@@ -732,7 +746,7 @@ int main(int argc, char **argv) {
     }
     nan_checks();
     error_checks();
-    device_checks();
+    if (!cuda) device_checks(); /* OpenCL device mode (cl_mem buffers); CUDA's: test_cuda_device */
     mamba2_context_destroy(gpu);
     mamba2_context_destroy(ref);
     mamba2_context_destroy(cpu);
