@@ -161,7 +161,20 @@ static mamba2_status_t d_alloc(m2g_dev *d, size_t bytes, m2g_mem *mem) {
         pop();
         c->cache[victim] = c->cache[--c->ncache];
     }
-    M2_TRY(raw_alloc(d, bytes, mem));
+    if (raw_alloc(d, bytes, mem) != MAMBA2_STATUS_OK) {
+        /* out of memory: free the cached buffers no call uses (after the stream drains) and
+         * try once more */
+        push(c);
+        cu.cuStreamSynchronize(c->stream);
+        for (int i = c->ncache - 1; i >= 0; i--)
+            if (!c->cache[i].in_use) {
+                cu.cuMemFree_v2(c->cache[i].p);
+                if (d->arena == (m2g_mem)c->cache[i].p) d->arena = 0, d->arena_bytes = 0;
+                c->cache[i] = c->cache[--c->ncache];
+            }
+        pop();
+        M2_TRY(raw_alloc(d, bytes, mem));
+    }
     c->cache[c->ncache++] = (cu_buf){(CUdeviceptr)*mem, bytes, 1};
     return MAMBA2_STATUS_OK;
 }
@@ -179,8 +192,9 @@ static void d_release(m2g_dev *d, m2g_mem mem) {
 static mamba2_status_t d_write(m2g_dev *d, m2g_mem dst, size_t off, const void *src, size_t n) {
     cu_dev *c = (cu_dev *)d;
     push(c);
-    /* device mode: queued on the stream; pageable host memory is staged before the call
-     * returns, so src may go at once */
+    /* device mode: queued on the stream; the driver copies pageable host memory before
+     * the call returns, so src may go at once (staging it, the driver may wait for the
+     * stream: CUDA's documented behaviour for pageable sources) */
     CUresult r = d->device_memory
                      ? cu.cuMemcpyHtoDAsync_v2((CUdeviceptr)dst + off, src, n, c->stream)
                      : cu.cuMemcpyHtoD_v2((CUdeviceptr)dst + off, src, n);
