@@ -158,7 +158,8 @@ static void shapes(const bcase *c, int id, int *rank, int64_t s[4]) {
         *rank = 4, s[0] = B, s[1] = L, s[2] = H, s[3] = P; break;
     case T_DT: case T_DDT: *rank = 3, s[0] = B, s[1] = L, s[2] = H; break;
     case T_A: case T_DTB: case T_DA: case T_DDTB: *rank = 1, s[0] = H; break;
-    case T_B: case T_C: case T_DB: case T_DC: *rank = 4, s[0] = B, s[1] = L, s[2] = G, s[3] = N; break;
+    case T_B: case T_C: case T_DB: case T_DC:
+        *rank = 4, s[0] = B, s[1] = L, s[2] = G, s[3] = N; break;
     case T_D: case T_DD: *rank = 2, s[0] = H, s[1] = P; break;
     default: *rank = 4, s[0] = B, s[1] = H, s[2] = P, s[3] = N; break; /* states */
     }

@@ -130,7 +130,7 @@ BENCH_CASES=$CASES
 say "gpu-bench (cases $BENCH_CASES)"
 DEADLINE=$(($(left 400) - 15))
 [ "$DEADLINE" -lt 5 ] && DEADLINE=5
-timeout "$(left 410)" "$BUILD/bench/gpu-bench" --cases "$BENCH_CASES" --reps 15 --budget 1.0 \
+timeout "$(left 410)" "$BUILD/bench/gpu-bench" --cases "$BENCH_CASES" --reps 10 --budget 0.5 \
     --deadline "$DEADLINE" >"$OURS" 2>"$LOG/gpu_bench.err"
 rc=$?
 if [ "$rc" = 77 ]; then
@@ -191,7 +191,7 @@ def sync():
     if dev == "cuda":
         torch.cuda.synchronize()
 
-def timed(fn, reps=15, budget=1.0):
+def timed(fn, reps=10, budget=0.5):
     """median ms of up to reps calls within budget s, after one warm-up call"""
     t0 = time.perf_counter(); fn(); sync(); warm = time.perf_counter() - t0
     ms, spent = [], 0.0
