@@ -69,6 +69,11 @@ if ! "$PY" -c 'import torch' >/dev/null 2>&1; then
     say "FAIL: $PY cannot import torch"
     exit 1
 fi
+if [ "$DRY" = 0 ] && ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
+    >/dev/null 2>&1; then
+    say "FAIL: torch in $PY sees no CUDA device (a CUDA build of torch is needed; or --cpu-dry-run)"
+    exit 1
+fi
 NPROC=$(nproc 2>/dev/null || echo 4)
 
 # ---- 1. build (budget: until 200 s) -------------------------------------------------------
