@@ -682,6 +682,26 @@ MAMBA2_API mamba2_status_t mamba2_opencl_register_buffer(mamba2_context_t *ctx, 
 MAMBA2_API mamba2_status_t mamba2_opencl_unregister_buffer(mamba2_context_t *ctx,
                                                            void *cl_buffer);
 
+/*
+ * CUDA device mode: mamba2_context_create_cuda(&ctx, device, stream) binds a context to CUDA
+ * device ordinal `device` (its primary context, the one the CUDA runtime uses) and the
+ * caller's stream (a cudaStream_t / CUstream; NULL = the default stream). Tensor data
+ * pointers are CUDA device pointers (cudaMalloc / cuMemAlloc memory of that device, or
+ * offsets into it; each a multiple of its element size), given to the kernels as they are, so
+ * the argument checks see real addresses. Index tensors (cu_seqlens, state_positions,
+ * state_indices) stay host arrays, as in OpenCL device mode: the argument checks read them
+ * and the call queues their upload (from pageable memory: the CUDA driver may wait for the
+ * stream while staging it). Every call queues its work on the stream and returns without
+ * synchronising (synchronise the stream before reading the outputs on the host). Device
+ * scratch is owned by the context (kept and reused; a call repeating an earlier call's sizes
+ * allocates nothing); the *_workspace_size queries report 0 bytes. mamba2_context_destroy
+ * waits for the stream first. Without a CUDA build, driver or device this returns
+ * MAMBA2_STATUS_BACKEND_UNAVAILABLE with a message; device < 0 or past the device count is
+ * MAMBA2_STATUS_INVALID_ARGUMENT.
+ */
+MAMBA2_API mamba2_status_t mamba2_context_create_cuda(mamba2_context_t **ctx, int32_t device,
+                                                      void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -22,3 +22,10 @@ if(MAMBA2C_CUDA)
            -P ${PROJECT_SOURCE_DIR}/cmake/check_fatbin.cmake)
   set_tests_properties(cuda_fatbin_kernels PROPERTIES LABELS "gpu;cuda" TIMEOUT 120)
 endif()
+# CUDA device mode (mamba2_context_create_cuda): BACKEND_UNAVAILABLE checked where no GPU
+# exists; on a GPU, cuMemAlloc'd tensors on the test's stream, bitwise equal to host mode
+add_executable(test_cuda_device gpu/test_cuda_device.c)
+target_include_directories(test_cuda_device PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(test_cuda_device PRIVATE mamba2c_test_harness ${CMAKE_DL_LIBS})
+add_test(NAME cuda_device COMMAND test_cuda_device -q)
+set_tests_properties(cuda_device PROPERTIES TIMEOUT 300 LABELS "gpu;cuda")

@@ -16,10 +16,18 @@ static int32_t online_cpus(void) {
 
 static mamba2_status_t set_num_threads(mamba2_context_t *ctx, int32_t num_threads);
 
-/* The caller's OpenCL objects (mamba2_context_create_opencl), NULL for host mode. */
+/* The caller's OpenCL objects (mamba2_context_create_opencl), or CUDA device and stream
+ * (mamba2_context_create_cuda: cuda set); NULL for host mode. */
 typedef struct cl_handles {
     void *context, *device, *queue;
+    int cuda;
+    int32_t cuda_device;
+    void *cuda_stream;
 } cl_handles;
+
+#ifdef MAMBA2C_HAVE_CUDA
+mamba2_status_t m2_cuda_open_device(mamba2_context_t *ctx, int32_t device, void *stream);
+#endif
 
 /* GPU backends: attach the device (src/opencl/, src/cuda/). */
 static mamba2_status_t open_device(mamba2_context_t *c, const cl_handles *cl) {
@@ -27,7 +35,9 @@ static mamba2_status_t open_device(mamba2_context_t *c, const cl_handles *cl) {
         return cl ? m2_opencl_open_device(c, cl->context, cl->device, cl->queue)
                   : m2_opencl_open(c);
 #ifdef MAMBA2C_HAVE_CUDA
-    if (c->backend == MAMBA2_BACKEND_CUDA) return m2_cuda_open(c);
+    if (c->backend == MAMBA2_BACKEND_CUDA)
+        return cl && cl->cuda ? m2_cuda_open_device(c, cl->cuda_device, cl->cuda_stream)
+                              : m2_cuda_open(c);
 #endif
     return MAMBA2_STATUS_OK;
 }
@@ -82,8 +92,19 @@ mamba2_status_t mamba2_context_create_opencl(mamba2_context_t **ctx, void *cl_co
     if (!cl_context || !cl_device || !cl_queue)
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                         "cl_context, cl_device and cl_queue must all be given");
-    const cl_handles cl = {cl_context, cl_device, cl_queue};
+    const cl_handles cl = {cl_context, cl_device, cl_queue, 0, 0, NULL};
     return create(ctx, MAMBA2_BACKEND_OPENCL, 1, &cl);
+}
+
+mamba2_status_t mamba2_context_create_cuda(mamba2_context_t **ctx, int32_t device,
+                                           void *stream) {
+    m2_clear_error();
+    if (ctx) *ctx = NULL;
+    if (device < 0)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "device is %d; must be >= 0",
+                        (int)device);
+    const cl_handles h = {NULL, NULL, NULL, 1, device, stream};
+    return create(ctx, MAMBA2_BACKEND_CUDA, 1, &h);
 }
 
 mamba2_status_t m2_ctx_enter(mamba2_context_t *ctx) {

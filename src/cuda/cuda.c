@@ -5,8 +5,18 @@
  * links libcuda or cudart). The kernels are the portable ones of src/gpu/kernels/, compiled by
  * nvcc at build time into a fat binary embedded in the library (m2g_cuda_fatbin), loaded once
  * per context with cuModuleLoadData; each kernel's function is looked up once. A context
- * uses the device's primary context and the default stream (host mode: copies in, launches,
- * copies out). MAMBA2C_CUDA_DEVICE picks the device ordinal (default 0).
+ * uses the device's primary context (the one the CUDA runtime uses, so cudaMalloc'd pointers
+ * are valid in it).
+ *
+ * Host mode (mamba2_context_create, MAMBA2_BACKEND_CUDA): the default stream, copies in,
+ * launches, copies out; MAMBA2C_CUDA_DEVICE picks the device ordinal (default 0).
+ * Device mode (mamba2_context_create_cuda): tensor data pointers are device addresses, passed
+ * to the kernels as they are; everything (index-table uploads included) is queued on the
+ * caller's stream and no call waits for it. The buffers of a call (index tables, float32
+ * copies of half tensors) and the context's scratch arena come from a cache of device buffers
+ * owned by the context: a buffer a call releases goes back to the cache (the next call's work
+ * on the same stream runs after this call's, so reusing it is safe), and a later call of the
+ * same sizes allocates nothing.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -43,6 +53,9 @@ typedef unsigned long long CUdeviceptr;
     X(CUresult, cuMemFree_v2, (CUdeviceptr))                                                   \
     X(CUresult, cuMemcpyHtoD_v2, (CUdeviceptr, const void *, size_t))                          \
     X(CUresult, cuMemcpyDtoH_v2, (void *, CUdeviceptr, size_t))                                \
+    X(CUresult, cuMemcpyHtoDAsync_v2, (CUdeviceptr, const void *, size_t, CUstream))           \
+    X(CUresult, cuMemcpyDtoHAsync_v2, (void *, CUdeviceptr, size_t, CUstream))                 \
+    X(CUresult, cuStreamSynchronize, (CUstream))                                               \
     X(CUresult, cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, \
                                  unsigned, unsigned, CUstream, void **, void **))              \
     X(CUresult, cuCtxSynchronize, (void))
@@ -72,12 +85,23 @@ static void load_api(void) {
 #undef M2CU_SYM
 }
 
+/* Device mode: the context's device buffers, in use by the current call or free. */
+#define CU_CACHE_MAX 64
+typedef struct cu_buf {
+    CUdeviceptr p;
+    size_t bytes;
+    int in_use;
+} cu_buf;
+
 typedef struct cu_dev {
     m2g_dev base; /* first */
     CUdevice device;
     CUcontext context;
     CUmodule module;
+    CUstream stream; /* the caller's (device mode) or NULL: the default stream */
     CUfunction fn[M2G_NUM_KERNELS];
+    int ncache;
+    cu_buf cache[CU_CACHE_MAX];
 } cu_dev;
 
 static mamba2_status_t cu_fail(CUresult r, const char *what) {
@@ -89,7 +113,7 @@ static void pop(void) {
     cu.cuCtxPopCurrent_v2(&o);
 }
 
-static mamba2_status_t d_alloc(m2g_dev *d, size_t bytes, m2g_mem *mem) {
+static mamba2_status_t raw_alloc(m2g_dev *d, size_t bytes, m2g_mem *mem) {
     CUdeviceptr p = 0;
     push((cu_dev *)d);
     CUresult r = cu.cuMemAlloc_v2(&p, bytes);
@@ -100,21 +124,93 @@ static mamba2_status_t d_alloc(m2g_dev *d, size_t bytes, m2g_mem *mem) {
     *mem = (m2g_mem)p;
     return MAMBA2_STATUS_OK;
 }
-static void d_release(m2g_dev *d, m2g_mem mem) {
+static void raw_release(m2g_dev *d, m2g_mem mem) {
     if (!mem) return;
     push((cu_dev *)d);
     cu.cuMemFree_v2((CUdeviceptr)mem);
     pop();
 }
+/* Device mode: the smallest free cached buffer of bytes..2*bytes, else a new one (a free
+ * buffer is evicted when the cache is full: after the stream has drained, as it may still be
+ * read by queued work). */
+static mamba2_status_t d_alloc(m2g_dev *d, size_t bytes, m2g_mem *mem) {
+    cu_dev *c = (cu_dev *)d;
+    if (!d->device_memory) return raw_alloc(d, bytes, mem);
+    int best = -1;
+    for (int i = 0; i < c->ncache; i++) {
+        const cu_buf *b = &c->cache[i];
+        if (!b->in_use && b->bytes >= bytes && b->bytes / 2 <= bytes &&
+            (best < 0 || b->bytes < c->cache[best].bytes))
+            best = i;
+    }
+    if (best >= 0) {
+        c->cache[best].in_use = 1;
+        *mem = (m2g_mem)c->cache[best].p;
+        return MAMBA2_STATUS_OK;
+    }
+    if (c->ncache == CU_CACHE_MAX) {
+        int victim = -1;
+        for (int i = 0; i < c->ncache && victim < 0; i++)
+            if (!c->cache[i].in_use) victim = i;
+        if (victim < 0)
+            return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: more than %d buffers in use",
+                            CU_CACHE_MAX);
+        push(c);
+        cu.cuStreamSynchronize(c->stream);
+        cu.cuMemFree_v2(c->cache[victim].p);
+        pop();
+        c->cache[victim] = c->cache[--c->ncache];
+    }
+    if (raw_alloc(d, bytes, mem) != MAMBA2_STATUS_OK) {
+        /* out of memory: free the cached buffers no call uses (after the stream drains) and
+         * try once more */
+        push(c);
+        cu.cuStreamSynchronize(c->stream);
+        for (int i = c->ncache - 1; i >= 0; i--)
+            if (!c->cache[i].in_use) {
+                cu.cuMemFree_v2(c->cache[i].p);
+                if (d->arena == (m2g_mem)c->cache[i].p) d->arena = 0, d->arena_bytes = 0;
+                c->cache[i] = c->cache[--c->ncache];
+            }
+        pop();
+        M2_TRY(raw_alloc(d, bytes, mem));
+    }
+    c->cache[c->ncache++] = (cu_buf){(CUdeviceptr)*mem, bytes, 1};
+    return MAMBA2_STATUS_OK;
+}
+static void d_release(m2g_dev *d, m2g_mem mem) {
+    cu_dev *c = (cu_dev *)d;
+    if (!mem) return;
+    if (d->device_memory)
+        for (int i = 0; i < c->ncache; i++)
+            if (c->cache[i].p == (CUdeviceptr)mem) {
+                c->cache[i].in_use = 0;
+                return;
+            }
+    raw_release(d, mem);
+}
 static mamba2_status_t d_write(m2g_dev *d, m2g_mem dst, size_t off, const void *src, size_t n) {
-    push((cu_dev *)d);
-    CUresult r = cu.cuMemcpyHtoD_v2((CUdeviceptr)dst + off, src, n);
+    cu_dev *c = (cu_dev *)d;
+    push(c);
+    /* device mode: queued on the stream; the driver copies pageable host memory before
+     * the call returns, so src may go at once (staging it, the driver may wait for the
+     * stream: CUDA's documented behaviour for pageable sources) */
+    CUresult r = d->device_memory
+                     ? cu.cuMemcpyHtoDAsync_v2((CUdeviceptr)dst + off, src, n, c->stream)
+                     : cu.cuMemcpyHtoD_v2((CUdeviceptr)dst + off, src, n);
     pop();
     return r == CUDA_SUCCESS ? MAMBA2_STATUS_OK : cu_fail(r, "cuMemcpyHtoD");
 }
 static mamba2_status_t d_read(m2g_dev *d, void *dst, m2g_mem src, size_t off, size_t n) {
-    push((cu_dev *)d);
-    CUresult r = cu.cuMemcpyDtoH_v2(dst, (CUdeviceptr)src + off, n);
+    cu_dev *c = (cu_dev *)d;
+    push(c);
+    CUresult r = CUDA_SUCCESS;
+    if (d->device_memory) { /* not used by the ops in device mode; kept correct anyway */
+        r = cu.cuMemcpyDtoHAsync_v2(dst, (CUdeviceptr)src + off, n, c->stream);
+        if (r == CUDA_SUCCESS) r = cu.cuStreamSynchronize(c->stream);
+    } else {
+        r = cu.cuMemcpyDtoH_v2(dst, (CUdeviceptr)src + off, n);
+    }
     pop();
     return r == CUDA_SUCCESS ? MAMBA2_STATUS_OK : cu_fail(r, "cuMemcpyDtoH");
 }
@@ -134,7 +230,7 @@ static mamba2_status_t d_launch(m2g_dev *d, int id, const size_t groups[3], cons
     push(c);
     CUresult r = cu.cuLaunchKernel(c->fn[id], (unsigned)groups[0], (unsigned)groups[1],
                                    (unsigned)groups[2], (unsigned)local[0], (unsigned)local[1],
-                                   (unsigned)local[2], 0, NULL, params, NULL);
+                                   (unsigned)local[2], 0, c->stream, params, NULL);
     pop();
     if (r != CUDA_SUCCESS)
         return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: launch of %s failed (error %d)",
@@ -142,18 +238,21 @@ static mamba2_status_t d_launch(m2g_dev *d, int id, const size_t groups[3], cons
     return MAMBA2_STATUS_OK;
 }
 static mamba2_status_t d_finish(m2g_dev *d) {
-    push((cu_dev *)d);
-    CUresult r = cu.cuCtxSynchronize();
+    cu_dev *c = (cu_dev *)d;
+    push(c);
+    CUresult r = d->device_memory ? cu.cuStreamSynchronize(c->stream) : cu.cuCtxSynchronize();
     pop();
-    return r == CUDA_SUCCESS ? MAMBA2_STATUS_OK : cu_fail(r, "cuCtxSynchronize");
+    return r == CUDA_SUCCESS ? MAMBA2_STATUS_OK : cu_fail(r, "synchronize");
 }
 static void d_destroy(m2g_dev *d) {
     cu_dev *c = (cu_dev *)d;
     if (!c) return;
     if (c->context) {
         d_finish(d);
-        if (d->dummy) d_release(d, d->dummy);
+        if (d->dummy) raw_release(d, d->dummy);
         if (d->arena) d_release(d, d->arena);
+        for (int i = 0; i < c->ncache; i++) raw_release(d, (m2g_mem)c->cache[i].p);
+        c->ncache = 0;
         if (c->module) {
             push(c);
             cu.cuModuleUnload(c->module);
@@ -164,7 +263,9 @@ static void d_destroy(m2g_dev *d) {
     free(c);
 }
 
-mamba2_status_t m2_cuda_open(mamba2_context_t *ctx) {
+/* ordinal < 0: MAMBA2C_CUDA_DEVICE or 0, host mode; else device mode on `stream`. */
+static mamba2_status_t open_cuda(mamba2_context_t *ctx, int ordinal, void *stream) {
+    const int device_mode = ordinal >= 0;
     pthread_once(&load_once, load_api);
     if (load_error[0]) return m2_error(MAMBA2_STATUS_BACKEND_UNAVAILABLE, "%s", load_error);
     CUresult r = cu.cuInit(0);
@@ -174,14 +275,22 @@ mamba2_status_t m2_cuda_open(mamba2_context_t *ctx) {
         return m2_error(MAMBA2_STATUS_BACKEND_UNAVAILABLE,
                         "CUDA: no usable device (cuInit/cuDeviceGetCount: error %d, %d devices)",
                         (int)r, count);
-    const char *want = getenv("MAMBA2C_CUDA_DEVICE");
-    const int ordinal = want && *want ? atoi(want) : 0;
-    if (ordinal < 0 || ordinal >= count)
-        return m2_error(MAMBA2_STATUS_BACKEND_UNAVAILABLE,
-                        "CUDA: MAMBA2C_CUDA_DEVICE=%s but there are %d devices", want, count);
+    if (device_mode && ordinal >= count)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "CUDA: device %d but there are %d devices",
+                        ordinal, count);
+    if (!device_mode) {
+        const char *want = getenv("MAMBA2C_CUDA_DEVICE");
+        ordinal = want && *want ? atoi(want) : 0;
+        if (ordinal < 0 || ordinal >= count)
+            return m2_error(MAMBA2_STATUS_BACKEND_UNAVAILABLE,
+                            "CUDA: MAMBA2C_CUDA_DEVICE=%s but there are %d devices", want, count);
+    }
     cu_dev *c = calloc(1, sizeof *c);
     if (!c) return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "cannot allocate a CUDA context");
     c->base.api = "CUDA";
+    c->base.device_memory = device_mode;
+    c->base.flat_addresses = device_mode; /* data pointers are the device addresses */
+    c->stream = (CUstream)stream;
     c->base.local_mem = 48 * 1024; /* static shared memory per block on sm_80 / sm_90 */
     c->base.alloc = d_alloc;
     c->base.release = d_release;
@@ -214,11 +323,20 @@ mamba2_status_t m2_cuda_open(mamba2_context_t *ctx) {
                               m2g_kernel_names[i], (int)r);
         pop();
     }
-    if (!st) st = d_alloc(&c->base, 64, &c->base.dummy);
+    if (!st) st = raw_alloc(&c->base, 64, &c->base.dummy);
     if (st) {
         d_destroy(&c->base);
         return st;
     }
     ctx->gpu = &c->base;
     return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t m2_cuda_open(mamba2_context_t *ctx) { return open_cuda(ctx, -1, NULL); }
+
+mamba2_status_t m2_cuda_open_device(mamba2_context_t *ctx, int32_t device, void *stream) {
+    if (device < 0)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "CUDA: device is %d; must be >= 0",
+                        (int)device);
+    return open_cuda(ctx, (int)device, stream);
 }

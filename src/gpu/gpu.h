@@ -10,8 +10,9 @@
  * Memory modes. In host mode (mamba2_context_create with MAMBA2_BACKEND_OPENCL/CUDA) tensor
  * data pointers are host pointers: an op copies each input's span in, runs, and copies each
  * output's elements back (the gaps of a strided output are never written). In device mode
- * (mamba2_context_create_opencl) tensor data pointers are device buffer handles and nothing
- * is copied. Either way a kernel sees a tensor as (buffer, element offset, element strides).
+ * (mamba2_context_create_opencl, _cuda) tensor data pointers are on the device and nothing
+ * is copied: OpenCL's are registered buffers' virtual addresses (m2g_region), CUDA's the
+ * device addresses themselves (flat_addresses). Either way a kernel sees a tensor as (buffer, element offset, element strides).
  * Scratch between the stages of one op lives in buffers of the call (host mode) or of the
  * context (device mode, grown to the largest call).
  */
@@ -64,6 +65,7 @@ struct m2g_dev {
     const char *api;   /* "OpenCL", "CUDA" (for messages) */
     char name[192];    /* device name (for messages)      */
     int device_memory; /* 1: tensor data pointers are device buffer handles */
+    int flat_addresses; /* device mode: a data pointer is its buffer (offset 0), no regions */
     size_t local_mem;  /* bytes of local (shared) memory a work-group may use */
     m2g_mem dummy;     /* a small buffer bound to absent optional tensor arguments */
     m2g_mem arena;     /* device mode: the context's scratch buffer */

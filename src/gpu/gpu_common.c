@@ -119,6 +119,17 @@ mamba2_status_t m2g_unregister(m2g_dev *d, m2g_mem mem) {
 static mamba2_status_t translate(m2g_dev *d, const void *p, size_t span, size_t esize,
                                  m2g_t *t) {
     const uint64_t a = (uint64_t)(uintptr_t)p;
+    if (d->flat_addresses) {
+        size_t need;
+        if (a % esize || !m2_size_mul(span, esize, &need) || a + need < a)
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "%s: a tensor's data pointer is misaligned for its element size or "
+                            "its extent wraps the address space",
+                            d->api);
+        t->mem = (m2g_mem)a;
+        t->off = 0;
+        return MAMBA2_STATUS_OK;
+    }
     for (int i = 0; i < d->nregions; i++) {
         const m2g_region *r = &d->regions[i];
         if (a < r->vbase || a - r->vbase >= r->bytes) continue;

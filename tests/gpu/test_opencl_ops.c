@@ -17,8 +17,9 @@
  * And the device-memory mode: mamba2_context_create_opencl on the test's own cl_context and
  * queue, every tensor in its own registered cl_mem (mamba2_opencl_register_buffer; index
  * tensors stay host arrays), the context's scratch arena: bitwise the host mode's results.
- * Everything but the device-memory units runs on a CUDA context too where one opens.
- * Exit code 77 (skipped) only when neither an OpenCL nor a CUDA device exists.
+ * Exit code 77 (skipped) only when no OpenCL device or driver exists.
+ * Usage: test_opencl_ops [--backend opencl|cuda] [-v]: cuda runs the same units on the CUDA
+ * backend's host mode (without the OpenCL device-mode units; exit 77 when it has no device).
  */
 #include <math.h>
 #include <stdio.h>
@@ -90,19 +91,18 @@ static void free_res(double **res, int n) {
 }
 
 static mamba2_context_t *gpu, *ref, *cpu;
-static const char *bn = "opencl"; /* the backend name of gpu */
 
 /* The three comparisons of one case, over every output. */
 static void compare_all(spec *s, int n, int pad, call_fn fn, const void *cs) {
     double *rg[MAXT], *rg2[MAXT], *rr[MAXT], *rc[MAXT];
-    mamba2_status_t st = run(gpu, s, n, pad, fn, cs, rg, bn);
-    if (!th_expect(st == MAMBA2_STATUS_OK, "%s: %s: %s", bn, mamba2_status_string(st),
+    mamba2_status_t st = run(gpu, s, n, pad, fn, cs, rg, "opencl");
+    if (!th_expect(st == MAMBA2_STATUS_OK, "opencl: %s: %s", mamba2_status_string(st),
                    mamba2_last_error())) {
         free_res(rg, n);
         return;
     }
-    st = run(gpu, s, n, !pad, fn, cs, rg2, "2nd run");
-    th_expect(st == MAMBA2_STATUS_OK, "%s 2nd run: %s", bn, mamba2_last_error());
+    st = run(gpu, s, n, !pad, fn, cs, rg2, "opencl (2nd run)");
+    th_expect(st == MAMBA2_STATUS_OK, "opencl 2nd run: %s", mamba2_last_error());
     st = run(ref, s, n, 0, fn, cs, rr, "ref");
     th_expect(st == MAMBA2_STATUS_OK, "ref: %s", mamba2_last_error());
     st = run(cpu, s, n, 0, fn, cs, rc, "cpu");
@@ -428,10 +428,10 @@ static mamba2_status_t fwd_only_cv(mamba2_context_t *ctx, const void *p, gt *g) 
 
 /* NaN propagation: one NaN input; every output NaN exactly where the reference's is. */
 static void nan_pattern(const char *what, spec *s, int n, call_fn fn, const void *cs) {
-    th_begin("%s nan: %s", bn, what);
+    th_begin("nan: %s", what);
     double *rg[MAXT], *rr[MAXT];
-    mamba2_status_t st = run(gpu, s, n, 0, fn, cs, rg, bn);
-    th_expect(st == MAMBA2_STATUS_OK, "%s: %s", bn, mamba2_last_error());
+    mamba2_status_t st = run(gpu, s, n, 0, fn, cs, rg, "opencl");
+    th_expect(st == MAMBA2_STATUS_OK, "opencl: %s", mamba2_last_error());
     st = run(ref, s, n, 0, fn, cs, rr, "ref");
     th_expect(st == MAMBA2_STATUS_OK, "ref: %s", mamba2_last_error());
     int nans = 0;
@@ -486,7 +486,7 @@ static void nan_checks(void) {
 
 /* Bad arguments reach the OpenCL context's checks: status, and outputs untouched. */
 static void error_checks(void) {
-    th_begin("%s errors: F64 activations are UNSUPPORTED", bn);
+    th_begin("errors: F64 activations are UNSUPPORTED on opencl");
     {
         double x[8] = {0}, w[4] = {0}, out[8];
         for (int i = 0; i < 8; i++) out[i] = 7.0;
@@ -494,11 +494,11 @@ static void error_checks(void) {
         mamba2_tensor_t tw = mamba2_tensor_make(w, MAMBA2_DTYPE_F64, 2, (int64_t[]){2, 2});
         mamba2_tensor_t to = mamba2_tensor_make(out, MAMBA2_DTYPE_F64, 3, (int64_t[]){1, 4, 2});
         mamba2_status_t st = mamba2_conv1d_forward(gpu, &to, NULL, &tx, &tw, NULL);
-        gt_expect_err(st, MAMBA2_STATUS_UNSUPPORTED, bn, NULL);
+        gt_expect_err(st, MAMBA2_STATUS_UNSUPPORTED, "opencl", NULL);
         th_expect(out[0] == 7.0 && out[7] == 7.0, "out was written");
     }
     th_end();
-    th_begin("%s errors: conv1d weight shape", bn);
+    th_begin("errors: conv1d weight shape");
     {
         const cv_case c = {"bad", 2, 10, 6, 4, 0, 0, 0, 0, 0, 0};
         spec s[CN];
@@ -509,7 +509,7 @@ static void error_checks(void) {
         for (int i = CFIN; i < CN; i++) s[i].present = 0;
         s[CDO].present = s[CDF].present = 0;
         double *rg[CN];
-        mamba2_status_t st = run(gpu, s, CN, 1, fwd_only_cv, &c, rg, bn);
+        mamba2_status_t st = run(gpu, s, CN, 1, fwd_only_cv, &c, rg, "opencl");
         gt_expect_err(st, MAMBA2_STATUS_INVALID_ARGUMENT, "weight", NULL);
         int64_t n = th_numel(3, s[COUT].sh), untouched = 1;
         for (int64_t i = 0; i < n; i++) untouched &= isnan(rg[COUT][i]);
@@ -518,14 +518,14 @@ static void error_checks(void) {
         free_specs(s, CN);
     }
     th_end();
-    th_begin("%s errors: ssd_step duplicate slots", bn);
+    th_begin("errors: ssd_step duplicate slots");
     {
         st_case c = st_cases[0];
         spec s[TN];
         st_specs(&c, s, 6);
         s[TIX].vals[1] = s[TIX].vals[0] = 2;
         double *rg[TN];
-        mamba2_status_t st = run(gpu, s, TN, 0, st_call, &c, rg, bn);
+        mamba2_status_t st = run(gpu, s, TN, 0, st_call, &c, rg, "opencl");
         gt_expect_err(st, MAMBA2_STATUS_INVALID_ARGUMENT, "state_indices", NULL);
         const int64_t n = th_numel(s[TSC].rank, s[TSC].sh);
         th_expect(gt_bits_equal(rg[TSC], s[TSC].vals, n), "state_cache changed on a failed call");
@@ -533,7 +533,7 @@ static void error_checks(void) {
         free_specs(s, TN);
     }
     th_end();
-    th_begin("%s errors: rmsnorm group_size does not divide D", bn);
+    th_begin("errors: rmsnorm group_size does not divide D");
     {
         rn_case c = rn_cases[1];
         spec s[RN];
@@ -541,7 +541,7 @@ static void error_checks(void) {
         s[RSTD].present = 0;
         c.S = 7;
         double *rg[RN];
-        mamba2_status_t st = run(gpu, s, RN, 0, rn_call, &c, rg, bn);
+        mamba2_status_t st = run(gpu, s, RN, 0, rn_call, &c, rg, "opencl");
         gt_expect_err(st, MAMBA2_STATUS_INVALID_ARGUMENT, "group_size", NULL);
         free_res(rg, RN);
         free_specs(s, RN);
@@ -554,7 +554,7 @@ static void check_padding(spec *s, int out_id, int as_id, int ix_id, int n, call
                           const void *cs) {
     if (!s[ix_id].present) return;
     double *rg[MAXT];
-    if (run(gpu, s, n, 1, fn, cs, rg, bn) != MAMBA2_STATUS_OK) return;
+    if (run(gpu, s, n, 1, fn, cs, rg, "opencl") != MAMBA2_STATUS_OK) return;
     const int64_t B = s[ix_id].sh[0];
     for (int id = out_id; id <= as_id; id++) {
         if (!s[id].present || !rg[id]) continue;
@@ -677,12 +677,37 @@ static void device_checks(void) {
     cl.clReleaseContext(dcl_ctx);
 }
 
-/* Every table case, the NaN and the error units on context `gpu` (backend name bn). */
-static void run_tables(void) {
+int main(int argc, char **argv) {
+    int cuda = 0; /* --backend cuda: the same units on the CUDA backend (host mode) */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-v")) th_set_verbose(2);
+        else if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
+            const char *b = argv[++i];
+            if (strcmp(b, "opencl") && strcmp(b, "cuda")) {
+                printf("usage: test_opencl_ops [--backend opencl|cuda] [-v]\n");
+                return 2;
+            }
+            cuda = !strcmp(b, "cuda");
+        }
+    }
+    const char *api = cuda ? "CUDA" : "OpenCL";
+    mamba2_status_t st =
+        mamba2_context_create(&gpu, cuda ? MAMBA2_BACKEND_CUDA : MAMBA2_BACKEND_OPENCL, 0);
+    if (st == MAMBA2_STATUS_BACKEND_UNAVAILABLE) {
+        printf("skipped: no %s device (%s)\n", api, mamba2_last_error());
+        return 77;
+    }
+    if (st != MAMBA2_STATUS_OK) {
+        printf("setup: %s context: %s: %s\n0 passed, 1 failed\n", api, mamba2_status_string(st),
+               mamba2_last_error());
+        return 1;
+    }
+    ref = th_ctx(MAMBA2_BACKEND_REF, 1, NULL);
+    cpu = th_ctx(MAMBA2_BACKEND_CPU, 2, NULL);
     spec s[MAXT];
     for (size_t i = 0; i < sizeof cv_cases / sizeof *cv_cases; i++) {
         const cv_case *c = &cv_cases[i];
-        th_begin("%s conv1d %s [B=%lld L=%lld C=%lld W=%lld]%s", bn, c->name, (long long)c->B,
+        th_begin("conv1d %s [B=%lld L=%lld C=%lld W=%lld]%s", c->name, (long long)c->B,
                  (long long)c->L, (long long)c->C, (long long)c->W, c->pad ? " strided" : "");
         const int n = cv_specs(c, s, 100 + i);
         compare_all(s, n, c->pad, cv_call, c);
@@ -691,8 +716,8 @@ static void run_tables(void) {
     }
     for (size_t i = 0; i < sizeof rn_cases / sizeof *rn_cases; i++) {
         const rn_case *c = &rn_cases[i];
-        th_begin("%s rmsnorm %s [M=%lld D=%lld S=%lld]%s", bn, c->name, (long long)c->M,
-                 (long long)c->D, (long long)c->S, c->pad ? " strided" : "");
+        th_begin("rmsnorm %s [M=%lld D=%lld S=%lld]%s", c->name, (long long)c->M, (long long)c->D,
+                 (long long)c->S, c->pad ? " strided" : "");
         const int n = rn_specs(c, s, 200 + i);
         compare_all(s, n, c->pad, rn_call, c);
         free_specs(s, n);
@@ -700,7 +725,7 @@ static void run_tables(void) {
     }
     for (size_t i = 0; i < sizeof cs_cases / sizeof *cs_cases; i++) {
         const cs_case *c = &cs_cases[i];
-        th_begin("%s conv1d_step %s [B=%lld T=%lld C=%lld W=%lld]", bn, c->name, (long long)c->B,
+        th_begin("conv1d_step %s [B=%lld T=%lld C=%lld W=%lld]", c->name, (long long)c->B,
                  (long long)c->T, (long long)c->C, (long long)c->W);
         const int n = cs_specs(c, s, 300 + i);
         compare_all(s, n, c->pad, cs_call, c);
@@ -710,7 +735,7 @@ static void run_tables(void) {
     }
     for (size_t i = 0; i < sizeof st_cases / sizeof *st_cases; i++) {
         const st_case *c = &st_cases[i];
-        th_begin("%s ssd_step %s [B=%lld T=%lld H=%lld P=%lld N=%lld G=%lld]", bn, c->name,
+        th_begin("ssd_step %s [B=%lld T=%lld H=%lld P=%lld N=%lld G=%lld]", c->name,
                  (long long)c->B, (long long)c->T, (long long)c->H, (long long)c->P,
                  (long long)c->N, (long long)c->G);
         const int n = st_specs(c, s, 400 + i);
@@ -721,44 +746,8 @@ static void run_tables(void) {
     }
     nan_checks();
     error_checks();
-}
-
-/* The tables run on the OpenCL context and, where one opens (a machine with an NVIDIA GPU),
- * on a CUDA context too; the device-memory units are OpenCL's. Exit 77 only when neither
- * backend has a device. */
-int main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "-v")) th_set_verbose(2);
-    mamba2_context_t *ocl = NULL, *cu = NULL;
-    char why[512];
-    const mamba2_status_t so = mamba2_context_create(&ocl, MAMBA2_BACKEND_OPENCL, 0);
-    snprintf(why, sizeof why, "%s", mamba2_last_error());
-    const mamba2_status_t sc = mamba2_context_create(&cu, MAMBA2_BACKEND_CUDA, 0);
-    if (so == MAMBA2_STATUS_BACKEND_UNAVAILABLE && !cu) {
-        printf("skipped: no OpenCL device (%s), no CUDA device (%s)\n", why, mamba2_last_error());
-        return 77;
-    }
-    if ((so != MAMBA2_STATUS_OK && so != MAMBA2_STATUS_BACKEND_UNAVAILABLE) ||
-        (sc != MAMBA2_STATUS_OK && sc != MAMBA2_STATUS_BACKEND_UNAVAILABLE)) {
-        printf("setup: OpenCL context: %s (%s); CUDA context: %s\n0 passed, 1 failed\n",
-               mamba2_status_string(so), why, mamba2_status_string(sc));
-        return 1;
-    }
-    ref = th_ctx(MAMBA2_BACKEND_REF, 1, NULL);
-    cpu = th_ctx(MAMBA2_BACKEND_CPU, 2, NULL);
-    if (ocl) {
-        gpu = ocl;
-        bn = "opencl";
-        run_tables();
-        device_checks();
-    }
-    if (cu) {
-        gpu = cu;
-        bn = "cuda";
-        run_tables();
-    }
-    mamba2_context_destroy(ocl);
-    mamba2_context_destroy(cu);
+    if (!cuda) device_checks(); /* OpenCL device mode (cl_mem buffers); CUDA's: test_cuda_device */
+    mamba2_context_destroy(gpu);
     mamba2_context_destroy(ref);
     mamba2_context_destroy(cpu);
     return th_finish();

@@ -23,7 +23,9 @@
  * The same units run on the CUDA backend where a GPU and driver exist (elsewhere its context
  * must report BACKEND_UNAVAILABLE with a message).
  * Exit code 77 (ctest SKIP_RETURN_CODE) only when no OpenCL (and no CUDA) device exists.
- * Usage: test_opencl_ssd [-q] [name-substring]
+ * Usage: test_opencl_ssd [--backend opencl|cuda|all] [-q] [name-substring]
+ * (all, the default: both where they exist; opencl or cuda: only that one, exit 77 when it has
+ * no device)
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <math.h>
@@ -539,17 +541,26 @@ static mamba2_context_t *open_gpu(mamba2_backend_t be, const char *name) {
 }
 
 int main(int argc, char **argv) {
-    const char *filter = NULL;
+    const char *filter = NULL, *which = "all";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-q")) th_set_verbose(0);
+        else if (!strcmp(argv[i], "--backend") && i + 1 < argc) which = argv[++i];
         else filter = argv[i];
+    }
+    const int want_cl = !strcmp(which, "all") || !strcmp(which, "opencl");
+    const int want_cu = !strcmp(which, "all") || !strcmp(which, "cuda");
+    if (!want_cl && !want_cu) {
+        printf("usage: test_opencl_ssd [--backend opencl|cuda|all] [-q] [name-substring]\n");
+        return 2;
     }
     /* the OpenCL backend (PoCL in CI), and the CUDA backend where a GPU and driver exist: the
      * same kernels through the other device layer */
-    mamba2_context_t *gpus[2] = {open_gpu(MAMBA2_BACKEND_OPENCL, "opencl"),
-                                 open_gpu(MAMBA2_BACKEND_CUDA, "cuda")};
+    mamba2_context_t *gpus[2] = {want_cl ? open_gpu(MAMBA2_BACKEND_OPENCL, "opencl") : NULL,
+                                 want_cu ? open_gpu(MAMBA2_BACKEND_CUDA, "cuda") : NULL};
     if (!gpus[0] && !gpus[1]) {
-        printf("SKIP: no OpenCL or CUDA device\n");
+        printf("SKIP: no %s device\n", want_cl && want_cu ? "OpenCL or CUDA"
+                                         : want_cl          ? "OpenCL"
+                                                            : "CUDA");
         return 77;
     }
     mamba2_context_t *ref = th_ctx(MAMBA2_BACKEND_REF, 1, NULL);

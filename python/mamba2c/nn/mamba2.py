@@ -58,15 +58,6 @@ class InferenceParams:
             self.lengths_per_sample.zero_()
 
 
-    n = process_group.size() if hasattr(process_group, "size") else int(process_group)
-    if n > 1:
-        raise NotImplementedError(
-            f"mamba2c.nn.Mamba2: process_group of size {n} (tensor parallelism) is not "
-            f"implemented by this layer; use mamba2c.distributed's tensor-parallel Mamba-2 "
-            f"layer (a group of size 1 or None runs the layer unsharded)")
-    return 1
-
-
 class Mamba2(nn.Module):
     def __init__(self, d_model: int, d_state: int = 128, d_conv: int = 4, conv_init=None,
                  expand: int = 2, headdim: int = 64, d_ssm: Optional[int] = None,
