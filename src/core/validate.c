@@ -89,6 +89,11 @@ mamba2_status_t m2_check_tensor(const char *name, const mamba2_tensor_t *t, int 
     if (n > 0 && !t->data)
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "%s has %lld elements but a NULL data pointer",
                         name, (long long)n);
+    if (n > 0 && mamba2_dtype_size(t->dtype) > 1 &&
+        (uintptr_t)t->data % mamba2_dtype_size(t->dtype) != 0)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "%s has a data pointer not aligned to its %zu-byte elements", name,
+                        mamba2_dtype_size(t->dtype));
     if (is_output && n > 1) {
         /* Distinct indices must map to distinct elements: sorted by stride, each stride
          * must step over everything the faster dims cover. */
@@ -200,6 +205,9 @@ mamba2_status_t m2_check_cu_seqlens(const mamba2_tensor_t *cu, int64_t B, int64_
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                         "cu_seqlens has stride %lld; it must be contiguous", (long long)cu->stride[0]);
     if (!cu->data) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "cu_seqlens has a NULL data pointer");
+    if ((uintptr_t)cu->data % mamba2_dtype_size(cu->dtype) != 0)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "cu_seqlens has a data pointer not aligned to its elements");
     if (B != 1)
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                         "cu_seqlens is given but x has batch B=%lld; packed sequences need B == 1",

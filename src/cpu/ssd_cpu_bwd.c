@@ -50,7 +50,7 @@ static mamba2_status_t bwd_plan_make(const mamba2_context_t *ctx, const m2_ssd_p
     pl->want_db = pr->dBm.p != NULL;
     pl->want_gb = pr->dx.p || pl->want_decay;
     pl->need_a_sweep = pl->want_dc || pl->want_y || pl->want_decay;
-    pl->need_a_rows = pl->need_a_sweep || pr->dD.p;
+    pl->need_a_rows = pl->need_a_sweep || pr->dD.p || pr->dz.p; /* dz: pass A's rows */
     pl->need_b = pl->want_gb || pl->want_db || pr->dinit.p;
 
     /* every size below in size_t with checks (the forward's plan checked P N and H P N) */
