@@ -160,14 +160,13 @@ static void run(const prob *pb, mamba2_dtype_t adt, const char *isa, int thr) {
     mamba2_ssd_grads_t g = {0, &t[DX], &t[DDT], &t[DA], &t[DBM], &t[DCM],
                             pb->opts ? &t[DDD] : NULL, pb->opts == 1 ? &t[DZ] : NULL,
                             pb->opts ? &t[DDTB] : NULL, pb->opts ? &t[DINIT] : NULL};
-    mamba2_ssd_options_t ox = o;
-    ox.out_x = &t[OUTX];
+    const mamba2_tensor_t *ox = &t[OUTX]; /* the forward's out_x (ABI v1: an argument) */
     size_t wf, wb;
-    if (mamba2_ssd_forward_workspace_size(ctx, &t[OUT], &t[FIN], &t[X], &t[DT], &t[AA], &t[BM],
-                                          &t[CM], &ox, &wf) != MAMBA2_STATUS_OK)
+    if (mamba2_ssd_forward_workspace_size(ctx, &t[OUT], ox, &t[FIN], &t[X], &t[DT], &t[AA],
+                                          &t[BM], &t[CM], &o, &wf) != MAMBA2_STATUS_OK)
         die("fwd ws");
     if (mamba2_ssd_backward_workspace_size(ctx, &g, &t[DOUT], &t[DFIN], &t[X], &t[DT], &t[AA],
-                                           &t[BM], &t[CM], &ox, &wb) != MAMBA2_STATUS_OK)
+                                           &t[BM], &t[CM], ox, &o, &wb) != MAMBA2_STATUS_OK)
         die("bwd ws");
     const size_t wsz = wf > wb ? wf : wb;
     void *ws = malloc(wsz + 64);
@@ -175,8 +174,8 @@ static void run(const prob *pb, mamba2_dtype_t adt, const char *isa, int thr) {
     snprintf(pfx, sizeof pfx, "%-7s %-4s %-7s %d", pb->name, adt == MAMBA2_DTYPE_F32 ? "f32" : "bf16",
              isa, thr);
     printf("%s ws_fwd     %zu\n%s ws_bwd     %zu\n", pfx, wf, pfx, wb);
-    if (mamba2_ssd_forward_states(ctx, &t[OUT], &t[FIN], pb->npos ? &t[PST] : NULL, &t[X], &t[DT],
-                                  &t[AA], &t[BM], &t[CM], &ox, ws, wsz) != MAMBA2_STATUS_OK)
+    if (mamba2_ssd_forward_states(ctx, &t[OUT], ox, &t[FIN], pb->npos ? &t[PST] : NULL, &t[X], &t[DT],
+                                  &t[AA], &t[BM], &t[CM], &o, ws, wsz) != MAMBA2_STATUS_OK)
         die("fwd");
     put(pfx, "out", &t[OUT]);
     put(pfx, "out_x", &t[OUTX]);
@@ -184,12 +183,14 @@ static void run(const prob *pb, mamba2_dtype_t adt, const char *isa, int thr) {
     if (pb->npos) put(pfx, "pos_states", &t[PST]);
     for (int v = 0; v < (adt == MAMBA2_DTYPE_F32 ? 2 : 1); v++) {
         if (mamba2_ssd_backward(ctx, &g, &t[DOUT], &t[DFIN], &t[X], &t[DT], &t[AA], &t[BM],
-                                &t[CM], v ? &o : &ox, ws, wsz) != MAMBA2_STATUS_OK)
+                                &t[CM], v ? NULL : ox, &o, ws, wsz) != MAMBA2_STATUS_OK)
             die("bwd");
         char p2[112];
         snprintf(p2, sizeof p2, "%s %s", pfx, v ? "-ox" : "+ox");
+        const mamba2_tensor_t *gp[] = {g.dx, g.ddt, g.dA, g.dBm, g.dCm,
+                                       g.dD, g.dz, g.ddt_bias, g.dinitial_state};
         for (int i = DX; i < NT; i++)
-            if (((const mamba2_tensor_t *const *)&g)[i - DX]) put(p2, names[i], &t[i]);
+            if (gp[i - DX]) put(p2, names[i], &t[i]);
     }
     fflush(stdout);
     free(ws);
