@@ -50,6 +50,9 @@ static mamba2_status_t check_positions(const mamba2_tensor_t *t, int64_t ntok, m
                         (long long)t->stride[0]);
     if (n > 0 && !t->data)
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "state_positions has a NULL data pointer");
+    if (n > 0 && (uintptr_t)t->data % mamba2_dtype_size(t->dtype) != 0)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "state_positions has a data pointer not aligned to its elements");
     int64_t prev = -1;
     for (int64_t i = 0; i < n; i++) {
         int64_t v = t->dtype == MAMBA2_DTYPE_I32 ? ((const int32_t *)t->data)[i]
