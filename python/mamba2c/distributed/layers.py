@@ -20,14 +20,14 @@ __all__ = ["distributed_forward"]
 
 
 def _mixer(layer, zxbcdt, cu_seqlens, cp_group):
-    z, xBC, dt = layer._split(zxbcdt)
+    z0, x0, z, xBC, dt = layer._split(zxbcdt)  # z0, x0: the d_ssm < d_inner MLP branch
     if cp_group is not None:
         xBC = cp_conv1d(xBC, layer._conv_w(), layer.conv1d.bias, activation=True,
                         cu_seqlens=cu_seqlens, process_group=cp_group)
     else:
         xBC = ops.conv1d(xBC, layer._conv_w(), layer.conv1d.bias, activation=True,
                          cu_seqlens=cu_seqlens)[0]
-    x, Bm, Cm = torch.split(xBC, [layer.d_inner, layer.ngroups * layer.d_state,
+    x, Bm, Cm = torch.split(xBC, [layer.d_ssm, layer.ngroups * layer.d_state,
                                   layer.ngroups * layer.d_state], dim=-1)
     A = -torch.exp(layer.A_log.float())
     args = (x.unflatten(-1, (layer.nheads, layer.headdim)), dt, A,
@@ -41,10 +41,7 @@ def _mixer(layer, zxbcdt, cu_seqlens, cp_group):
         out = cp_mamba_chunk_scan_combined(*args, process_group=cp_group, **kw)
     else:
         out = interface.mamba_chunk_scan_combined(*args, **kw)
-    y = out.flatten(-2)
-    if layer.rmsnorm:
-        y = layer.norm(y, z)
-    return layer.out_proj(y)
+    return layer._finish(out.flatten(-2), z, z0, x0)
 
 
 def distributed_forward(layer, u, seq_idx=None, cu_seqlens=None, inference_params=None):
