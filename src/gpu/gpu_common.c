@@ -159,25 +159,37 @@ static mamba2_status_t own(m2g_call *c, size_t bytes, m2g_mem *mem) {
     return MAMBA2_STATUS_OK;
 }
 
-mamba2_status_t m2g_call_in(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
-                            size_t esize, m2g_t *t) {
+/* What m2g_call_in and m2g_call_out share: t for view v (absent: the dummy buffer), its span
+ * and byte count; *done when nothing is left to do (absent, or device mode: translated). */
+static mamba2_status_t bind_view(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
+                                 size_t esize, m2g_t *t, size_t *span, size_t *bytes, int *done) {
     memset(t, 0, sizeof *t);
+    *done = 1;
     if (!v->p) {
         t->mem = c->dev->dummy;
         return MAMBA2_STATUS_OK;
     }
     t->present = 1;
     fill_strides(v, rank, t);
-    size_t span, bytes;
-    if (!view_span(rank, dims, t->s, &span) || !m2_size_mul(span, esize, &bytes))
+    if (!view_span(rank, dims, t->s, span) || !m2_size_mul(*span, esize, bytes))
         return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: tensor too large", c->dev->api);
     if (c->dev->device_memory) {
-        if (span == 0) {
+        if (*span == 0) {
             t->mem = c->dev->dummy;
             return MAMBA2_STATUS_OK;
         }
-        return translate(c->dev, v->p, span, esize, t);
+        return translate(c->dev, v->p, *span, esize, t);
     }
+    *done = 0;
+    return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t m2g_call_in(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
+                            size_t esize, m2g_t *t) {
+    size_t span, bytes;
+    int done;
+    M2_TRY(bind_view(c, v, rank, dims, esize, t, &span, &bytes, &done));
+    if (done) return MAMBA2_STATUS_OK;
     M2_TRY(own(c, bytes, &t->mem));
     if (bytes) M2_TRY(c->dev->write(c->dev, t->mem, 0, v->p, bytes));
     return MAMBA2_STATUS_OK;
@@ -185,23 +197,10 @@ mamba2_status_t m2g_call_in(m2g_call *c, const m2_view *v, int rank, const int64
 
 mamba2_status_t m2g_call_out(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
                              size_t esize, m2g_t *t) {
-    memset(t, 0, sizeof *t);
-    if (!v->p) {
-        t->mem = c->dev->dummy;
-        return MAMBA2_STATUS_OK;
-    }
-    t->present = 1;
-    fill_strides(v, rank, t);
     size_t span, bytes;
-    if (!view_span(rank, dims, t->s, &span) || !m2_size_mul(span, esize, &bytes))
-        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: tensor too large", c->dev->api);
-    if (c->dev->device_memory) {
-        if (span == 0) {
-            t->mem = c->dev->dummy;
-            return MAMBA2_STATUS_OK;
-        }
-        return translate(c->dev, v->p, span, esize, t);
-    }
+    int done;
+    M2_TRY(bind_view(c, v, rank, dims, esize, t, &span, &bytes, &done));
+    if (done) return MAMBA2_STATUS_OK;
     if (c->nout >= M2G_CALL_MAX)
         return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "%s backend: too many outputs", c->dev->api);
     M2_TRY(own(c, bytes, &t->mem));
