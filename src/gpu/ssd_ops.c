@@ -442,11 +442,12 @@ mamba2_status_t m2g_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr,
     m2g_call_begin(&c, d);
     mamba2_status_t st = m2g_fused_tables(&c, pr, Q, &s.nc, &s.ct, &s.stab);
     const int64_t nc = s.nc;
-    /* scratch, one block: dt_out, dA_cumsum [1,H,nc,Q]; CB [1,nc,G,Q,Q]; states and
-     * states_start [1,nc,H,P,N] (float32 each) */
+    const int tc = d->ssd_tc != NULL; /* the tensor-core forward needs no CB in scratch */
+    /* scratch, one block: dt_out, dA_cumsum [1,H,nc,Q]; CB [1,nc,G,Q,Q] (not on the tensor
+     * cores); states and states_start [1,nc,H,P,N] (float32 each) */
     size_t n_dt = 0, n_cb = 0, n_st = 0, total = 0;
     if (!st && (!m2_size_prod(&n_dt, 3, (int64_t[]){H, nc, Q}) ||
-                !m2_size_prod(&n_cb, 4, (int64_t[]){nc, G, Q, Q}) ||
+                !m2_size_prod(&n_cb, 4, (int64_t[]){tc ? 0 : nc, G, Q, Q}) ||
                 !m2_size_prod(&n_st, 4, (int64_t[]){nc, H, P, N}) ||
                 !m2_size_add(n_dt, n_dt, &total) || !m2_size_add(total, n_cb, &total) ||
                 !m2_size_add(total, n_st, &total) || !m2_size_add(total, n_st, &total) ||
@@ -480,6 +481,14 @@ mamba2_status_t m2g_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr,
     if (!st) st = m2g_call_out_act(&c, &pr->out_x, 4, (int64_t[]){B, L, H, P}, pr->act_dtype, &s.outx);
     if (!st) st = m2g_call_out(&c, &pr->final, 4, (int64_t[]){S, H, P, N}, F4, &s.final);
     if (!st) st = m2g_run_cumsum(d, &s);
+    if (!st && tc) { /* CUDA tensor cores (MAMBA2C_CUDA_TC=1): CB stays on chip */
+        const int bf16 = pr->act_dtype == MAMBA2_DTYPE_BF16;
+        st = d->ssd_tc(d, &s, M2G_TC_STATE, bf16);
+        if (!st) st = m2g_run_passing(d, &s);
+        if (!st) st = d->ssd_tc(d, &s, M2G_TC_SCAN, bf16);
+        if (!st && pr->npos) st = pos_states(&c, d, pr, &s);
+        return m2g_call_end(&c, st);
+    }
     if (!st) st = m2g_run_bmm(d, &s);
     if (!st && use_scan_seq(d, pr)) {
         st = run_scan_seq(d, &s);
