@@ -72,7 +72,8 @@ typedef unsigned long long CUdeviceptr;
     X(CUresult, cuEventCreate, (CUevent *, unsigned int))                                      \
     X(CUresult, cuEventRecord, (CUevent, CUstream))                                            \
     X(CUresult, cuEventSynchronize, (CUevent))                                                 \
-    X(CUresult, cuEventDestroy_v2, (CUevent))
+    X(CUresult, cuEventDestroy_v2, (CUevent))                                                  \
+    X(CUresult, cuFuncSetAttribute, (CUfunction, int, int))
 
 static struct {
 #define M2CU_PTR(ret, name, args) ret(*name) args;
@@ -270,8 +271,9 @@ static mamba2_status_t d_read(m2g_dev *d, void *dst, m2g_mem src, size_t off, si
 static const char *kname(int id) {
     return id < M2G_NUM_KERNELS ? m2g_kernel_names[id] : m2cu_tc_names[id - M2G_NUM_KERNELS];
 }
-static mamba2_status_t d_launch(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
-                                int nargs, const m2g_arg *args) {
+mamba2_status_t m2cu_launch_smem(m2g_dev *d, int id, const size_t groups[3],
+                                 const size_t local[3], size_t smem, int nargs,
+                                 const m2g_arg *args) {
     cu_dev *c = (cu_dev *)d;
     if (id < 0 || id >= M2G_NUM_KERNELS + M2CU_TC_NUM || nargs > M2G_MAX_ARGS)
         return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: bad launch of kernel %d", id);
@@ -286,12 +288,16 @@ static mamba2_status_t d_launch(m2g_dev *d, int id, const size_t groups[3], cons
     push(c);
     CUresult r = cu.cuLaunchKernel(c->fn[id], (unsigned)groups[0], (unsigned)groups[1],
                                    (unsigned)groups[2], (unsigned)local[0], (unsigned)local[1],
-                                   (unsigned)local[2], 0, c->stream, params, NULL);
+                                   (unsigned)local[2], (unsigned)smem, c->stream, params, NULL);
     pop();
     if (r != CUDA_SUCCESS)
         return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: launch of %s failed (error %d)",
                         kname(id), (int)r);
     return MAMBA2_STATUS_OK;
+}
+static mamba2_status_t d_launch(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
+                                int nargs, const m2g_arg *args) {
+    return m2cu_launch_smem(d, id, groups, local, 0, nargs, args);
 }
 static mamba2_status_t d_finish(m2g_dev *d) {
     cu_dev *c = (cu_dev *)d;
@@ -384,6 +390,18 @@ static mamba2_status_t open_cuda(mamba2_context_t *ctx, int ordinal, void *strea
             if ((r = cu.cuModuleGetFunction(&c->fn[i], c->module, kname(i))) != CUDA_SUCCESS)
                 st = m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: kernel %s not found (error %d)",
                               kname(i), (int)r);
+        /* the tensor-core on-chip scans take a dynamic shared block above the default 48 KB:
+         * without it (a device with less), the tc forward keeps its two-kernel form */
+        if (!st && c->base.ssd_tc) {
+            const int ids[2] = {M2CU_TC_m2_ssd_scan_seq_tf32_tc128,
+                                M2CU_TC_m2_ssd_scan_seq_bf16_tc128};
+            int ok = 1;
+            for (int k = 0; k < 2; k++)
+                ok &= cu.cuFuncSetAttribute(c->fn[M2CU_TC_ID(ids[k])],
+                                            8 /* MAX_DYNAMIC_SHARED_SIZE_BYTES */,
+                                            m2cu_tc_seq_max_smem()) == CUDA_SUCCESS;
+            c->base.tc_seq_nmax = ok ? m2cu_tc_seq_nmax() : 0;
+        }
         pop();
     }
     if (!st) st = raw_alloc(&c->base, 64, &c->base.dummy);

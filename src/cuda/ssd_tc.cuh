@@ -214,6 +214,159 @@ __device__ __forceinline__ void chunk_scan(
         }
     }
 }
+
+// ---- the on-chip scan (tc_tiles.h, scan_seq): chunk_state + state_passing + chunk_scan in
+// one launch, the state slice in dynamic shared memory. Grid (ceil(P/32), H, sequences).
+template <int BF>
+__device__ __forceinline__ void scan_seq(
+    const m2_i64 *ct, const m2_i64 *st, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N,
+    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2,
+    const float *dto, m2_i64 dto_o, m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2,
+    const float *dac, m2_i64 dac_o, m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2,
+    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
+    const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2,
+    const float *D, m2_i64 D_o, m2_i64 D_s0, m2_i32 D_mode,
+    const float *z, m2_i64 z_o, m2_i64 z_s0, m2_i64 z_s1, m2_i64 z_s2, m2_i32 has_z,
+    const float *init, m2_i64 in_o, m2_i64 in_s0, m2_i64 in_s1, m2_i64 in_s2, m2_i32 has_init,
+    float *out, m2_i64 out_o, m2_i64 out_s0, m2_i64 out_s1, m2_i64 out_s2,
+    float *ox, m2_i64 ox_o, m2_i64 ox_s0, m2_i64 ox_s1, m2_i64 ox_s2, m2_i32 has_ox,
+    float *fin, m2_i64 fin_o, m2_i64 fin_s0, m2_i64 fin_s1, m2_i64 fin_s2, m2_i32 has_final) {
+    typedef typename ty<BF>::T T;
+    extern __shared__ __align__(128) unsigned char smd[];
+    m2tc_seq_layout L;
+    m2tc_seq_layout_of(BF, (int)N, &L);
+    const int tid = (int)threadIdx.x, w = tid >> 5, lds = L.lds, npad = L.npad;
+    const int ldk = M2TC_LDKT(BF), ldw = M2TC_LD64(BF), ldx = M2TC_LDX(BF), K = M2TC_K(BF);
+    float *cs = (float *)smd, *dd = cs + 64, *wl = cs + 128;
+    float *S = (float *)(smd + L.s), *r1 = (float *)(smd + L.r1), *y2s = (float *)(smd + L.y2);
+    T *wt = (T *)(smd + L.w), *xs = (T *)(smd + L.xs), *xw = (T *)(smd + L.xw);
+    T *ka = (T *)(smd + L.ka), *kb = (T *)(smd + L.kb), *kc = (T *)(smd + L.kc);
+    const m2_i64 p0 = (m2_i64)blockIdx.x * M2TC_SEQ_PC, h = blockIdx.y, s = blockIdx.z;
+    const m2_i64 g = h / (H / G);
+    for (int e = tid; e < M2TC_SEQ_PC * npad; e += M2TC_THREADS) { // the entering state
+        const int r = e / npad, n = e % npad;
+        const m2_i64 p = p0 + r;
+        S[r * lds + n] = has_init && p < P && n < N
+                             ? init[in_o + s * in_s0 + h * in_s1 + p * in_s2 + n] : 0.0f;
+    }
+    for (m2_i64 c = st[2 * s]; c < st[2 * s + 1]; c++) {
+        const m2_i64 b = ct[5 * c], t0 = ct[5 * c + 1], len = ct[5 * c + 2];
+        const m2_i64 sb = ct[5 * c + 3], sk = ct[5 * c + 4];
+        const m2_i64 od = dto_o + sb * dto_s0 + h * dto_s1 + sk * dto_s2;
+        const m2_i64 oc = dac_o + sb * dac_s0 + h * dac_s1 + sk * dac_s2;
+        const m2_i64 xb = x_o + b * x_s0 + h * x_s2;
+        const m2_i64 cbase = C_o + b * C_s0 + g * C_s2, bbase = B_o + b * B_s0 + g * B_s2;
+        __syncthreads(); // the previous chunk's epilogue is done with the staging tiles
+        if (tid < M2TC_Q) {
+            cs[tid] = tid < len ? dac[oc + tid] : 0.0f;
+            dd[tid] = tid < len ? dto[od + tid] : 0.0f;
+            wl[tid] = tid < len ? m2k_exp(dac[oc + M2TC_Q - 1] - dac[oc + tid]) * dto[od + tid] : 0.0f;
+        }
+        __syncthreads();
+        for (int e = tid; e < 64 * M2TC_SEQ_PC; e += M2TC_THREADS) {
+            const int j = e >> 5, q = e & 31;
+            const m2_i64 p = p0 + q;
+            const float xv = j < len && p < P ? x[xb + (t0 + j) * x_s1 + p] : 0.0f;
+            xs[j * ldx + q] = ty<BF>::cvt(xv);
+            xw[j * ldx + q] = ty<BF>::cvt(wl[j] * xv);
+        }
+        const float decay = m2k_exp(dac[oc + M2TC_Q - 1]);
+        const int jlen = m2tc_ksteps((int)len, K) * K;
+        frag_c<BF> acc[4], acc2[2];
+        for (int t = 0; t < 4; t++) wmma::fill_fragment(acc[t], 0.0f);
+        for (int t = 0; t < 2; t++) wmma::fill_fragment(acc2[t], 0.0f);
+        for (int n0 = 0; n0 < npad; n0 += M2TC_KT) {
+            __syncthreads(); // the previous k-tiles are consumed (first: X and Xw are written)
+            for (int e = tid; e < 64 * M2TC_KT; e += M2TC_THREADS) {
+                const int r = e / M2TC_KT, q = e % M2TC_KT;
+                const m2_i64 n = n0 + q;
+                const int tok = r < len && n < N;
+                ka[r * ldk + q] = ty<BF>::cvt(tok ? Cm[cbase + (t0 + r) * C_s1 + n] : 0.0f);
+                kb[r * ldk + q] = ty<BF>::cvt(tok ? Bm[bbase + (t0 + r) * B_s1 + n] : 0.0f);
+                if (r < M2TC_SEQ_PC) kc[r * ldk + q] = ty<BF>::cvt(S[r * lds + n0 + q]);
+            }
+            __syncthreads();
+            for (int kk = 0; kk < M2TC_KT; kk += K) {
+                frag_a<BF, wmma::row_major> a; // C[i][n]
+                wmma::load_matrix_sync(a, ka + 16 * w * ldk + kk, ldk);
+                frag_b<BF, wmma::col_major> bq; // Bm^T, S^T
+                for (int t = 0; t < 4; t++)
+                    if (m2tc_cb_tile_needed(w, t)) {
+                        wmma::load_matrix_sync(bq, kb + 16 * t * ldk + kk, ldk);
+                        wmma::mma_sync(acc[t], a, bq, acc[t]);
+                    }
+                for (int t = 0; t < 2; t++) {
+                    wmma::load_matrix_sync(bq, kc + 16 * t * ldk + kk, ldk);
+                    wmma::mma_sync(acc2[t], a, bq, acc2[t]);
+                }
+            }
+            if (w < 2) { // the state's tile (channels 16w.., columns n0..): decay, then + Xw^T Bm
+                frag_c<BF> sf;
+                wmma::load_matrix_sync(sf, S + 16 * w * lds + n0, lds, wmma::mem_row_major);
+                for (int i = 0; i < sf.num_elements; i++) sf.x[i] *= decay;
+                for (int kk = 0; kk < jlen; kk += K) {
+                    frag_a<BF, wmma::col_major> a2; // A[p][j] = Xw[j][p]
+                    wmma::load_matrix_sync(a2, xw + kk * ldx + 16 * w, ldx);
+                    frag_b<BF, wmma::row_major> b2; // Bm[j][n]
+                    wmma::load_matrix_sync(b2, kb + kk * ldk, ldk);
+                    wmma::mma_sync(sf, a2, b2, sf);
+                }
+                wmma::store_matrix_sync(S + 16 * w * lds + n0, sf, lds, wmma::mem_row_major);
+            }
+        }
+        for (int t = 0; t < 4; t++)
+            if (m2tc_cb_tile_needed(w, t))
+                wmma::store_matrix_sync(r1 + 16 * w * M2TC_FLD + 16 * t, acc[t], M2TC_FLD,
+                                        wmma::mem_row_major);
+        __syncthreads();
+        for (int e = tid; e < 64 * 64; e += M2TC_THREADS) {
+            const int i = e >> 6, j = e & 63;
+            float v = 0.0f;
+            if (i < len && j <= i) v = r1[i * M2TC_FLD + j] * m2k_exp(cs[i] - cs[j]) * dd[j];
+            wt[i * ldw + j] = ty<BF>::cvt(v);
+        }
+        __syncthreads();
+        for (int t = 0; t < 2; t++) wmma::fill_fragment(acc[t], 0.0f);
+        const int jc = m2tc_causal_end(w), kend = jc < jlen ? jc : jlen;
+        for (int kk = 0; kk < kend; kk += K) {
+            frag_a<BF, wmma::row_major> a; // W[i][j]
+            wmma::load_matrix_sync(a, wt + 16 * w * ldw + kk, ldw);
+            for (int t = 0; t < 2; t++) {
+                frag_b<BF, wmma::row_major> bq; // X[j][p]
+                wmma::load_matrix_sync(bq, xs + kk * ldx + 16 * t, ldx);
+                wmma::mma_sync(acc[t], a, bq, acc[t]);
+            }
+        }
+        __syncthreads(); // W, X and Xw are consumed: Y1 over R1, Y2 over X and Xw
+        for (int t = 0; t < 2; t++) {
+            wmma::store_matrix_sync(r1 + 16 * w * M2TC_YLD + 16 * t, acc[t], M2TC_YLD,
+                                    wmma::mem_row_major);
+            wmma::store_matrix_sync(y2s + 16 * w * M2TC_YLD + 16 * t, acc2[t], M2TC_YLD,
+                                    wmma::mem_row_major);
+        }
+        __syncthreads();
+        for (int e = tid; e < 64 * M2TC_SEQ_PC; e += M2TC_THREADS) {
+            const int i = e >> 5, q = e & 31;
+            const m2_i64 p = p0 + q;
+            if (i < len && p < P) {
+                const m2_i64 t = t0 + i;
+                const float xi = x[xb + t * x_s1 + p];
+                const float dv = D_mode == 2 ? D[D_o + h * D_s0 + p] : D_mode == 1 ? D[D_o + h] : 0.0f;
+                float y = r1[i * M2TC_YLD + q] + m2k_exp(cs[i]) * y2s[i * M2TC_YLD + q] + dv * xi;
+                if (has_ox) ox[ox_o + b * ox_s0 + t * ox_s1 + h * ox_s2 + p] = y;
+                if (has_z) y *= m2k_silu(z[z_o + b * z_s0 + t * z_s1 + h * z_s2 + p]);
+                out[out_o + b * out_s0 + t * out_s1 + h * out_s2 + p] = y;
+            }
+        }
+    }
+    __syncthreads();
+    if (has_final)
+        for (int e = tid; e < M2TC_SEQ_PC * npad; e += M2TC_THREADS) {
+            const int r = e / npad, n = e % npad;
+            const m2_i64 p = p0 + r;
+            if (p < P && n < N) fin[fin_o + s * fin_s0 + h * fin_s1 + p * fin_s2 + n] = S[r * lds + n];
+        }
+}
 } // namespace m2tc
 
 #define M2TC_STATE_PARAMS                                                                      \
@@ -243,6 +396,33 @@ __device__ __forceinline__ void chunk_scan(
         S0_o, S0_s0, S0_s1, S0_s2, S0_s3, D, D_o, D_s0, D_mode, z, z_o, z_s0, z_s1, z_s2,      \
         has_z, out, out_o, out_s0, out_s1, out_s2, ox, ox_o, ox_s0, ox_s1, ox_s2, has_ox
 
+#define M2TC_SEQ_PARAMS                                                                        \
+    const m2_i64 *ct, const m2_i64 *st, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N, const float *x, \
+        m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, const float *dto, m2_i64 dto_o,     \
+        m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2, const float *dac, m2_i64 dac_o,           \
+        m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2, const float *Bm, m2_i64 B_o, m2_i64 B_s0, \
+        m2_i64 B_s1, m2_i64 B_s2, const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1,       \
+        m2_i64 C_s2, const float *D, m2_i64 D_o, m2_i64 D_s0, m2_i32 D_mode, const float *z,   \
+        m2_i64 z_o, m2_i64 z_s0, m2_i64 z_s1, m2_i64 z_s2, m2_i32 has_z, const float *init,    \
+        m2_i64 in_o, m2_i64 in_s0, m2_i64 in_s1, m2_i64 in_s2, m2_i32 has_init, float *out,    \
+        m2_i64 out_o, m2_i64 out_s0, m2_i64 out_s1, m2_i64 out_s2, float *ox, m2_i64 ox_o,     \
+        m2_i64 ox_s0, m2_i64 ox_s1, m2_i64 ox_s2, m2_i32 has_ox, float *fin, m2_i64 fin_o,     \
+        m2_i64 fin_s0, m2_i64 fin_s1, m2_i64 fin_s2, m2_i32 has_final
+#define M2TC_SEQ_ARGS                                                                          \
+    ct, st, H, G, P, N, x, x_o, x_s0, x_s1, x_s2, dto, dto_o, dto_s0, dto_s1, dto_s2, dac,     \
+        dac_o, dac_s0, dac_s1, dac_s2, Bm, B_o, B_s0, B_s1, B_s2, Cm, C_o, C_s0, C_s1, C_s2,   \
+        D, D_o, D_s0, D_mode, z, z_o, z_s0, z_s1, z_s2, has_z, init, in_o, in_s0, in_s1,       \
+        in_s2, has_init, out, out_o, out_s0, out_s1, out_s2, ox, ox_o, ox_s0, ox_s1, ox_s2,    \
+        has_ox, fin, fin_o, fin_s0, fin_s1, fin_s2, has_final
+
+extern "C" __global__ void __launch_bounds__(M2TC_THREADS)
+    m2_ssd_scan_seq_tf32_tc128(M2TC_SEQ_PARAMS) {
+    m2tc::scan_seq<0>(M2TC_SEQ_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(M2TC_THREADS)
+    m2_ssd_scan_seq_bf16_tc128(M2TC_SEQ_PARAMS) {
+    m2tc::scan_seq<1>(M2TC_SEQ_ARGS);
+}
 extern "C" __global__ void __launch_bounds__(M2TC_THREADS)
     m2_ssd_chunk_state_tf32_tc128(M2TC_STATE_PARAMS) {
     m2tc::chunk_state<0>(M2TC_STATE_ARGS);

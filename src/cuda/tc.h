@@ -19,5 +19,12 @@ extern const char *const m2cu_tc_names[M2CU_TC_NUM];
 
 /* m2g_dev.ssd_tc of a CUDA context created with MAMBA2C_CUDA_TC=1 */
 mamba2_status_t m2cu_ssd_tc(m2g_dev *d, const struct ssd_dev *s, int stage, int bf16);
+/* the on-chip tc scan: the largest N, and the dynamic shared bytes it then needs */
+int m2cu_tc_seq_nmax(void);
+int m2cu_tc_seq_max_smem(void);
+/* cuda.c: a launch with `smem` bytes of dynamic shared memory */
+mamba2_status_t m2cu_launch_smem(m2g_dev *d, int id, const size_t groups[3],
+                                 const size_t local[3], size_t smem, int nargs,
+                                 const m2g_arg *args);
 
 #endif /* MAMBA2C_CUDA_TC_H */

@@ -9,4 +9,6 @@ M2G_TC_KERNEL(m2_ssd_chunk_state_tf32_tc128)
 M2G_TC_KERNEL(m2_ssd_chunk_state_bf16_tc128)
 M2G_TC_KERNEL(m2_ssd_chunk_scan_tf32_tc128)
 M2G_TC_KERNEL(m2_ssd_chunk_scan_bf16_tc128)
+M2G_TC_KERNEL(m2_ssd_scan_seq_tf32_tc128)
+M2G_TC_KERNEL(m2_ssd_scan_seq_bf16_tc128)
 /* @@ more tensor-core kernels go above this line @@ */

@@ -77,6 +77,40 @@ M2TC_HD void m2tc_state_tile(long long z, long long N, long long *p0, long long 
 #define M2TC_SCAN_R3_BYTES(bf) M2TC_MAX(3 * M2TC_TKT(bf), M2TC_T64(bf))
 #define M2TC_SCAN_BYTES(bf)                                                                    \
     M2TC_MAX(M2TC_SCAN_R3_OFF(bf) + M2TC_SCAN_R3_BYTES(bf), M2TC_SCAN_R2_OFF + M2TC_F64TILE)
+/* ---- scan_seq (grid: ceil(P/32), heads, sequences): the on-chip scan on the tensor cores.
+ * One block walks a sequence's chunks in order holding its 32 x N slice of the state in
+ * (dynamic) shared memory as float32; per chunk, one loop over N in steps of M2TC_KT computes
+ * CB (tiles t <= w), Y2 = C S^T (2 channel tiles per warp) from a rounded copy of the state's
+ * k-tile, and updates that k-tile of the state, S = e^(cs_last) S + (w . X)^T Bm (warps 0 and
+ * 1, one 16 x 16 tile each, accumulating onto the decayed state); then W, Y1 = W X and the
+ * epilogue as chunk_scan, on 32 channels. Byte layout (from a 128-byte aligned base):
+ *   cs, d, w [64] floats | S [32][lds] float | R1 float [64][M2TC_FLD] (CB, W in place for
+ *   tf32, later Y1 [64][M2TC_YLD]) | bf16: W [64][LD64] | X, Xw [64][LDX] | C, Bm k-tiles
+ *   [64][LDKT] | state k-tile [32][LDKT]; Y2 [64][M2TC_YLD] float is staged over X and Xw. */
+#define M2TC_SEQ_PC 32    /* channels per block */
+#define M2TC_SEQ_NMAX 256 /* the largest N (the dynamic block is then ~81 KB) */
+#define M2TC_YLD 36       /* row length (floats) of a 32-wide float staging tile */
+#define M2TC_LDX(bf) ((bf) ? 40 : 36)
+typedef struct m2tc_seq_layout {
+    int npad, lds; /* N rounded up to 16; the state's row length (floats) */
+    int s, r1, w, xs, xw, ka, kb, kc, y2, bytes;
+} m2tc_seq_layout;
+M2TC_HD void m2tc_seq_layout_of(int bf, int N, m2tc_seq_layout *L) {
+    const int es = M2TC_ESIZE(bf), xsz = 64 * M2TC_LDX(bf) * es;
+    L->npad = (N + 15) / 16 * 16;
+    L->lds = L->npad + 4;
+    L->s = 3 * 64 * 4;
+    L->r1 = L->s + M2TC_SEQ_PC * L->lds * 4;
+    L->w = bf ? L->r1 + M2TC_F64TILE : L->r1;
+    L->xs = L->r1 + M2TC_F64TILE + (bf ? M2TC_T64(1) : 0);
+    L->xw = L->xs + xsz;
+    L->ka = L->xw + xsz;
+    L->kb = L->ka + M2TC_TKT(bf);
+    L->kc = L->kb + M2TC_TKT(bf);
+    L->y2 = L->xs;
+    L->bytes = L->kc + M2TC_SEQ_PC * M2TC_LDKT(bf) * es;
+}
+
 /* the largest static shared block either kernel may use */
 #define M2TC_SMEM_MAX (48 * 1024)
 

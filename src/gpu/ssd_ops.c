@@ -329,11 +329,15 @@ mamba2_status_t m2g_fused_tables(m2g_call *c, const m2_ssd_problem *pr, int64_t 
 /* The scan with the states on chip (m2_ssd_scan_seq_16x16) replaces chunk_state,
  * state_passing and chunk_scan when its 16 x N state slice fits (N <= 128, ~19 KB of local
  * memory) and no states at positions are asked for (they need the states at chunk starts).
- * MAMBA2C_GPU_SSD_FWD=staged forces the three-launch form (the tests run both). The rule is
+ * MAMBA2C_GPU_SSD_FWD=staged forces the three-launch form (the tests run both; on the CUDA
+ * tensor cores it forces their two-kernel form over their on-chip scan). The rule is
  * not tuned: no GPU measurement exists yet (docs/gpu.md §4). */
-static int use_scan_seq(const m2g_dev *d, const m2_ssd_problem *pr) {
+static int staged_forced(void) {
     const char *e = getenv("MAMBA2C_GPU_SSD_FWD");
-    if (e && !strcmp(e, "staged")) return 0;
+    return e && !strcmp(e, "staged");
+}
+static int use_scan_seq(const m2g_dev *d, const m2_ssd_problem *pr) {
+    if (staged_forced()) return 0;
     return pr->N <= 128 && pr->npos == 0 && d->local_mem >= 32 * 1024;
 }
 
@@ -483,6 +487,8 @@ mamba2_status_t m2g_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr,
     if (!st) st = m2g_run_cumsum(d, &s);
     if (!st && tc) { /* CUDA tensor cores (MAMBA2C_CUDA_TC=1): CB stays on chip */
         const int bf16 = pr->act_dtype == MAMBA2_DTYPE_BF16;
+        if (pr->npos == 0 && N <= d->tc_seq_nmax && !staged_forced()) /* states on chip too */
+            return m2g_call_end(&c, d->ssd_tc(d, &s, M2G_TC_SEQ, bf16));
         st = d->ssd_tc(d, &s, M2G_TC_STATE, bf16);
         if (!st) st = m2g_run_passing(d, &s);
         if (!st) st = d->ssd_tc(d, &s, M2G_TC_SCAN, bf16);

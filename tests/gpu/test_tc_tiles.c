@@ -42,7 +42,8 @@ static void check(int ok, const char *what, int a, int b) {
 }
 
 /* ---- the emulated shared memory and element types ---------------------------------------- */
-static unsigned char sm[M2TC_SMEM_MAX];
+#define SEQ_SMEM_LIMIT 101376 /* the smallest opt-in dynamic shared block of sm_80+ (sm_86/89: 99 KB) */
+static unsigned char sm[SEQ_SMEM_LIMIT];
 static int mode; /* 0 tf32, 1 bf16, 2 no rounding (float storage, the tf32 layout) */
 #define BFM (mode == 1)
 
@@ -87,7 +88,7 @@ static float get_f(int off, int e) { float f; memcpy(&f, sm + off + 4 * e, 4); r
 static void wmma_load(float *frag, int rows, int cols, int off, int ldm, char layout, int esz) {
     check(off % 32 == 0, "wmma load pointer 32-byte aligned", off, ldm);
     check((ldm * esz) % 16 == 0, "wmma load ldm a multiple of 16 bytes", off, ldm);
-    check(off >= 0 && off < M2TC_SMEM_MAX, "wmma load inside the block", off, ldm);
+    check(off >= 0 && off < SEQ_SMEM_LIMIT, "wmma load inside the block", off, ldm);
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++)
             frag[r * cols + c] = get_t(off, layout == 'r' ? r * ldm + c : r + c * ldm);
@@ -274,6 +275,159 @@ static void emu_scan(const chunk *k, long long p0, double *out, int *written) {
     }
 }
 
+/* ---- scan_seq, mirrored: one sequence of nck chunks (k[0..nck-1]; the state passes from one
+ * to the next; k[c].S is ignored but k[0].S is the entering state), channels [p0, p0 + 32) */
+static void emu_seq(const chunk *k, int nck, long long p0, double *out, double *fin, int *written) {
+    const int N = k[0].N, P = k[0].P;
+    m2tc_seq_layout L;
+    m2tc_seq_layout_of(BFM, N, &L);
+    const int ldk = M2TC_LDKT(BFM), ldw = M2TC_LD64(BFM), ldx = M2TC_LDX(BFM), K = M2TC_K(BFM);
+    const int esz = BFM ? 2 : 4, lds = L.lds, npad = L.npad;
+    check(L.bytes <= SEQ_SMEM_LIMIT, "scan_seq dynamic block <= 99 KB", L.bytes, N);
+    check(L.s % 32 == 0 && L.r1 % 32 == 0 && L.w % 32 == 0 && L.xs % 32 == 0 && L.xw % 32 == 0 &&
+              L.ka % 32 == 0 && L.kb % 32 == 0 && L.kc % 32 == 0, "scan_seq regions 32-byte aligned", L.s, N);
+    check(L.r1 >= L.s + M2TC_SEQ_PC * lds * 4, "S before R1", L.r1, N);
+    check(!BFM || L.w + 64 * ldw * esz <= L.xs, "W (bf16) before X", L.w, L.xs);
+    check(L.r1 + 64 * M2TC_YLD * 4 <= L.r1 + M2TC_F64TILE, "Y1 staging inside R1", L.r1, 0);
+    check(L.y2 + 64 * M2TC_YLD * 4 <= L.ka, "Y2 staging over X and Xw only", L.y2, L.ka);
+    float cs[64], dd[64], wl[64];
+    for (int e = 0; e < M2TC_SEQ_PC * npad; e++) {
+        const int r = e / npad, n = e % npad;
+        const long long p = p0 + r;
+        put_f(L.s, r * lds + n, p < P && n < N ? k[0].S[p][n] : 0.0f);
+    }
+    static float acc[4][4][256], acc2[4][2][256], sf[256];
+    for (int c = 0; c < nck; c++) {
+        const chunk *q = &k[c];
+        const int len = q->len;
+        for (int t = 0; t < 64; t++) {
+            cs[t] = t < len ? q->cs[t] : 0.0f, dd[t] = t < len ? q->d[t] : 0.0f;
+            wl[t] = t < len ? expf(q->cs[63] - q->cs[t]) * q->d[t] : 0.0f;
+        }
+        for (int e = 0; e < 64 * M2TC_SEQ_PC; e++) {
+            const int j = e >> 5, qq = e & 31;
+            const long long p = p0 + qq;
+            const float xv = j < len && p < P ? q->x[j][p] : 0.0f;
+            put_t(L.xs, j * ldx + qq, xv);
+            put_t(L.xw, j * ldx + qq, wl[j] * xv);
+        }
+        const float decay = expf(q->cs[63]);
+        const int jlen = m2tc_ksteps(len, K) * K;
+        memset(acc, 0, sizeof acc);
+        memset(acc2, 0, sizeof acc2);
+        for (int e = 0; e < 64 * M2TC_FLD; e++) put_f(L.r1, e, NAN);
+        for (int n0 = 0; n0 < npad; n0 += M2TC_KT) {
+            for (int e = 0; e < 64 * M2TC_KT; e++) {
+                const int r = e / M2TC_KT, qq = e % M2TC_KT, n = n0 + qq;
+                const int tok = r < len && n < N;
+                put_t(L.ka, r * ldk + qq, tok ? q->C[r][n] : 0.0f);
+                put_t(L.kb, r * ldk + qq, tok ? q->B[r][n] : 0.0f);
+                if (r < M2TC_SEQ_PC) put_t(L.kc, r * ldk + qq, get_f(L.s, r * lds + n0 + qq));
+            }
+            for (int w = 0; w < 4; w++) {
+                for (int kk = 0; kk < M2TC_KT; kk += K) {
+                    float a[256], b[256];
+                    wmma_load(a, 16, K, L.ka + (16 * w * ldk + kk) * esz, ldk, 'r', esz);
+                    for (int t = 0; t < 4; t++)
+                        if (m2tc_cb_tile_needed(w, t)) {
+                            wmma_load(b, K, 16, L.kb + (16 * t * ldk + kk) * esz, ldk, 'c', esz);
+                            wmma_mma(acc[w][t], a, b, K);
+                        }
+                    for (int t = 0; t < 2; t++) {
+                        wmma_load(b, K, 16, L.kc + (16 * t * ldk + kk) * esz, ldk, 'c', esz);
+                        wmma_mma(acc2[w][t], a, b, K);
+                    }
+                }
+                if (w < 2) {
+                    const int so = L.s + (16 * w * lds + n0) * 4;
+                    check(so % 32 == 0 && (lds * 4) % 16 == 0, "state tile load aligned", so, lds);
+                    for (int r = 0; r < 16; r++)
+                        for (int cc = 0; cc < 16; cc++) sf[r * 16 + cc] = get_f(so, r * lds + cc) * decay;
+                    for (int kk = 0; kk < jlen; kk += K) {
+                        float a[256], b[256];
+                        wmma_load(a, 16, K, L.xw + (kk * ldx + 16 * w) * esz, ldx, 'c', esz);
+                        wmma_load(b, K, 16, L.kb + (kk * ldk) * esz, ldk, 'r', esz);
+                        wmma_mma(sf, a, b, K);
+                    }
+                    wmma_store(so, sf, lds);
+                }
+            }
+        }
+        for (int w = 0; w < 4; w++)
+            for (int t = 0; t < 4; t++)
+                if (m2tc_cb_tile_needed(w, t))
+                    wmma_store(L.r1 + (16 * w * M2TC_FLD + 16 * t) * 4, acc[w][t], M2TC_FLD);
+        for (int e = 0; e < 64 * 64; e++) {
+            const int i = e >> 6, j = e & 63;
+            float v = 0.0f;
+            if (i < len && j <= i) v = get_f(L.r1, i * M2TC_FLD + j) * expf(cs[i] - cs[j]) * dd[j];
+            put_t(L.w, i * ldw + j, v);
+        }
+        memset(acc, 0, sizeof acc);
+        for (int w = 0; w < 4; w++) {
+            const int jc = m2tc_causal_end(w), kend = jc < jlen ? jc : jlen;
+            for (int kk = 0; kk < kend; kk += K) {
+                float a[256], b[256];
+                wmma_load(a, 16, K, L.w + (16 * w * ldw + kk) * esz, ldw, 'r', esz);
+                for (int t = 0; t < 2; t++) {
+                    wmma_load(b, K, 16, L.xs + (kk * ldx + 16 * t) * esz, ldx, 'r', esz);
+                    wmma_mma(acc[w][t], a, b, K);
+                }
+            }
+        }
+        for (int w = 0; w < 4; w++)
+            for (int t = 0; t < 2; t++) {
+                wmma_store(L.r1 + (16 * w * M2TC_YLD + 16 * t) * 4, acc[w][t], M2TC_YLD);
+                wmma_store(L.y2 + (16 * w * M2TC_YLD + 16 * t) * 4, acc2[w][t], M2TC_YLD);
+            }
+        for (int e = 0; e < 64 * M2TC_SEQ_PC; e++) {
+            const int i = e >> 5, qq = e & 31;
+            const long long p = p0 + qq;
+            if (i < len && p < P) {
+                const long long o = ((long long)c * 64 + i) * P + p;
+                out[o] = get_f(L.r1, i * M2TC_YLD + qq) + expf(cs[i]) * get_f(L.y2, i * M2TC_YLD + qq);
+                written[o]++;
+            }
+        }
+    }
+    for (int e = 0; e < M2TC_SEQ_PC * npad; e++) {
+        const int r = e / npad, n = e % npad;
+        const long long p = p0 + r;
+        if (p < P && n < N) fin[p * N + n] = get_f(L.s, r * lds + n);
+    }
+}
+
+/* float64 reference of a sequence of chunks: out [c*64 + i][p] and the final state */
+static void ref_seq(const chunk *k, int nck, double *y, double *fin) {
+    const int P = k[0].P, N = k[0].N;
+    static double S[80][160];
+    for (int p = 0; p < P; p++)
+        for (int n = 0; n < N; n++) S[p][n] = k[0].S[p][n];
+    for (int c = 0; c < nck; c++) {
+        const chunk *q = &k[c];
+        for (int i = 0; i < q->len; i++)
+            for (int p = 0; p < P; p++) {
+                double s1 = 0, s2 = 0;
+                for (int j = 0; j <= i; j++) {
+                    double cb = 0;
+                    for (int n = 0; n < N; n++) cb += (double)q->C[i][n] * q->B[j][n];
+                    s1 += cb * exp((double)q->cs[i] - q->cs[j]) * q->d[j] * q->x[j][p];
+                }
+                for (int n = 0; n < N; n++) s2 += (double)q->C[i][n] * S[p][n];
+                y[((long long)c * 64 + i) * P + p] = s1 + exp((double)q->cs[i]) * s2;
+            }
+        for (int p = 0; p < P; p++)
+            for (int n = 0; n < N; n++) {
+                double d = 0;
+                for (int j = 0; j < q->len; j++)
+                    d += exp((double)q->cs[63] - q->cs[j]) * q->d[j] * q->x[j][p] * q->B[j][n];
+                S[p][n] = exp((double)q->cs[63]) * S[p][n] + d;
+            }
+    }
+    for (int p = 0; p < P; p++)
+        for (int n = 0; n < N; n++) fin[p * N + n] = S[p][n];
+}
+
 /* float64 references of one chunk */
 static void ref_chunk(const chunk *k, double *st, double *y) {
     const int len = k->len, P = k->P, N = k->N;
@@ -326,6 +480,37 @@ int main(void) {
             check(ey <= tol[mode] && !isnan(ey), "out within tolerance", s, mode);
         }
     }
+    /* sequences of chunks through the on-chip scan (the state on chip between chunks) */
+    static const int seqs[][4] = {{3, 64, 64, 64}, {2, 37, 17, 9}, {3, 50, 80, 160}, {1, 1, 1, 1},
+                                  {2, 63, 33, 128}};
+    static chunk ks[3];
+    const int ymax = 3 * 64 * 80;
+    double *ys = malloc(ymax * sizeof(double)), *ysw = malloc(ymax * sizeof(double));
+    int *wy = malloc(ymax * sizeof(int));
+    for (int s = 0; s < (int)(sizeof seqs / sizeof seqs[0]); s++) {
+        const int nck = seqs[s][0], P = seqs[s][2], N = seqs[s][3];
+        for (int c = 0; c < nck; c++) make_chunk(&ks[c], c == nck - 1 ? seqs[s][1] : 64, P, N);
+        ref_seq(ks, nck, ysw, stw);
+        for (mode = 0; mode < 3; mode++) {
+            memset(wy, 0, ymax * sizeof(int));
+            for (long long p0 = 0; p0 < P; p0 += M2TC_SEQ_PC) emu_seq(ks, nck, p0, ys, st, wy);
+            int ny = 0;
+            for (int c = 0; c < nck; c++)
+                for (int i = 0; i < ks[c].len; i++)
+                    for (int p = 0; p < P; p++) {
+                        const int o = (c * 64 + i) * P + p;
+                        check(wy[o] == 1, "seq output element written once", o, wy[o]);
+                        ys[ny] = ys[o], ysw[ny] = ysw[o], ny++; /* compact (o >= ny) */
+                    }
+            const double ey = nerr(ys, ysw, ny), ef = nerr(st, stw, P * N);
+            printf("seq %d chunks, last len %2d P %2d N %3d  %-17s  out %.2e  final %.2e\n", nck,
+                   seqs[s][1], P, N, mname[mode], ey, ef);
+            check(ey <= tol[mode] && !isnan(ey), "seq out within tolerance", s, mode);
+            check(ef <= tol[mode] && !isnan(ef), "seq final within tolerance", s, mode);
+            ref_seq(ks, nck, ysw, stw); /* the compaction overwrote the reference */
+        }
+    }
+    free(ys), free(ysw), free(wy);
     free(st), free(stw), free(y), free(yw), free(wr);
     printf("%s: %d checks, %d failures\n", failures ? "FAIL" : "PASS", checks, failures);
     return failures ? 1 : 0;
