@@ -1,9 +1,9 @@
 /*
  * ssd_tc.c — the host side of the CUDA tensor-core forward (kernels: ssd_tc.cuh). With
  * MAMBA2C_CUDA_TC=1 at context creation, the fused forward (src/gpu/ssd_ops.c) runs chunk_cumsum
- * and state_passing portable and replaces bmm_chunk + chunk_state + chunk_scan (or the
- * on-chip scan) by two launches here: the chunk states, and the chunk scan with CB computed on
- * chip. bf16 MMA for bf16 activations, tf32 otherwise (f32 and f16 storage); float32
+ * portable, then either the tensor-core on-chip scan (M2G_TC_SEQ: one launch for everything
+ * else) or, for N > M2TC_SEQ_NMAX / states at positions, the chunk states (M2G_TC_STATE), the
+ * portable state_passing and the chunk scan with CB computed on chip (M2G_TC_SCAN). bf16 MMA for bf16 activations, tf32 otherwise (f32 and f16 storage); float32
  * accumulate. The fused Q is the kernels' tile (64 tokens).
  */
 #include "cuda/tc.h"

@@ -3,12 +3,14 @@
 // host uses them only when the context was created with MAMBA2C_CUDA_TC=1 (src/cuda/ssd_tc.c);
 // the portable float32 kernels of ssd_chunked.cl stay the tested default (docs/gpu.md §3a).
 //
-// Two kernels per precision, 128 threads (4 warps) per block, one chunk of 64 tokens:
+// Three kernels per precision, 128 threads (4 warps) per block, chunks of 64 tokens:
 //   m2_ssd_chunk_state_{tf32,bf16}_tc128: the chunk states, B^T (w . X) per (chunk, head,
 //     64 x 64 state tile);
 //   m2_ssd_chunk_scan_{tf32,bf16}_tc128: per (chunk, head, 64 channels) CB = C Bm^T on chip
 //     (no bmm_chunk launch, no CB in DRAM), W = mask(CB) . decay . d, Y1 = W X, Y2 = C S^T,
-//     y = Y1 + exp(cs) Y2 + D x, then out_x / the z gate / out.
+//     y = Y1 + exp(cs) Y2 + D x, then out_x / the z gate / out;
+//   m2_ssd_scan_seq_{tf32,bf16}_tc128: the two above and state_passing in one launch, per
+//     (32 channels, head, sequence), the state slice in dynamic shared memory.
 // tf32: float32 storage rounded to tf32 (10-bit mantissa) when written to shared memory,
 // wmma m16n16k8; bf16: rounded to bf16 (round to nearest even), wmma m16n16k16. Accumulation
 // is float32 in both. Every sum has a fixed order (the k loops and the MMA's own order; no
