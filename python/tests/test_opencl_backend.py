@@ -336,3 +336,32 @@ def test_backend_names_and_errors(_opencl_available):
         assert mamba2c.get_backend() == "opencl"
         assert _native.last_call_isa("opencl") == "gpu"
     assert mamba2c.get_backend() == before
+
+
+def test_no_such_device_is_a_clear_error_at_once(_opencl_available, monkeypatch):
+    """Without a usable OpenCL device use_backend / set_backend raise at once, with the
+    library's reason (here: MAMBA2C_OPENCL_DEVICE names no device; a new thread, so no
+    cached context)."""
+    import threading
+
+    monkeypatch.setenv("MAMBA2C_OPENCL_DEVICE", "no-such-opencl-device")
+    errors = []
+
+    def body():
+        for make in (lambda: mamba2c.use_backend("opencl"),
+                     lambda: mamba2c.set_backend("opencl")):
+            try:
+                make()
+                errors.append(None)
+            except NotImplementedError as e:
+                errors.append(e)
+
+    th = threading.Thread(target=body)
+    th.start()
+    th.join()
+    assert len(errors) == 2 and all(e is not None for e in errors), errors
+    for e in errors:
+        assert "backend 'opencl' is not available" in str(e)
+        assert "no-such-opencl-device" in str(e) or "OpenCL" in str(e), str(e)
+        assert e.status == _native.STATUS_BACKEND_UNAVAILABLE
+    assert mamba2c.get_backend() != "opencl"
