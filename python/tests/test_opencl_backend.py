@@ -365,3 +365,56 @@ def test_no_such_device_is_a_clear_error_at_once(_opencl_available, monkeypatch)
         assert "no-such-opencl-device" in str(e) or "OpenCL" in str(e), str(e)
         assert e.status == _native.STATUS_BACKEND_UNAVAILABLE
     assert mamba2c.get_backend() != "opencl"
+
+
+# ---- a subset of the suite's own op tests, run as they are under use_backend("opencl") ----
+
+import test_modules  # noqa: E402
+import test_ops  # noqa: E402
+import test_ssd  # noqa: E402
+
+
+@pytest.mark.parametrize("case", test_ssd.CASES, ids=test_ssd.IDS)
+def test_suite_ssd_cases(ocl, case):
+    test_ssd.test_forward_backward_f32_vs_f64_reference(case)
+    assert OPENCL in ocl
+
+
+@pytest.mark.parametrize("cu_dtype", [torch.int32, torch.int64])
+def test_suite_ssd_varlen(ocl, cu_dtype):
+    test_ssd.test_varlen_states_and_grads(cu_dtype)
+    assert OPENCL in ocl
+
+
+def test_suite_ssd_chunk_size_independence(ocl):
+    test_ssd.test_result_independent_of_chunk_size()
+    assert OPENCL in ocl
+
+
+@pytest.mark.parametrize("W,act", [(2, None), (4, "silu")])
+def test_suite_causal_conv1d_fn(ocl, W, act):
+    test_ops.test_causal_conv1d_fn_vs_reference(W, act)
+    assert OPENCL in ocl
+
+
+@pytest.mark.parametrize("nbg,gs", [(False, None), (True, 4)])
+def test_suite_rmsnorm_fn(ocl, nbg, gs):
+    test_ops.test_rmsnorm_fn_vs_reference(nbg, gs)
+    assert OPENCL in ocl
+
+
+def test_suite_decode_steps(ocl):
+    test_ops.test_selective_state_update_steps_equal_scan()
+    test_ops.test_causal_conv1d_update_matches_full_conv()
+    assert OPENCL in ocl
+
+
+@pytest.mark.parametrize("name", list(test_modules.CFGS))
+def test_suite_mamba2_layer(ocl, name):
+    test_modules.test_mamba2_forward_backward_vs_reference(name)
+    assert OPENCL in ocl
+
+
+def test_suite_mamba2_prefill_then_step(ocl):
+    test_modules.test_mamba2_prefill_then_step_equals_forward(True)
+    assert OPENCL in ocl
