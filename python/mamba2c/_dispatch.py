@@ -32,7 +32,8 @@ from . import _native
 from ._native import loader
 from ._native import steps as _steps
 
-__all__ = ["NATIVE_OPS", "c_library", "cuda_library", "backend_of", "conv1d", "rmsnorm_gated", "conv1d_step",
+__all__ = ["NATIVE_OPS", "c_library", "cuda_library", "backend_of", "conv1d", "rmsnorm_gated",
+           "conv1d_step",
            "ssd_step"]
 
 # Ops with a C implementation; ssd and ssd_states have no other.

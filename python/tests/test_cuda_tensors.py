@@ -254,7 +254,8 @@ def test_conv1d_rmsnorm_steps_on_the_device_context(fake_cuda):
     n = len(lib.calls)
     s64 = torch.empty(2, 4, 8, 16, device="cuda", dtype=F64)
     ops.ssd_step(s64, torch.empty(2, 4, 8, device="cuda", dtype=F64),
-                 torch.empty(2, 4, device="cuda", dtype=F64), torch.empty(4, device="cuda", dtype=F64),
+                 torch.empty(2, 4, device="cuda", dtype=F64),
+                 torch.empty(4, device="cuda", dtype=F64),
                  torch.empty(2, 2, 16, device="cuda", dtype=F64),
                  torch.empty(2, 2, 16, device="cuda", dtype=F64))
     assert len(lib.calls) == n

@@ -39,7 +39,8 @@ import sys
 import types
 
 from . import abi, context, conv1d, loader, policy, rmsnorm, ssd, ssd_chunked, steps, tensors
-from .abi import (BACKEND_CPU, BACKEND_CUDA, BACKEND_OPENCL, BACKEND_REF, DT_BF16, DT_F16, DT_F32, DT_F64,
+from .abi import (BACKEND_CPU, BACKEND_CUDA, BACKEND_OPENCL, BACKEND_REF, DT_BF16, DT_F16,
+                  DT_F32, DT_F64,
                   DT_I32, DT_I64, MAX_RANK, STATUS_BACKEND_UNAVAILABLE, STATUS_BUSY,
                   STATUS_INTERNAL_ERROR,
                   STATUS_INVALID_ARGUMENT, STATUS_OK, STATUS_OUT_OF_MEMORY, STATUS_UNSUPPORTED,

@@ -174,7 +174,8 @@ def _ssd_step_general(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_lo, 
     else:
         ki = _index_desc(buf, S.state_indices, state_indices, "state_indices")
         pi = base + S.state_indices
-        out = torch.zeros(*xs, dtype=sdt, device=state.device)  # padding rows are left untouched by the C op
+        # padding rows are left untouched by the C op
+        out = torch.zeros(*xs, dtype=sdt, device=state.device)
     _TR[xr].pack_into(buf, S.out, out.data_ptr(), code, xr, *xs, *out.stride())
     pall = 0
     alls = None
@@ -192,7 +193,8 @@ def _ssd_step_general(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_lo, 
                              base + S.B, base + S.C, base + S.options)
     if st:
         _raise_status(st, "mamba2_ssd_step")
-    if (key is not None and state.is_cpu and kx is x and kdt is dt and kA is A and kB is B and kC is C
+    if (key is not None and state.is_cpu and kx is x and kdt is dt and kA is A and kB is B
+            and kC is C
             and kD is D and kz is z and kb is dt_bias and ki is state_indices):
         # every tensor was described as is: remember the descriptors (all but the pointers)
         raw = buf.raw
@@ -210,11 +212,15 @@ def _ssd_step_general(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_lo, 
     return (out, alls) if want_all else out
 
 
-@device_call
 def conv1d_step(x, conv_cache, weight, bias=None, activation: bool = False, state_indices=None):
     """x [B,C] or [B,T,C]; conv_cache [S,C,W-1] (float32/float64 as the computation, last
     dim contiguous: it is updated IN PLACE, so it is never copied — the caller checks).
     Padding rows (negative index) get a zero output."""
+    if x.is_cuda and _tls.__dict__.get("device") is None:
+        # a CUDA call: through device_call (checked inline rather than by decorating this
+        # function: a decode step is called per token, and the decorator's frame costs more
+        # than this test)
+        return _conv1d_step_device(x, conv_cache, weight, bias, activation, state_indices)
     lib = loader._lib if loader._lib is not None else loader.load()
     s = getattr(_tls, "scratch", None) or context._state()
     cdtype = conv_cache.dtype
@@ -241,3 +247,6 @@ def conv1d_step(x, conv_cache, weight, bias=None, activation: bool = False, stat
     if st:
         _raise_status(st, "mamba2_conv1d_step")
     return out.to(x.dtype) if out.dtype is not x.dtype else out
+
+
+_conv1d_step_device = device_call(conv1d_step)
