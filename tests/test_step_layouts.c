@@ -14,8 +14,8 @@
  *
  * ssd_step with a bf16/f16 state_cache (and all_states): the reference's stored state equals
  * the test's own float64 update rounded once to nearest even, bit for bit; the candidate's
- * stored state and out agree with the reference (SPEC §8 half tolerance, and every state
- * element within one unit in the last place), T calls of one token give the same bits as one
+ * stored state and out agree with the reference (SPEC §8 half tolerance, and for one token
+ * every state element within one unit in the last place), T calls of one token give the same bits as one
  * call of T tokens, padding rows untouched.
  *
  * Bad arguments: Lc < W-1, self-overlapping cache strides, cache_seqlens of the wrong
@@ -673,7 +673,12 @@ static void ssd_half_case(mamba2_context_t *cand, mamba2_context_t *ref, const s
                         untouched_bad++;
                 }
         th_metric("candidate vs ref (out, state)", th_nerr(g, a, n), 1e-2);
-        th_expect(far == 0, "%lld state elements more than one ulp from the reference", (long long)far);
+        /* one token: both round the same stored state's update once, so they may differ by
+         * one ulp (a float32 result on the other side of a rounding boundary); over T > 1
+         * tokens such a difference feeds the next update, and the SPEC bound above applies */
+        if (T == 1)
+            th_expect(far == 0, "%lld state elements more than one ulp from the reference",
+                      (long long)far);
         th_note("%lld of %lld state elements one ulp apart", (long long)ulp1, (long long)nc);
         th_expect(untouched_bad == 0, "%lld padding-row or all_states[T-1] mismatches", (long long)untouched_bad);
         th_expect(memcmp(c.cache, c1.cache, (size_t)nc * 2) == 0 &&

@@ -11,10 +11,12 @@ Staged:   mamba2c.chunked (the SSD pipeline stage by stage, forward only)
 Oracle:   mamba2c.reference (pure torch)
 Every op runs in the C library for CPU tensors (float32; float64 on the reference backend;
 bf16/f16 computed in float32); mamba2c.ops.backend_of tells which, and each op's docstring
-lists the cases that fall back to torch.
+lists the cases that fall back to torch (for CPU tensors with a FallbackWarning once per
+reason; mamba2c.set_strict(True) or MAMBA2C_STRICT=1 makes that an error).
 """
 from . import chunked, ops, reference
 from ._info import info
+from ._dispatch import FallbackError, FallbackWarning, set_strict
 from .layer_norm import LayerNorm, RMSNorm, layer_norm_fn, layernorm_fn, rms_norm_fn
 from ._native import (DeviceError, LibraryNotFoundError, Mamba2Error, available, get_backend,
                       library_path, reuse_freed_memory, set_backend, use_backend)
@@ -32,7 +34,7 @@ __all__ = [
     "seq_idx_to_cu_seqlens",
     "Mamba2Error", "DeviceError", "LibraryNotFoundError",
     "available", "library_path", "set_backend", "get_backend", "use_backend",
-    "reuse_freed_memory", "info",
+    "reuse_freed_memory", "info", "set_strict", "FallbackWarning", "FallbackError",
 ]
 
 
