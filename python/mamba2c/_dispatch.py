@@ -105,18 +105,18 @@ _COMPUTE = (torch.float32, torch.float64)
 def _conv1d_step_reason(x, conv_state, weight, bias, cache_seqlens) -> Optional[str]:
     """None when mamba2_conv1d_step serves the call (x on the CPU, library loaded), else why
     not — "" for a call torch rejects too (conv_state keeps fewer than W-1 inputs). Reads
-    metadata only."""
+    metadata only; the reasons are constant strings (traceable by torch.compile)."""
     W = weight.shape[-1]
     if conv_state.dim() != 3 or conv_state.shape[-1] < W - 1:
         return ""
     if not conv_state.is_cpu:
         return "conv_state is not on the CPU"
     if W > 8:
-        return f"kernel width {W} > 8"
+        return "kernel width W > 8"
     want = torch.float64 if x.dtype == torch.float64 else torch.float32
     if conv_state.dtype != want:
-        return (f"conv_state has dtype {conv_state.dtype}; the C step updates a {want} cache "
-                f"in place (float64 only with float64 x)")
+        return ("conv_state is not in the compute dtype (the C step updates a float32 cache in "
+                "place; float64 only with float64 x)")
     if any(s < 0 for s in conv_state.stride()):
         return "conv_state has a negative stride"
     if cache_seqlens is not None and (
@@ -168,11 +168,11 @@ def _ssd_step_reason(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
     if not state.is_cpu:
         return "state is not on the CPU"
     if state.dtype not in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
-        return f"state has dtype {state.dtype} (the C step takes float32, bf16, f16, float64)"
+        return "state dtype is not float32, bf16, f16 or float64"
     if state.dim() != 4 or (state.shape[3] > 1 and state.stride(3) != 1):
         return "state is not [S,H,P,N] with a contiguous last dim"
     if x.dtype == torch.float64 and state.dtype != torch.float64:
-        return f"float64 activations with a {state.dtype} state"
+        return "float64 activations with a non-float64 state"
     if _needs_grad(x, dt, A, B, C, D, z, dt_bias, state):
         return "a gradient is needed (the C step has no backward)"
     if not (_bc_ok(A, 1, check_values) and _bc_ok(dt, x.dim() - 1, check_values)

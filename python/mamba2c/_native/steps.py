@@ -228,6 +228,9 @@ def conv1d_step(x, conv_cache, weight, bias=None, activation: bool = False, stat
     lib = loader._lib if loader._lib is not None else loader.load()
     s = getattr(_tls, "scratch", None) or context._state()
     cdtype = conv_cache.dtype
+    if cdtype is not _F32 and cdtype is not _F64:
+        raise TypeError(f"mamba2c: conv_cache has dtype {cdtype}; the C step updates a float32 "
+                        f"(or float64) cache in place (use mamba2c.ops.conv1d_step)")
     code = DT_F64 if cdtype is _F64 else DT_F32
     buf, base = s.buf, s.base
     S = _C
