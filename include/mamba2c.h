@@ -117,7 +117,7 @@ typedef enum mamba2_dtype {
     MAMBA2_DTYPE_F32 = 0,
     MAMBA2_DTYPE_F64 = 1,  /* reference backend only (float64 oracle, gradient checks) */
     MAMBA2_DTYPE_BF16 = 2, /* activation storage of the fused SSD op (CPU and reference */
-    MAMBA2_DTYPE_F16 = 3,  /* backends; see "dtypes" there); other ops: not yet         */
+    MAMBA2_DTYPE_F16 = 3,  /* backends; see "dtypes" there), ssd_step's state_cache     */
     MAMBA2_DTYPE_I32 = 4,  /* index tensors (cu_seqlens)                                */
     MAMBA2_DTYPE_I64 = 5
 } mamba2_dtype_t;
@@ -470,23 +470,44 @@ MAMBA2_API mamba2_status_t mamba2_conv1d_backward(
 /*
  * Decode step: T new tokens per sequence against a cache updated in place.
  *   x[B,C] (T = 1) or x[B,T,C] (e.g. speculative verification)  ->  out of x's shape
- *   conv_cache[S,C,W-1]: slot state_indices[b] (or b) holds row b's last W-1 inputs,
- *   oldest first; the call computes the T outputs exactly as mamba2_conv1d_forward would
- *   with that slot as initial_conv_state, then stores the new last W-1 inputs there.
+ *   conv_cache[S,C,Lc] with any Lc >= W-1 and ANY element strides on all three dims (the one
+ *   tensor of the API whose last dimension need not be contiguous: mamba_ssm's and
+ *   transformers' [B,C,d_conv] caches (Lc = W), causal-conv1d's channel-last views (stride
+ *   of Lc != 1) and the classic [S,C,W-1] all work in place, without a copy). Slot
+ *   state_indices[b] (or b) holds row b's last Lc inputs. The call computes the T outputs
+ *   exactly as mamba2_conv1d_forward would with the W-1 inputs before the row's first new
+ *   token as initial_conv_state, then updates the slot, in one of two modes:
+ *   - shift (cache_seqlens NULL, the default): the slot holds the last Lc inputs, oldest
+ *     first; the history is slot[Lc-W+1 .. Lc-1]; afterwards the slot holds the last Lc
+ *     entries of [old slot, x[b,0..T-1]] (shifted left by T, the T new inputs appended;
+ *     for T >= Lc just the last Lc new inputs). With Lc = W-1 this is the v1 behaviour.
+ *   - circular (cache_seqlens[B] int32/int64 given; causal_conv1d_update's cache_seqlens):
+ *     the slot is a ring buffer and cache_seqlens[b] >= 0 counts the inputs the row has
+ *     seen. Input t of the call (t = 0..T-1) is written at position (cache_seqlens[b] + t)
+ *     mod Lc, in order (for T > Lc later tokens overwrite earlier ones); the history is
+ *     read before any write, at positions (cache_seqlens[b] - W+1 + i) mod Lc, i = 0..W-2
+ *     (oldest first). Nothing is shifted, and the op does NOT advance cache_seqlens: the
+ *     caller adds T after the call. Needs Lc >= 1 when W > 1 (with Lc = 0 and W = 1 the
+ *     cache holds nothing and is not touched). cache_seqlens of padding rows is not read.
  * state_indices[B] (int32/int64, optional): the slot of each row; NULL means row b uses
  * slot b and then B <= S. A negative index marks a padding row: its out row is left
  * untouched and no slot changes. Non-negative indices must be < S and distinct.
  * out is overwritten (except padding rows); conv_cache is read and updated in place and
- * may overlap nothing else. dtypes as for the forward. Needs no workspace.
+ * may overlap nothing else (its own elements must be distinct). dtypes as for the forward.
+ * Needs no workspace. Every backend (CPU, reference, OpenCL, CUDA) serves every layout and
+ * both modes.
  */
 typedef struct mamba2_conv1d_step_options {
     uint32_t struct_size;                 /* sizeof(mamba2_conv1d_step_options_t), or 0   */
     const mamba2_tensor_t *bias;          /* [C], or NULL (zero)                          */
     const mamba2_tensor_t *state_indices; /* [B] int32/int64, or NULL (row b -> slot b)   */
     mamba2_activation_t activation;
+    /* ---- appended after ABI v1 (read only when struct_size covers it) ---- */
+    const mamba2_tensor_t *cache_seqlens; /* [B] int32/int64 >= 0, or NULL: circular mode */
 } mamba2_conv1d_step_options_t;
 
-/* Defaults: struct_size set, no bias, identity slots, MAMBA2_ACTIVATION_NONE. */
+/* Defaults: struct_size set, no bias, identity slots, MAMBA2_ACTIVATION_NONE, shift mode
+ * (no cache_seqlens). */
 MAMBA2_API mamba2_conv1d_step_options_t mamba2_conv1d_step_options_default(void);
 
 MAMBA2_API mamba2_status_t mamba2_conv1d_step(mamba2_context_t *ctx, const mamba2_tensor_t *out,
@@ -516,8 +537,19 @@ MAMBA2_API mamba2_status_t mamba2_conv1d_step(mamba2_context_t *ctx, const mamba
  * and then B <= S is required. A negative index marks a padding row: its rows of out and
  * all_states are left untouched and no slot changes. Non-negative indices must be < S and
  * distinct.
- * dtypes: x, dt, Bm, Cm, z, out share one dtype, F32 (CPU backend) or F32/F64 (reference
- * backend); A, D, dt_bias, state_cache and all_states are F32 (F64 with F64 activations).
+ * dtypes: x, dt, Bm, Cm, z, out share one dtype, F32 (CPU and GPU backends) or F32/F64
+ * (reference backend); A, D and dt_bias are F32 (F64 with F64 activations). state_cache is
+ * F32, BF16 or F16 with F32 activations (F64 with F64 activations), and all_states has
+ * state_cache's dtype. Arithmetic is float32 (float64 on the reference) whatever the state
+ * storage: with a BF16/F16 state_cache each token loads the slot's state, updates it, computes
+ * y from the unrounded updated state, and stores the state rounded once to nearest even (as
+ * mamba_ssm's selective_state_update does for a half state). The state between two tokens is
+ * therefore the rounded one, also inside one call with T > 1, so one call with T tokens and T
+ * calls with one token give the same result; all_states[b,t] holds the same rounded values.
+ * (F32 states: the reference carries float64 across a call's tokens, the CPU and GPU
+ * backends float32.) The CPU backend takes a BF16/F16 state_cache for N <= 4096 (larger N:
+ * MAMBA2_STATUS_UNSUPPORTED). Half activations are not accepted here (convert them to F32;
+ * they are small at decode).
  * out and all_states are overwritten (padding rows excepted); state_cache may overlap no
  * other tensor, and no output may overlap an input. Needs no workspace.
  */
@@ -650,8 +682,9 @@ MAMBA2_API mamba2_status_t mamba2_ssd_chunk_scan(
  *
  * Implemented today: the fused SSD op (mamba2_ssd_forward, _forward_states, _backward; every
  * option; float32, or bf16/f16 activation storage), the five staged SSD stages, the causal
- * conv1d (forward, backward, conv1d_step), the gated RMSNorm (forward, backward) and
- * ssd_step (float32).
+ * conv1d (forward, backward, conv1d_step with every cache layout and cache_seqlens), the
+ * gated RMSNorm (forward, backward) and ssd_step (float32 activations; F32/BF16/F16
+ * state_cache).
  *
  * Host mode: mamba2_context_create(&ctx, MAMBA2_BACKEND_OPENCL, n) opens the first available
  * OpenCL device, or the one MAMBA2C_OPENCL_DEVICE names (an index in `clinfo -l` order, or a

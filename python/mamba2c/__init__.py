@@ -13,11 +13,13 @@ Every op runs in the C library for CPU tensors (float32; float64 on the referenc
 bf16/f16 computed in float32), and for CUDA tensors where the library has its CUDA backend
 (device mode: zero-copy on torch's current stream; float32, bf16/f16 SSD storage);
 mamba2c.ops.backend_of tells which, and each op's docstring lists the cases that fall back
-to torch. Backends for CPU tensors: set_backend / use_backend("cpu" | "ref" | "opencl" |
-"cuda"), the GPU ones in host mode (copies per call).
+to torch (for CPU tensors with a FallbackWarning once per reason; mamba2c.set_strict(True)
+or MAMBA2C_STRICT=1 makes that an error). Backends for CPU tensors: set_backend /
+use_backend("cpu" | "ref" | "opencl" | "cuda"), the GPU ones in host mode (copies per call).
 """
 from . import chunked, ops, reference
 from ._info import info
+from ._dispatch import FallbackError, FallbackWarning, set_strict
 from .layer_norm import LayerNorm, RMSNorm, layer_norm_fn, layernorm_fn, rms_norm_fn
 from ._native import (DeviceError, LibraryNotFoundError, Mamba2Error, available, get_backend,
                       library_path, release_cuda_contexts, reuse_freed_memory, set_backend,
@@ -36,7 +38,8 @@ __all__ = [
     "seq_idx_to_cu_seqlens",
     "Mamba2Error", "DeviceError", "LibraryNotFoundError",
     "available", "library_path", "set_backend", "get_backend", "use_backend",
-    "reuse_freed_memory", "release_cuda_contexts", "info",
+    "reuse_freed_memory", "release_cuda_contexts", "info", "set_strict", "FallbackWarning",
+    "FallbackError",
 ]
 
 

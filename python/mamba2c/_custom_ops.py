@@ -439,21 +439,25 @@ def conv1d(x: Tensor, weight: Tensor, bias: Optional[Tensor], initial_states: Op
 
 @torch.library.custom_op("mamba2c::conv1d_step", mutates_args=("conv_cache",))
 def conv1d_step_op(x: Tensor, conv_cache: Tensor, weight: Tensor, bias: Optional[Tensor],
-                   activation: bool, state_indices: Optional[Tensor]) -> Tensor:
-    """Decode step: x [B,C] or [B,T,C]; conv_cache [S,C,W-1] updated in place."""
-    return _native.conv1d_step(x, conv_cache, weight, bias, activation, state_indices)
+                   activation: bool, state_indices: Optional[Tensor],
+                   cache_seqlens: Optional[Tensor] = None) -> Tensor:
+    """Decode step: x [B,C] or [B,T,C]; conv_cache [S,C,K] (K >= W-1, any strides) updated
+    in place; cache_seqlens [B]: circular-buffer mode."""
+    return _native.conv1d_step(x, conv_cache, weight, bias, activation, state_indices,
+                               cache_seqlens)
 
 
 @conv1d_step_op.register_fake
-def _conv_step_fake(x, conv_cache, weight, bias, activation, state_indices):
+def _conv_step_fake(x, conv_cache, weight, bias, activation, state_indices, cache_seqlens=None):
     return x.new_empty(x.shape)
 
 
-def conv1d_step(x, conv_cache, weight, bias, activation, state_indices):
+def conv1d_step(x, conv_cache, weight, bias, activation, state_indices, cache_seqlens=None):
     if _is_compiling():
         return torch.ops.mamba2c.conv1d_step(x, conv_cache, weight, bias, bool(activation),
-                                             state_indices)
-    return _native.conv1d_step(x, conv_cache, weight, bias, bool(activation), state_indices)
+                                             state_indices, cache_seqlens)
+    return _native.conv1d_step(x, conv_cache, weight, bias, bool(activation), state_indices,
+                               cache_seqlens)
 
 
 # ---- SSD decode step: state [S,H,P,N] updated in place ----------------------------------

@@ -18,10 +18,10 @@ from torch import Tensor
 from . import _custom_ops, _dispatch, _torch_impl
 from ._checks import expect_min_rank, expect_rank
 from ._custom_ops import ssd as _ssd_c
-from ._dispatch import NATIVE_OPS, backend_of
+from ._dispatch import NATIVE_OPS, FallbackError, FallbackWarning, backend_of, set_strict
 
 __all__ = ["ssd", "ssd_states", "conv1d", "rmsnorm_gated", "ssd_step", "conv1d_step",
-           "backend_of", "NATIVE_OPS"]
+           "backend_of", "NATIVE_OPS", "set_strict", "FallbackWarning", "FallbackError"]
 
 
 def ssd(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,
@@ -101,13 +101,16 @@ def ssd_step(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tens
     dt_bias [H] or [H,P]. Returns out (x's shape and dtype), or (out, all_states
     [B,(T,)H,P,N]: the state after every token) with return_all_states.
 
-    C op (mamba2_ssd_step) for CPU tensors, float32 state (float64 state: the reference
-    backend), no gradient needed, and A / dt / dt_bias constant along P (and N) — as
-    mamba_ssm's broadcast views (stride 0) are, which are read zero-copy. torch otherwise:
-    per-(p,n) A, per-p dt or dt_bias (mamba-1 style), a state that is not float32/float64
-    or has a strided last dim, float64 activations with a float32 state, non-CPU tensors,
-    and inputs that need gradients (the C step has no backward; the torch path is
-    differentiable)."""
+    C op (mamba2_ssd_step) for CPU tensors, a float32, bf16 or f16 state (float64 state: the
+    reference backend; a bf16/f16 state is computed in float32 and stored rounded once per
+    token, as mamba_ssm's selective_state_update does; activations are converted to float32),
+    no gradient needed, and A / dt / dt_bias constant along P (and N) — as mamba_ssm's
+    broadcast views (stride 0) are, which are read zero-copy. torch otherwise: per-(p,n) A,
+    per-p dt or dt_bias (mamba-1 style), a state of another dtype or with a strided last
+    dim, float64 activations with a non-float64 state, non-CPU tensors, and inputs that need
+    gradients (the C step has no backward; the torch path is differentiable). A CPU call
+    that goes to torch warns once per reason (FallbackWarning; FallbackError under
+    mamba2c.set_strict(True)); backend_of("ssd_step", state, x, dt, A, B, C, ...) tells."""
     compiled = torch.ops.mamba2c.ssd_step if _custom_ops._is_compiling() else None
     return _dispatch.ssd_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit[0],
                               dt_limit[1], state_indices, return_all_states, compiled)
@@ -117,17 +120,21 @@ def conv1d_step(x: Tensor, conv_state: Tensor, weight: Tensor, bias: Optional[Te
                 activation: bool = False, state_indices: Optional[Tensor] = None,
                 cache_seqlens: Optional[Tensor] = None) -> Tensor:
     """One causal-conv decode step, SPEC §6 / causal_conv1d_update: x [B,D] or [B,D,T]
-    (channel-first, as causal-conv1d), conv_state [S,D,K] updated in place.
-    C op when conv_state is exactly [S,D,W-1] with a contiguous last dim and the compute
-    dtype (the cache is updated in place, so it is never copied), no circular buffer
-    (cache_seqlens) and no gradient is needed; torch otherwise (K > W-1 shifts the whole
-    K-long window, as causal-conv1d does)."""
+    (channel-first, as causal-conv1d), conv_state [S,D,K] (K >= W-1) updated in place: K
+    > W-1 shifts the whole K-long window, as causal-conv1d does; cache_seqlens [B] makes it
+    a circular buffer written at (cache_seqlens + t) % K (the caller advances it).
+    C op, zero-copy, for any K >= W-1 and any conv_state strides (the [S,D,W-1] cache,
+    mamba_ssm's / transformers' [B,D,d_conv], causal-conv1d's channel-last views) in the
+    compute dtype (float32; float64 with float64 x), with or without cache_seqlens (int32 /
+    int64, values >= 0), W <= 8, no gradient needed. torch otherwise — for CPU tensors with
+    a FallbackWarning once per reason (FallbackError under mamba2c.set_strict(True));
+    backend_of("conv1d_step", x, conv_state, weight, ...) tells beforehand."""
     expect_rank("x", x, "[B,D]", "[B,D,T]")
     expect_rank("conv_state", conv_state, "[S,D,K]")
     if _dispatch.conv1d_step(x, conv_state, weight, bias, cache_seqlens):
         xs = x if x.dim() == 2 else x.transpose(1, 2)      # C takes [B,C] or [B,T,C]
         out = _custom_ops.conv1d_step(xs, conv_state, weight.reshape(weight.shape[0], -1), bias,
-                                      activation, state_indices)
+                                      activation, state_indices, cache_seqlens)
         return out if x.dim() == 2 else out.transpose(1, 2)
     return _torch_impl.conv1d_step(x, conv_state, weight, bias, activation, state_indices,
                                    cache_seqlens)

@@ -4,7 +4,7 @@
  *
  * One struct serves the three calls (forward, backward, step); the fields a call does not use
  * are zero. Every tensor is an m2_view (data pointer + element strides, PyTorch order); the
- * last dimension is contiguous. A backend may assume: 1 <= W <= 8, C >= 1, shapes agree,
+ * last dimension is contiguous, except for the step's conv_cache (any strides). A backend may assume: 1 <= W <= 8, C >= 1, shapes agree,
  * dtypes are ones it declared, outputs overlap no input (the step's conv_cache is the one
  * in-place tensor), cu_seqlens is valid (B == 1), state indices are < S and the non-negative
  * ones are distinct.
@@ -30,6 +30,11 @@ struct m2_conv1d_problem {
     /* step: state_indices[B] (NULL: row b uses slot b) */
     const void *state_indices;
     mamba2_dtype_t idx_dtype;
+    /* step: cache_seqlens[B] (NULL: shift mode; else circular mode, values >= 0 for the
+     * non-padding rows) */
+    const void *cache_seqlens;
+    mamba2_dtype_t seq_dtype;
+    int64_t Lc; /* step: the cache length (conv_cache[S,C,Lc], Lc >= W-1) */
 
     /* inputs                       shape                    strides used                   */
     m2_view x;      /* [B,L,C]                             s[0], s[1] (s[1] = 0 when L == 1) */
@@ -50,8 +55,9 @@ struct m2_conv1d_problem {
     m2_view dbias;  /* [C]                                                                   */
     m2_view dinit;  /* [S,C,W-1]                                                             */
 
-    /* step: conv_cache[S,C,W-1], read and updated in place; x and out are [B,T,C] views
-     * (a rank-2 [B,C] tensor is presented as T = 1) */
+    /* step: conv_cache[S,C,Lc], read and updated in place, element strides s[0], s[1], s[2]
+     * (any; s[2] need not be 1); x and out are [B,T,C] views (a rank-2 [B,C] tensor is
+     * presented as T = 1) */
     m2_view cache;
 };
 
@@ -80,6 +86,22 @@ static inline int64_t m2_conv1d_slot(const m2_conv1d_problem *pr, int64_t b) {
     if (!pr->state_indices) return b;
     if (pr->idx_dtype == MAMBA2_DTYPE_I32) return ((const int32_t *)pr->state_indices)[b];
     return ((const int64_t *)pr->state_indices)[b];
+}
+
+/* Step, circular mode: cache_seqlens[b]. */
+static inline int64_t m2_conv1d_seqlen(const m2_conv1d_problem *pr, int64_t b) {
+    if (pr->seq_dtype == MAMBA2_DTYPE_I32) return ((const int32_t *)pr->cache_seqlens)[b];
+    return ((const int64_t *)pr->cache_seqlens)[b];
+}
+
+/* Step: the cache position (0 .. Lc-1) of window entry j of row b, where entries 0 .. W-2 are
+ * the history (oldest first) and W-1+t is new token t; meaningful for the entries a mode
+ * keeps in the cache. Shift mode: history at Lc-W+1+j. Circular mode: (seqlen - W+1 + j)
+ * mod Lc (seqlen = cache_seqlens[b] >= 0). */
+static inline int64_t m2_conv1d_cache_pos(const m2_conv1d_problem *pr, int64_t seqlen, int64_t j) {
+    if (!pr->cache_seqlens) return pr->Lc - (pr->W - 1) + j;
+    int64_t r = (seqlen - (pr->W - 1) + j) % pr->Lc;
+    return r < 0 ? r + pr->Lc : r;
 }
 
 #endif /* MAMBA2C_CONV1D_H */

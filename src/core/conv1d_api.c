@@ -9,6 +9,7 @@
  * overlapping itself), the activation, cu_seqlens and state_indices. The validated problem is
  * handed to the context's backend as an m2_conv1d_problem (core/conv1d.h).
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,18 +172,29 @@ static mamba2_status_t validate(const conv_call *c, m2_conv1d_problem *pr) {
             M2_OUT("dinitial_conv_state", g->dinitial_conv_state, 3, sh_st, st_layout, adt, awhy);
         }
     } else {
-        /* step: conv_cache[S,C,W-1] decides S; out has the shape of x */
+        /* step: conv_cache[S,C,Lc] decides S and Lc (>= W-1; any strides); out has the
+         * shape of x */
         const mamba2_tensor_t *cc = c->cache;
         if (cc->rank != 3)
             return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                            "conv_cache has rank %d; expected rank 3 [S,C,W-1]", (int)cc->rank);
+                            "conv_cache has rank %d; expected rank 3 [S,C,Lc] with Lc >= W-1",
+                            (int)cc->rank);
         S = cc->shape[0];
         if (S < 0 || S > MAX_DIM)
             return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "conv_cache has %lld slots; expected 0..2^40",
                             (long long)S);
-        const int64_t sh_cc[3] = {S, C, W - 1};
-        /* conv_cache is checked as an output (no self-overlap); it is read too */
-        M2_TRY(m2_check_tensor("conv_cache", cc, 3, sh_cc, "[S,C,W-1]", adt, awhy, 1, &n));
+        const int64_t Lc = cc->shape[2];
+        if (Lc < W - 1 || Lc > MAX_DIM) {
+            char g[128];
+            m2_fmt_dims(g, sizeof g, 3, cc->shape);
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "conv_cache has shape %s; expected [S,C,Lc] with C=%lld and "
+                            "W-1=%lld <= Lc <= 2^40",
+                            g, (long long)C, (long long)(W - 1));
+        }
+        const int64_t sh_cc[3] = {S, C, Lc};
+        /* conv_cache is checked as an output (no self-overlap; any strides); it is read too */
+        M2_TRY(m2_check_tensor_strided("conv_cache", cc, 3, sh_cc, "[S,C,Lc]", adt, awhy, 1, &n));
         const span cache_span = {"conv_cache", cc, n};
         const mamba2_tensor_t *ix = c->sopts->state_indices;
         if (ix) {
@@ -196,6 +208,32 @@ static mamba2_status_t validate(const conv_call *c, m2_conv1d_problem *pr) {
                             "state_indices row b uses slot b, so B <= S is required",
                             (long long)B, (long long)S);
         }
+        /* cache_seqlens (appended after v1: read only when struct_size covers it) */
+        const mamba2_tensor_t *cs = NULL;
+        const size_t cs_end = offsetof(mamba2_conv1d_step_options_t, cache_seqlens) +
+                              sizeof(c->sopts->cache_seqlens);
+        if (c->sopts->struct_size >= cs_end) cs = c->sopts->cache_seqlens;
+        if (cs) {
+            const int64_t sh_b[1] = {B};
+            if (cs->dtype != MAMBA2_DTYPE_I32 && cs->dtype != MAMBA2_DTYPE_I64)
+                return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                                "cache_seqlens has dtype %s; expected i32 or i64",
+                                m2_dtype_name(cs->dtype));
+            M2_IN("cache_seqlens", cs, 1, sh_b, "[B]", cs->dtype, "an index dtype");
+            for (int64_t b = 0; b < B; b++) {
+                const int64_t q = ix ? m2_index_at(ix, b) : b;
+                if (q < 0) continue; /* padding row: not read */
+                const int64_t v = m2_index_at(cs, b);
+                if (v < 0)
+                    return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                                    "cache_seqlens[%lld] is %lld; expected >= 0 (the inputs row "
+                                    "%lld has seen)",
+                                    (long long)b, (long long)v, (long long)b);
+            }
+            pr->cache_seqlens = cs->data;
+            pr->seq_dtype = cs->dtype;
+        }
+        pr->Lc = Lc;
         /* the cache may overlap nothing but itself; out overlaps nothing */
         for (int j = 0; j < nin; j++)
             if (cache_span.numel > 0 && ins[j].numel > 0 && m2_may_overlap(cc, ins[j].t))

@@ -19,7 +19,8 @@
 #include "mamba2c.h"
 
 /* A validated tensor: data pointer and element strides (outermost first, padded with 0).
- * p == NULL means "absent". The last used dimension always has stride 1 (or size 1). */
+ * p == NULL means "absent". The last used dimension always has stride 1 (or size 1), except
+ * for conv1d_step's conv_cache (any strides, core/conv1d.h). */
 typedef struct m2_view {
     void *p;
     int64_t s[4];
@@ -257,6 +258,12 @@ void m2_fmt_dims(char *buf, size_t n, int rank, const int64_t *dims);
 mamba2_status_t m2_check_tensor(const char *name, const mamba2_tensor_t *t, int rank,
                                 const int64_t *want, const char *layout, mamba2_dtype_t dtype,
                                 const char *dtype_why, int is_output, int64_t *numel);
+/* m2_check_tensor without the contiguity rule for the last dimension (any stride there): for
+ * the one tensor the kernels read through all its strides (conv1d_step's conv_cache). */
+mamba2_status_t m2_check_tensor_strided(const char *name, const mamba2_tensor_t *t, int rank,
+                                        const int64_t *want, const char *layout,
+                                        mamba2_dtype_t dtype, const char *dtype_why,
+                                        int is_output, int64_t *numel);
 /* The activation dtype of an op, read off tensor `name` (x, or a stage's leading tensor):
  * INVALID_ARGUMENT unless a floating-point dtype, UNSUPPORTED unless one of `accepted`
  * (bits 1 << dtype), naming the backend, the op (`op`, e.g. "the SSD op") and what it takes. */

@@ -162,7 +162,20 @@ static mamba2_status_t validate(const step_call *c, m2_ssd_step_problem *pr) {
 
     /* state_cache: checked as an output (no self-overlap); it is read too. It may overlap no
      * input; the outputs are checked against it below. */
-    M2_TRY(m2_check_tensor("state_cache", c->cache, 4, sh_cache, "[S,H,P,N]", pdt, pwhy, 1, &n));
+    /* state storage: the parameters' dtype, or BF16/F16 with F32 activations */
+    mamba2_dtype_t sdt = pdt;
+    const char *swhy = pwhy;
+    if (pdt == MAMBA2_DTYPE_F32 &&
+        (c->cache->dtype == MAMBA2_DTYPE_BF16 || c->cache->dtype == MAMBA2_DTYPE_F16)) {
+        sdt = c->cache->dtype;
+    } else if (c->cache->dtype != pdt && (unsigned)c->cache->dtype <= (unsigned)MAMBA2_DTYPE_I64) {
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "state_cache has dtype %s; expected %s", m2_dtype_name(c->cache->dtype),
+                        pdt == MAMBA2_DTYPE_F32 ? "f32, bf16 or f16 (with f32 activations)"
+                                                : "f64 (it follows f64 activations)");
+    }
+    if (sdt != pdt) swhy = "all_states has state_cache's dtype";
+    M2_TRY(m2_check_tensor("state_cache", c->cache, 4, sh_cache, "[S,H,P,N]", sdt, pwhy, 1, &n));
     const span cache_span = {"state_cache", c->cache, n};
     for (int j = 0; j < nin; j++)
         if (cache_span.numel > 0 && ins[j].numel > 0 && m2_may_overlap(c->cache, ins[j].t))
@@ -177,7 +190,7 @@ static mamba2_status_t validate(const step_call *c, m2_ssd_step_problem *pr) {
             return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                             "all_states has rank %d; expected rank %d %s (the token form of x %s)",
                             (int)c->all_states->rank, xr + 1, as_lay, x_lay);
-        M2_OUT("all_states", c->all_states, xr + 1, sh_as, as_lay, pdt, pwhy);
+        M2_OUT("all_states", c->all_states, xr + 1, sh_as, as_lay, sdt, swhy);
     }
 
     /* no output may share memory with an input or another output */
@@ -192,6 +205,7 @@ static mamba2_status_t validate(const step_call *c, m2_ssd_step_problem *pr) {
     pr->S = S;
     pr->act_dtype = adt;
     pr->par_dtype = pdt;
+    pr->state_dtype = sdt;
     pr->dt_softplus = o->dt_softplus != 0;
     pr->dt_lo = o->dt_limit_lo;
     pr->dt_hi = o->dt_limit_hi;

@@ -34,9 +34,10 @@ void m2_fmt_dims(char *buf, size_t n, int rank, const int64_t *dims) {
 
 /* Check rank, shape, strides, dtype and data of one tensor against what the problem
  * expects. `layout` names the dims ("[B,L,G,N]"); `want` holds their values. */
-mamba2_status_t m2_check_tensor(const char *name, const mamba2_tensor_t *t, int rank,
+static mamba2_status_t check_tensor(const char *name, const mamba2_tensor_t *t, int rank,
                                     const int64_t *want, const char *layout, mamba2_dtype_t dtype,
-                                    const char *dtype_why, int is_output, int64_t *numel) {
+                                    const char *dtype_why, int is_output, int last_free,
+                                    int64_t *numel) {
     char got[128], exp[128];
     if (t->rank != rank) {
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "%s has rank %d; expected rank %d %s", name,
@@ -80,7 +81,7 @@ mamba2_status_t m2_check_tensor(const char *name, const mamba2_tensor_t *t, int 
             return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                             "%s spans more memory than can be addressed (strides too large)", name);
     }
-    if (rank > 0 && t->shape[rank - 1] > 1 && t->stride[rank - 1] != 1) {
+    if (!last_free && rank > 0 && t->shape[rank - 1] > 1 && t->stride[rank - 1] != 1) {
         m2_fmt_dims(got, sizeof got, rank, t->stride);
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                         "%s has strides %s; its last dimension must be contiguous (stride 1)", name,
@@ -121,6 +122,19 @@ mamba2_status_t m2_check_tensor(const char *name, const mamba2_tensor_t *t, int 
     }
     *numel = n;
     return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t m2_check_tensor(const char *name, const mamba2_tensor_t *t, int rank,
+                                const int64_t *want, const char *layout, mamba2_dtype_t dtype,
+                                const char *dtype_why, int is_output, int64_t *numel) {
+    return check_tensor(name, t, rank, want, layout, dtype, dtype_why, is_output, 0, numel);
+}
+
+mamba2_status_t m2_check_tensor_strided(const char *name, const mamba2_tensor_t *t, int rank,
+                                        const int64_t *want, const char *layout,
+                                        mamba2_dtype_t dtype, const char *dtype_why,
+                                        int is_output, int64_t *numel) {
+    return check_tensor(name, t, rank, want, layout, dtype, dtype_why, is_output, 1, numel);
 }
 
 /* Byte range [lo, hi) a tensor touches. */

@@ -533,41 +533,60 @@ static void step1_task(void *arg, int64_t task, int thread) {
     }
 }
 
-/* The general case (T tokens per row, any cache strides). Row b, channel block cb: the
- * forward over the T tokens with the cache slot as history, then the slot receives the last
- * W-1 of [old slot, T tokens] (the history was copied out first, so the in-place update
- * reads nothing it has overwritten). */
+/* The general case (T tokens per row, any cache length Lc >= W-1 and strides, shift or
+ * circular mode). Row b, channel block cb: the W-1 history inputs are copied out (their
+ * positions from m2_conv1d_cache_pos), the forward runs over the T tokens with them as history,
+ * and then the slot is updated in place: shift mode moves entry i+T to i in increasing i (each
+ * read is ahead of every write) and appends the last new tokens; circular mode writes token t
+ * at (seqlen + t) mod Lc, in token order. */
 static void step_task(void *arg, int64_t task, int thread) {
     const step_job *J = (const step_job *)arg;
     const m2_conv1d_problem *pr = J->pr;
     const int64_t b = task / J->ncb, cb = task % J->ncb;
     const int64_t q = m2_conv1d_slot(pr, b);
     if (q < 0) return; /* padding row: out and cache untouched */
-    const int64_t W1 = pr->W - 1, T = pr->L, c0 = cb * CB;
+    const int64_t W1 = pr->W - 1, T = pr->L, c0 = cb * CB, Lc = pr->Lc;
     const int64_t n = pr->C - c0 < CB ? pr->C - c0 : CB;
-    const int64_t ld = J->ld;
+    const int64_t ld = J->ld, s1 = pr->cache.s[1], s2 = pr->cache.s[2];
+    const int64_t sl = pr->cache_seqlens ? m2_conv1d_seqlen(pr, b) : 0;
     float wt[MAXW * CB], hist[(MAXW - 1) * CB]; /* 30 KiB of stack at most */
     pack_weights(J->k, pr, c0, n, ld, wt);
-    pack_state(pr, &pr->cache, q, c0, n, ld, hist);
+    /* Lc == 0 (only with W = 1): the cache holds nothing and may have no data */
+    float *cache = Lc > 0 ? (float *)pr->cache.p + q * pr->cache.s[0] + c0 * s1 : NULL;
+    for (int64_t i = 0; i < W1; i++) {
+        const int64_t pos = m2_conv1d_cache_pos(pr, sl, i);
+        for (int64_t c = 0; c < n; c++) hist[i * ld + c] = cache[c * s1 + pos * s2];
+    }
     /* T = 0: x and out may be empty tensors with no data (no offset from NULL) */
     const float *x = pr->x.p ? (const float *)pr->x.p + b * pr->x.s[0] + c0 : NULL;
     float *out = pr->out.p ? (float *)pr->out.p + b * pr->out.s[0] + c0 : NULL;
     const float *bias = pr->bias.p ? (const float *)pr->bias.p + c0 : NULL;
     if (T > 0) J->k->fwd(pr->W, pr->silu, T, n, x, pr->x.s[1], hist, ld, wt, ld, bias, out, pr->out.s[1]);
-    if (W1 == 0) return; /* W = 1: the cache [S,C,0] holds nothing (and may have no data) */
-    float *cache = (float *)pr->cache.p + q * pr->cache.s[0] + c0 * pr->cache.s[1];
-    for (int64_t c = 0; c < n; c++)
-        for (int64_t i = 0; i < W1; i++) {
-            const int64_t j = T + i; /* index into [old slot (W-1 rows), x (T rows)] */
-            cache[c * pr->cache.s[1] + i] = j < W1 ? hist[j * ld + c] : x[(j - W1) * pr->x.s[1] + c];
+    if (Lc == 0 || T == 0) return;
+    if (pr->cache_seqlens) {
+        const int64_t p0 = sl % Lc;
+        for (int64_t t = 0; t < T; t++) {
+            const int64_t pos = (p0 + t % Lc) % Lc;
+            const float *xt = x + t * pr->x.s[1];
+            for (int64_t c = 0; c < n; c++) cache[c * s1 + pos * s2] = xt[c];
         }
+        return;
+    }
+    for (int64_t c = 0; c < n; c++) {
+        float *cc = cache + c * s1;
+        for (int64_t i = 0; i < Lc; i++) {
+            const int64_t j = T + i; /* index into [old slot (Lc entries), x (T rows)] */
+            cc[i * s2] = j < Lc ? cc[j * s2] : x[(j - Lc) * pr->x.s[1] + c];
+        }
+    }
 }
 
 mamba2_status_t m2_cpu_conv1d_step(mamba2_context_t *ctx, const m2_conv1d_problem *pr) {
     step_job J;
     J.pr = pr;
     J.k = kernels_for(ctx);
-    if (pr->L == 1 && pr->W > 1 && pr->cache.s[1] == pr->W - 1) {
+    if (pr->L == 1 && pr->W > 1 && pr->Lc == pr->W - 1 && !pr->cache_seqlens &&
+        pr->cache.s[2] == 1 && pr->cache.s[1] == pr->W - 1) {
         /* Equal blocks of at most STEP_CB channels (long contiguous runs of each cache slot);
          * a call moving little data runs on the calling thread alone (waking the pool costs
          * more than it saves there). */

@@ -16,11 +16,13 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "core/half.h"
 #include "core/ssd_step.h"
 #include "cpu/cpu.h"
 #include "cpu/ssd_step_kernels.h"
 
 #define TOK_BLOCK 64 /* tokens whose dt is processed at once (stack scratch: 2 x 256 bytes) */
+#define HALF_SCRATCH 4096 /* half state: floats of state rows widened at a time (16 KiB stack) */
 
 static const m2_ssd_step_kernels *kernels_for(const mamba2_context_t *ctx) {
 #if defined(M2_KSETS_X86) /* AVX2 also at the AVX-512 level */
@@ -94,11 +96,84 @@ static void step_task(void *arg, int64_t task, int thread) {
     }
 }
 
+/*
+ * A BF16/F16 state_cache (task per (row, head) as above): token by token, the slot's state
+ * rows are widened a block of rows at a time into float scratch, the row kernel runs on them
+ * for that one token (the same float operations as a one-token call on an F32 state; y from
+ * the unrounded state), and the rows are stored back rounded once (and into all_states[t]).
+ * Rows of the state are independent, so the blocking changes no result; the state between
+ * tokens is the rounded one, as the API specifies.
+ */
+static void step_task_half(void *arg, int64_t task, int thread) {
+    (void)thread;
+    const step_job *job = (const step_job *)arg;
+    const m2_ssd_step_problem *pr = job->pr;
+    const m2_ssd_step_kernels *k = job->k;
+    const int64_t b = task / pr->H, h = task % pr->H, g = h / (pr->H / pr->G);
+    const int64_t q = m2_ssd_step_slot(pr, b);
+    if (q < 0) return; /* padding row */
+    const mamba2_dtype_t sdt = pr->state_dtype;
+    const int64_t P = pr->P, N = pr->N;
+
+    const double A = (double)((const float *)pr->A.p)[h];
+    const double bias = pr->dt_bias.p ? (double)((const float *)pr->dt_bias.p)[h] : 0.0;
+    const float *D = NULL;
+    int64_t Ds = 0;
+    if (pr->D.p) {
+        D = pr->D_per_channel ? (const float *)pr->D.p + h * pr->D.s[0]
+                              : (const float *)pr->D.p + h;
+        Ds = pr->D_per_channel ? 1 : 0;
+    }
+    uint16_t *S = (uint16_t *)pr->cache.p + q * pr->cache.s[0] + h * pr->cache.s[1];
+    const float *dt = (const float *)pr->dt.p + b * pr->dt.s[0] + h;
+    const float *x = (const float *)pr->x.p + b * pr->x.s[0] + h * pr->x.s[2];
+    const float *z = pr->z.p ? (const float *)pr->z.p + b * pr->z.s[0] + h * pr->z.s[2] : NULL;
+    const float *Bm = (const float *)pr->Bm.p + b * pr->Bm.s[0] + g * pr->Bm.s[2];
+    const float *Cm = (const float *)pr->Cm.p + b * pr->Cm.s[0] + g * pr->Cm.s[2];
+    float *out = (float *)pr->out.p + b * pr->out.s[0] + h * pr->out.s[2];
+    uint16_t *all = pr->all_states.p ? (uint16_t *)pr->all_states.p + b * pr->all_states.s[0] +
+                                           h * pr->all_states.s[2]
+                                     : NULL;
+    float scr[HALF_SCRATCH];
+    const int64_t R = HALF_SCRATCH / N < P ? HALF_SCRATCH / N : P; /* >= 1: N <= HALF_SCRATCH */
+    for (int64_t t = 0; t < pr->T; t++) {
+        double v = (double)dt[t * pr->dt.s[1]] + bias;
+        if (pr->dt_softplus && v <= 20.0) v = log1p(exp(v));
+        if (v < pr->dt_lo) v = pr->dt_lo;
+        if (v > pr->dt_hi) v = pr->dt_hi;
+        const float d = (float)v, a = (float)exp(v * A);
+        const float *xt = x + t * pr->x.s[1];
+        float *ot = out + t * pr->out.s[1];
+        for (int64_t p0 = 0; p0 < P; p0 += R) {
+            const int64_t r = P - p0 < R ? P - p0 : R;
+            for (int64_t i = 0; i < r; i++)
+                m2_row_to_f32(S + (p0 + i) * pr->cache.s[2], sdt, N, scr + i * N);
+            k->rows(1, r, N, &a, &d, xt + p0, pr->x.s[1], Bm + t * pr->Bm.s[1], pr->Bm.s[1],
+                    Cm + t * pr->Cm.s[1], pr->Cm.s[1], scr, N, ot + p0, pr->out.s[1], NULL, 0, 0);
+            for (int64_t i = 0; i < r; i++) {
+                m2_row_from_f32(S + (p0 + i) * pr->cache.s[2], sdt, N, scr + i * N);
+                if (all)
+                    m2_row_from_f32(all + t * pr->all_states.s[1] + (p0 + i) * pr->all_states.s[3],
+                                    sdt, N, scr + i * N);
+            }
+        }
+        k->epilogue(P, ot, xt, D, Ds, z ? z + t * pr->z.s[1] : NULL, ot);
+    }
+}
+
 mamba2_status_t m2_cpu_ssd_step(mamba2_context_t *ctx, const m2_ssd_step_problem *pr) {
     if (pr->act_dtype != MAMBA2_DTYPE_F32 || pr->par_dtype != MAMBA2_DTYPE_F32)
-        return m2_error(MAMBA2_STATUS_UNSUPPORTED, "the cpu backend runs ssd_step in f32 only");
+        return m2_error(MAMBA2_STATUS_UNSUPPORTED, "the cpu backend runs ssd_step with f32 "
+                                                   "activations only");
+    const int half = pr->state_dtype != MAMBA2_DTYPE_F32;
+    if (half && pr->N > HALF_SCRATCH)
+        return m2_error(MAMBA2_STATUS_UNSUPPORTED,
+                        "the cpu backend runs ssd_step with a %s state_cache for N <= %d only "
+                        "(N is %lld)",
+                        pr->state_dtype == MAMBA2_DTYPE_BF16 ? "bf16" : "f16", HALF_SCRATCH,
+                        (long long)pr->N);
     if (pr->T == 0) return MAMBA2_STATUS_OK;
     step_job job = {pr, kernels_for(ctx)};
-    m2_cpu_run_tasks(ctx, pr->B * pr->H, step_task, &job);
+    m2_cpu_run_tasks(ctx, pr->B * pr->H, half ? step_task_half : step_task, &job);
     return MAMBA2_STATUS_OK;
 }

@@ -176,28 +176,40 @@ mamba2_status_t m2g_conv1d_backward(mamba2_context_t *ctx, const m2_conv1d_probl
 mamba2_status_t m2g_conv1d_step(mamba2_context_t *ctx, const m2_conv1d_problem *pr) {
     m2g_dev *d = m2g_of(ctx);
     M2_TRY(m2g_ops_f32(d, "conv1d_step", pr->act_dtype, pr->par_dtype));
-    const int64_t B = pr->B, T = pr->L, C = pr->C, W = pr->W, S = pr->S;
+    const int64_t B = pr->B, T = pr->L, C = pr->C, W = pr->W, S = pr->S, Lc = pr->Lc;
     m2g_call c;
     m2g_call_begin(&c, d);
     m2g_t out, cache, x, w, bias;
-    m2g_mem idx = d->dummy;
+    m2g_mem idx = d->dummy, seql = d->dummy;
+    /* the cache may have any strides: a non-unit last stride travels as a 4th dimension of
+     * size 1 ([S,C,Lc,1], strides s0, s1, s2, 1), so the call layer's "last dimension
+     * contiguous" holds and the kernel gets all three strides either way */
+    m2_view cv = pr->cache;
+    const int crank = cv.s[2] == 1 || Lc <= 1 ? 3 : 4;
+    if (crank == 3) cv.s[2] = 1;
+    else cv.s[3] = 1;
     mamba2_status_t st = m2g_ops_inout(&c, &pr->out, 3, (int64_t[]){B, T, C}, F4, &out);
-    if (!st) st = m2g_ops_inout(&c, &pr->cache, 3, (int64_t[]){S, C, W - 1}, F4, &cache);
+    if (!st) st = m2g_ops_inout(&c, &cv, crank, (int64_t[]){S, C, Lc, 1}, F4, &cache);
     if (!st) st = m2g_call_in(&c, &pr->x, 3, (int64_t[]){B, T, C}, F4, &x);
     if (!st) st = m2g_call_in(&c, &pr->weight, 2, (int64_t[]){C, W}, F4, &w);
     if (!st) st = m2g_call_in(&c, &pr->bias, 1, (int64_t[]){C}, F4, &bias);
     if (!st)
         st = m2g_ops_index(&c, pr->state_indices, pr->idx_dtype, pr->state_indices ? B : 0, &idx);
+    if (!st)
+        st = m2g_ops_index(&c, pr->cache_seqlens, pr->seq_dtype, pr->cache_seqlens ? B : 0, &seql);
     if (!st) {
         m2g_args a = {0};
         m2g_arg_t(&a, &out, 2);
-        m2g_arg_t(&a, &cache, 2);
+        m2g_arg_t(&a, &cache, 3); /* s0, s1 and the Lc stride (1 in the rank-3 form) */
+        m2g_arg_i64(&a, Lc);
         m2g_arg_t(&a, &x, 2);
         m2g_arg_t(&a, &w, 1);
         m2g_arg_t(&a, &bias, 0);
         m2g_arg_i32(&a, bias.present);
         m2g_arg_mem(&a, idx);
         m2g_arg_i32(&a, pr->state_indices != NULL);
+        m2g_arg_mem(&a, seql);
+        m2g_arg_i32(&a, pr->cache_seqlens != NULL);
         m2g_arg_i64(&a, B);
         m2g_arg_i64(&a, T);
         m2g_arg_i64(&a, C);

@@ -14,14 +14,20 @@ static const size_t L32x4[3] = {32, 4, 1};
 mamba2_status_t m2g_ssd_step(mamba2_context_t *ctx, const m2_ssd_step_problem *pr) {
     m2g_dev *d = m2g_of(ctx);
     M2_TRY(m2g_ops_f32(d, "ssd_step", pr->act_dtype, pr->par_dtype));
+    /* state_cache / all_states: float32 or bf16 / f16 storage, read and written by the
+     * kernel itself (st_kind) */
+    const size_t SE = pr->state_dtype == MAMBA2_DTYPE_F32 ? F4 : 2;
+    const int32_t st_kind = pr->state_dtype == MAMBA2_DTYPE_BF16  ? 1
+                            : pr->state_dtype == MAMBA2_DTYPE_F16 ? 2
+                                                                  : 0;
     const int64_t B = pr->B, T = pr->T, H = pr->H, P = pr->P, N = pr->N, G = pr->G, S = pr->S;
     m2g_call c;
     m2g_call_begin(&c, d);
     m2g_t cache, out, as, x, dt, A, Bm, Cm, D, z, dtb;
     m2g_mem idx = d->dummy;
-    mamba2_status_t st = m2g_ops_inout(&c, &pr->cache, 4, (int64_t[]){S, H, P, N}, F4, &cache);
+    mamba2_status_t st = m2g_ops_inout(&c, &pr->cache, 4, (int64_t[]){S, H, P, N}, SE, &cache);
     if (!st) st = m2g_ops_inout(&c, &pr->out, 4, (int64_t[]){B, T, H, P}, F4, &out);
-    if (!st) st = m2g_ops_inout(&c, &pr->all_states, 5, (int64_t[]){B, T, H, P, N}, F4, &as);
+    if (!st) st = m2g_ops_inout(&c, &pr->all_states, 5, (int64_t[]){B, T, H, P, N}, SE, &as);
     if (!st) st = m2g_call_in(&c, &pr->x, 4, (int64_t[]){B, T, H, P}, F4, &x);
     if (!st) st = m2g_call_in(&c, &pr->dt, 3, (int64_t[]){B, T, H}, F4, &dt);
     if (!st) st = m2g_call_in(&c, &pr->A, 1, (int64_t[]){H}, F4, &A);
@@ -65,6 +71,7 @@ mamba2_status_t m2g_ssd_step(mamba2_context_t *ctx, const m2_ssd_step_problem *p
         m2g_arg_i32(&a, pr->dt_softplus);
         m2g_arg_f32(&a, (float)pr->dt_lo);
         m2g_arg_f32(&a, (float)pr->dt_hi);
+        m2g_arg_i32(&a, st_kind);
         const size_t g[3] = {(size_t)(B * H * m2g_cdiv(P, 4)), 1, 1};
         st = d->launch(d, M2G_K_m2_ssd_step_32x4, g, L32x4, a.n, a.a);
     }

@@ -175,33 +175,58 @@ mamba2_status_t m2_ref_conv1d_backward(mamba2_context_t *ctx, const m2_conv1d_pr
 
 /*
  * Step, per row b with slot q = state_indices[b] (skipped when q < 0), channel c, over the
- * T tokens of the row: the window v = [cache[q,c,0..W-2], x[b,0..T-1,c]] (W-1+T values),
+ * T tokens of the row: the window v = [h_0 .. h_{W-2}, x[b,0..T-1,c]] (W-1+T values), where
+ * the history h_j = cache[q,c,pos(j)] (core/conv1d.h m2_conv1d_cache_pos: shift mode
+ * Lc-W+1+j, circular mode (cache_seqlens[b] - W+1 + j) mod Lc),
  *   out[b,t,c] = act(bias[c] + Σ_k weight[c,k] v[t+k])
- *   cache[q,c,i] = v[T+i]  (written after every output of the row and channel is computed)
- * i.e. the forward with the slot as initial state and as final state.
+ * and then (after every output of the row and channel is computed) the update:
+ *   shift:    cache[q,c,i] = [cache[q,c,0..Lc-1], x[b,0..T-1,c]][T+i]     i = 0 .. Lc-1
+ *   circular: cache[q,c,(cache_seqlens[b] + t) mod Lc] = x[b,t,c]          t = 0 .. T-1
+ * i.e. the forward with the history as initial state.
  */
+static int64_t at_cache(const m2_view *v, int64_t q, int64_t c, int64_t i) {
+    return q * v->s[0] + c * v->s[1] + i * v->s[2];
+}
+
 mamba2_status_t m2_ref_conv1d_step(mamba2_context_t *ctx, const m2_conv1d_problem *pr) {
-    const int64_t C = pr->C, W = pr->W, T = pr->L;
+    (void)ctx;
+    const int64_t C = pr->C, W = pr->W, T = pr->L, Lc = pr->Lc;
     double *v = m2r_zeros(m2r_add(T, W - 1)); /* [W-1+T] the window */
-    if (!v) return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "conv1d reference step: out of memory");
+    double *old = m2r_zeros(Lc);              /* [Lc] the slot before the update */
+    if (!v || !old) {
+        free(v);
+        free(old);
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "conv1d reference step: out of memory");
+    }
+    const mamba2_dtype_t dt = pr->act_dtype;
     for (int64_t b = 0; b < pr->B; b++) {
         const int64_t q = m2_conv1d_slot(pr, b);
         if (q < 0) continue; /* padding row */
+        const int64_t sl = pr->cache_seqlens ? m2_conv1d_seqlen(pr, b) : 0;
         for (int64_t c = 0; c < C; c++) {
-            for (int64_t i = 0; i < W - 1; i++)
-                v[i] = m2r_load(pr->cache.p, pr->act_dtype, at_sci(&pr->cache, q, c, i));
+            for (int64_t i = 0; i < Lc; i++) old[i] = m2r_load(pr->cache.p, dt, at_cache(&pr->cache, q, c, i));
+            for (int64_t j = 0; j < W - 1; j++) v[j] = old[m2_conv1d_cache_pos(pr, sl, j)];
             for (int64_t t = 0; t < T; t++)
-                v[W - 1 + t] = m2r_load(pr->x.p, pr->act_dtype, at_btc(&pr->x, b, t, c));
+                v[W - 1 + t] = m2r_load(pr->x.p, dt, at_btc(&pr->x, b, t, c));
             for (int64_t t = 0; t < T; t++) {
                 double acc = bias_at(pr, c);
                 for (int64_t k = 0; k < W; k++) acc += w_at(pr, c, k) * v[t + k];
-                m2r_store(pr->out.p, pr->act_dtype, at_btc(&pr->out, b, t, c),
-                          pr->silu ? silu(acc) : acc);
+                m2r_store(pr->out.p, dt, at_btc(&pr->out, b, t, c), pr->silu ? silu(acc) : acc);
             }
-            for (int64_t i = 0; i < W - 1; i++)
-                m2r_store(pr->cache.p, pr->act_dtype, at_sci(&pr->cache, q, c, i), v[T + i]);
+            if (pr->cache_seqlens) {
+                for (int64_t t = 0; t < T && Lc > 0; t++)
+                    m2r_store(pr->cache.p, dt, at_cache(&pr->cache, q, c, (sl % Lc + t) % Lc),
+                              v[W - 1 + t]);
+            } else {
+                for (int64_t i = 0; i < Lc; i++) {
+                    const int64_t j = T + i; /* index into [old slot (Lc), x (T)] */
+                    m2r_store(pr->cache.p, dt, at_cache(&pr->cache, q, c, i),
+                              j < Lc ? old[j] : v[W - 1 + j - Lc]);
+                }
+            }
         }
     }
     free(v);
+    free(old);
     return MAMBA2_STATUS_OK;
 }

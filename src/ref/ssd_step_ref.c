@@ -10,8 +10,11 @@
  *   (3) y = S · Cm[b,t,g,:] + D[h,:] ⊙ x[b,t,h,:]                (D[h] broadcast if per head)
  *   (4) out[b,t,h,:] = y ⊙ silu(z[b,t,h,:])                        (y without z)
  *       all_states[b,t,h] = S                                      (when requested)
- * and finally state_cache[q,h] = S. The state stays in double across the T tokens and is
- * rounded once when stored. Single-threaded; scratch from malloc.
+ * and finally state_cache[q,h] = S. With an F32/F64 state_cache the state stays in double
+ * across the T tokens and is rounded once when stored. With a BF16/F16 state_cache the state
+ * is rounded to that dtype after every token (after y used the unrounded one), as storing it
+ * and reloading it for the next token would: T calls of one token and one call of T tokens
+ * agree exactly. Single-threaded; scratch from malloc.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -32,6 +35,14 @@ static double dt_process(const m2_ssd_step_problem *pr, double bias, double raw)
     return d;
 }
 
+/* v rounded once (to nearest even) to a BF16/F16 state dtype; v itself otherwise. */
+static double state_round(double v, mamba2_dtype_t sdt) {
+    if (sdt != MAMBA2_DTYPE_BF16 && sdt != MAMBA2_DTYPE_F16) return v;
+    uint16_t h;
+    m2r_store(&h, sdt, 0, v);
+    return m2r_load(&h, sdt, 0);
+}
+
 /* Element offsets: x, z, out [B,T,H,P] at (b,t,h,p); Bm, Cm [B,T,G,N] at (b,t,g,n);
  * state_cache [S,H,P,N] at (q,h,p,n); all_states [B,T,H,P,N] at (b,t,h,p,n). */
 static int64_t at4(const m2_view *v, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
@@ -44,7 +55,7 @@ static int64_t at5(const m2_view *v, int64_t i0, int64_t i1, int64_t i2, int64_t
 mamba2_status_t m2_ref_ssd_step(mamba2_context_t *ctx, const m2_ssd_step_problem *pr) {
     (void)ctx;
     const int64_t H = pr->H, P = pr->P, N = pr->N, hpg = pr->H / pr->G;
-    const mamba2_dtype_t at = pr->act_dtype, pt = pr->par_dtype;
+    const mamba2_dtype_t at = pr->act_dtype, pt = pr->par_dtype, sdt = pr->state_dtype;
     double *S = m2r_zeros(m2r_mul(P, N));                           /* [P,N] the state  */
     double *vec = m2r_zeros(m2r_add(m2r_mul(2, P), m2r_mul(2, N))); /* x, D [P]; B, C [N] */
     if (!S || !vec) {
@@ -69,7 +80,7 @@ mamba2_status_t m2_ref_ssd_step(mamba2_context_t *ctx, const m2_ssd_step_problem
                                            : m2r_load(pr->D.p, pt, h);
             for (int64_t p = 0; p < P; p++)
                 for (int64_t n = 0; n < N; n++)
-                    S[p * N + n] = m2r_load(pr->cache.p, pt, at4(&pr->cache, q, h, p, n));
+                    S[p * N + n] = m2r_load(pr->cache.p, sdt, at4(&pr->cache, q, h, p, n));
             for (int64_t t = 0; t < pr->T; t++) {
                 /* (1) the processed step and the decay */
                 const double d = dt_process(
@@ -96,12 +107,15 @@ mamba2_status_t m2_ref_ssd_step(mamba2_context_t *ctx, const m2_ssd_step_problem
                 if (pr->all_states.p)
                     for (int64_t p = 0; p < P; p++)
                         for (int64_t n = 0; n < N; n++)
-                            m2r_store(pr->all_states.p, pt, at5(&pr->all_states, b, t, h, p, n),
+                            m2r_store(pr->all_states.p, sdt, at5(&pr->all_states, b, t, h, p, n),
                                       S[p * N + n]);
+                /* a half state holds its stored (rounded) value between tokens */
+                if (sdt != pt)
+                    for (int64_t e = 0; e < P * N; e++) S[e] = state_round(S[e], sdt);
             }
             for (int64_t p = 0; p < P; p++)
                 for (int64_t n = 0; n < N; n++)
-                    m2r_store(pr->cache.p, pt, at4(&pr->cache, q, h, p, n), S[p * N + n]);
+                    m2r_store(pr->cache.p, sdt, at4(&pr->cache, q, h, p, n), S[p * N + n]);
         }
     }
     free(S);

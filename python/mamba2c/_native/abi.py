@@ -111,7 +111,8 @@ STRUCTS: Dict[str, Tuple[list, Optional[str], dict]] = {
                         ("activation", _INT)], "mamba2_conv1d_options_default", {}),
     "conv1d_grads": ([_SS] + [(n, _PTR) for n in ("dx", "dweight", "dbias",
                                                   "dinitial_conv_state")], None, {}),
-    "conv1d_step_options": ([_SS, ("bias", _PTR), ("state_indices", _PTR), ("activation", _INT)],
+    "conv1d_step_options": ([_SS, ("bias", _PTR), ("state_indices", _PTR), ("activation", _INT),
+                             ("cache_seqlens", _PTR)],  # appended after ABI v1
                             "mamba2_conv1d_step_options_default", {}),
 }
 
@@ -272,7 +273,8 @@ SLOTS = {
                        "cu_seqlens"),
     "conv1d_backward": ("dx", "dweight", "dbias", "dinitial_state", "dout", "dfinal_state", "x",
                         "weight", "bias", "initial_state", "cu_seqlens"),
-    "conv1d_step": ("out", "conv_cache", "x", "weight", "bias", "state_indices"),
+    "conv1d_step": ("out", "conv_cache", "x", "weight", "bias", "state_indices",
+                    "cache_seqlens"),
     # the decode step's block: these 12 descriptors, then the options struct (see steps.py)
     "ssd_step": ("state", "out", "all_states", "x", "dt", "A", "B", "C", "D", "z", "dt_bias",
                  "state_indices", "options"),

@@ -21,7 +21,7 @@ import struct
 import torch
 
 from . import abi, context, loader
-from .abi import BACKEND_REF, BACKENDS, DT_F32, DT_F64, TENSOR_R, TSZ
+from .abi import BACKEND_REF, BACKENDS, DT_BF16, DT_F16, DT_F32, DT_F64, TENSOR_R, TSZ
 from .context import _context, _tls, device_call
 from .._checks import step_ranks
 from .loader import _raise_status
@@ -45,6 +45,8 @@ if abi.SLOTS["ssd_step"] != ("state", "out", "all_states", "x", "dt", "A", "B", 
                              "dt_bias", "state_indices", "options"):
     raise ImportError("mamba2c: steps.ssd_step's block order differs from abi.SLOTS")
 _STEP_PLANS_MAX = 256
+# state storage dtypes the C step takes beside the compute dtype (float32 compute)
+_HALF_STATE = {torch.bfloat16: DT_BF16, torch.float16: DT_F16}
 
 
 def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
@@ -55,12 +57,13 @@ def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=Fa
     dt [B,(T,)H] or mamba_ssm's [B,(T,)H,P] broadcast over P;
     A [H] or [H,P,N] broadcast over P and N; dt_bias [H] or [H,P] broadcast over P;
     D [H] or [H,P] (per channel, or broadcast over P).
-    The state's dtype (float32, or float64 on the reference backend) is the compute dtype:
-    it is updated in place, so it is never converted; activations of another floating
-    dtype (bf16/f16) are converted to it. Returns out in x.dtype — or (out, all_states
+    The state's dtype (float32, or float64 on the reference backend) is the compute dtype;
+    a bf16/f16 state is computed in float32 and stored rounded once per token (as mamba_ssm
+    does). The state is updated in place, so it is never converted; activations of another
+    floating dtype are converted to the compute dtype. Returns out in x.dtype — or (out, all_states
     [B,(T,)H,P,N]) with want_all — or NotImplemented (nothing written) when the C op cannot
-    serve the call: a state that is not float32/float64 or whose last dim is strided,
-    float64 activations with a float32 state, per-(p,n) A, per-p dt or dt_bias.
+    serve the call: a state that is not float32/float64/bf16/f16 or whose last dim is
+    strided, float64 activations with a non-float64 state, per-(p,n) A, per-p dt or dt_bias.
     Padding rows (negative state index) get a zero output (and zero all_states).
 
     Fast path: the descriptors of a call depend only on the shapes, strides, dtypes and
@@ -125,6 +128,8 @@ def _ssd_step_general(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_lo, 
     step_ranks(state, x, B, C)
     lib = loader._lib if loader._lib is not None else loader.load()
     s = getattr(_tls, "scratch", None) or context._state()
+    # sdt / code: the compute dtype (activations and parameters); stc: the state's storage,
+    # which may also be bf16 / f16 with float32 compute (the C op rounds it once per token)
     sdt = state.dtype
     if sdt is _F32:
         code = DT_F32
@@ -132,8 +137,13 @@ def _ssd_step_general(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_lo, 
             return NotImplemented
     elif sdt is _F64 and state.is_cpu:
         code = DT_F64
+    elif sdt in _HALF_STATE:
+        if x.dtype is _F64:
+            return NotImplemented
+        sdt, code = _F32, DT_F32
     else:
         return NotImplemented
+    stc = _HALF_STATE.get(state.dtype, code)
     if not state.is_cpu:
         _check_device("state", state)
     ssh = state.shape
@@ -160,7 +170,7 @@ def _ssd_step_general(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_lo, 
     if kdt is NotImplemented or kA is NotImplemented or kb is NotImplemented \
             or kD is NotImplemented:
         return NotImplemented
-    _TR[4].pack_into(buf, S.state, state.data_ptr(), code, 4, *ssh, *sst)
+    _TR[4].pack_into(buf, S.state, state.data_ptr(), stc, 4, *ssh, *sst)
     kx = _act_desc(buf, S.x, "x", x, sdt, code)
     kB = _act_desc(buf, S.B, "B", B, sdt, code)
     kC = _act_desc(buf, S.C, "C", C, sdt, code)
@@ -181,8 +191,8 @@ def _ssd_step_general(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_lo, 
     alls = None
     if want_all:
         alls = (torch.zeros if state_indices is not None else torch.empty)(
-            *xs, ssh[3], dtype=sdt, device=state.device)
-        _TR[xr + 1].pack_into(buf, S.all_states, alls.data_ptr(), code, xr + 1, *alls.shape,
+            *xs, ssh[3], dtype=state.dtype, device=state.device)  # the state's storage dtype
+        _TR[xr + 1].pack_into(buf, S.all_states, alls.data_ptr(), stc, xr + 1, *alls.shape,
                               *alls.stride())
         pall = base + S.all_states
     _SO.pack_into(buf, S.options, pD, pz, pb, pi, 1 if dt_softplus else 0, dt_lo, dt_hi)
@@ -212,35 +222,45 @@ def _ssd_step_general(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_lo, 
     return (out, alls) if want_all else out
 
 
-def conv1d_step(x, conv_cache, weight, bias=None, activation: bool = False, state_indices=None):
-    """x [B,C] or [B,T,C]; conv_cache [S,C,W-1] (float32/float64 as the computation, last
-    dim contiguous: it is updated IN PLACE, so it is never copied — the caller checks).
-    Padding rows (negative index) get a zero output."""
+def conv1d_step(x, conv_cache, weight, bias=None, activation: bool = False, state_indices=None,
+                cache_seqlens=None):
+    """x [B,C] or [B,T,C]; conv_cache [S,C,K] with K >= W-1 and any strides (mamba_ssm's and
+    transformers' [B,C,d_conv], causal-conv1d's channel-last views), float32/float64 as the
+    computation: it is updated IN PLACE and described with its own strides, so it is never
+    copied (the caller checks the dtype). cache_seqlens [B] (int32/int64): circular-buffer
+    mode. Padding rows (negative index) get a zero output."""
     if x.is_cuda and _tls.__dict__.get("device") is None:
         # a CUDA call: through device_call (checked inline rather than by decorating this
         # function: a decode step is called per token, and the decorator's frame costs more
         # than this test)
-        return _conv1d_step_device(x, conv_cache, weight, bias, activation, state_indices)
+        return _conv1d_step_device(x, conv_cache, weight, bias, activation, state_indices,
+                                   cache_seqlens)
     lib = loader._lib if loader._lib is not None else loader.load()
     s = getattr(_tls, "scratch", None) or context._state()
     cdtype = conv_cache.dtype
+    if cdtype is not _F32 and cdtype is not _F64:
+        raise TypeError(f"mamba2c: conv_cache has dtype {cdtype}; the C step updates a float32 "
+                        f"(or float64) cache in place (use mamba2c.ops.conv1d_step)")
     code = DT_F64 if cdtype is _F64 else DT_F32
     buf, base = s.buf, s.base
     S = _C
     out = (torch.zeros if state_indices is not None else torch.empty)(x.shape, dtype=cdtype,
                                                                       device=x.device)
     _out_desc(buf, S.out, out, code)
-    _out_desc(buf, S.conv_cache, conv_cache, code)
+    _out_desc(buf, S.conv_cache, conv_cache, code)  # its own strides, whatever they are
     keep = [_desc(buf, S.x, "x", x, cdtype, code),
             _desc(buf, S.weight, "weight", weight, cdtype, code)]
-    pb = pi = 0
+    pb = pi = ps = 0
     if bias is not None:
         keep.append(_desc(buf, S.bias, "bias", bias, cdtype, code))
         pb = base + S.bias
     if state_indices is not None:
         keep.append(_index_desc(buf, S.state_indices, state_indices, "state_indices"))
         pi = base + S.state_indices
-    _CS.pack_into(buf, s.opt_off, pb, pi, 1 if activation else 0)
+    if cache_seqlens is not None:
+        keep.append(_index_desc(buf, S.cache_seqlens, cache_seqlens, "cache_seqlens"))
+        ps = base + S.cache_seqlens
+    _CS.pack_into(buf, s.opt_off, pb, pi, 1 if activation else 0, ps)
     st = lib.mamba2_conv1d_step(_ctx(_backend_for(cdtype)), base + S.out,
                                 base + S.conv_cache, base + S.x, base + S.weight,
                                 base + s.opt_off)
