@@ -210,7 +210,7 @@ static void contig_strides(int rank, const int64_t *shape, int64_t *stride) {
 
 /* Contiguous tensor in its own buffer. */
 static void own_buf(th_ssd_io *io, const th_ssd_data *d, int id, int is_output) {
-    int64_t shape[MAMBA2_MAX_RANK], stride[MAMBA2_MAX_RANK];
+    int64_t shape[MAMBA2_MAX_RANK] = {0}, stride[MAMBA2_MAX_RANK];
     int rank = th_ssd_shape(&io->c, d, id, shape);
     contig_strides(rank, shape, stride);
     int b = new_buf(io, th_tname[id], (size_t)th_numel(rank, shape) * esize_of(io, id), is_output);
