@@ -35,13 +35,7 @@
 
 #include "gt.h"
 #include "harness.h"
-
-#define INF INFINITY
-#define SH(b, l, h, p, n, q, g) .B = b, .L = l, .H = h, .P = p, .N = n, .Q = q, .G = g
-#define ALL_BUT_LIMIT .z = 1, .dt_bias = 1, .softplus = 1, .init = 1, .final = 1, .dfinal = 1
-#define ALL_OPTS ALL_BUT_LIMIT, .limit = 1, .lo = 0.02, .hi = 0.08
-#define STATES .init = 1, .final = 1, .dfinal = 1
-#define GBIT(id) (1u << ((id) - TH_DX))
+#include "ssd_case_macros.h"
 
 /* ---- fused forward ----------------------------------------------------------------------- */
 
