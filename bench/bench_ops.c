@@ -211,6 +211,23 @@ static mamba2_status_t conv_step_call(void *p, int64_t i) {
     return mamba2_conv1d_step(r->ctx, &r->out, &r->cache, &r->x, &r->w, &r->copts);
 }
 
+/* A step_run over ncache caches of cache_bytes each, the first allocated from pl. */
+static void step_run_init(step_run *r, pool *pl, mamba2_context_t *ctx, size_t cache_bytes, int64_t ncache) {
+    memset(r, 0, sizeof *r);
+    r->ctx = ctx;
+    r->cache_base = (char *)pool_alloc(pl, cache_bytes * (size_t)ncache);
+    r->cache_stride = cache_bytes;
+    r->ncache = ncache;
+}
+
+/* report() of a decode step; the cold runs note their number of caches. */
+static void step_report(const settings *cfg, const char *name, const int64_t *shape, int rank,
+                        mamba2_status_t st, double t, double flops, double bytes, int cold, int64_t ncache) {
+    char extra[64] = "";
+    if (cold) snprintf(extra, sizeof extra, "(%lld caches)", (long long)ncache);
+    report(cfg, name, shape, rank, "fwd", st, t, flops, bytes, 1, cold ? extra : NULL);
+}
+
 /* Copies the first cache (bytes) into the other n - 1 (cheaper than drawing them all). */
 static void replicate(char *base, size_t bytes, int64_t n) {
     for (int64_t k = 1; k < n; k++) memcpy(base + (size_t)k * bytes, base, bytes);
@@ -232,11 +249,7 @@ static void ops_ssd_step(mamba2_context_t *ctx, const settings *cfg, int64_t B, 
     const int64_t ncache = cold ? n_cold_caches(cfg, cache_bytes) : 1;
     pool pl = {0};
     step_run r;
-    memset(&r, 0, sizeof r);
-    r.ctx = ctx;
-    r.cache_base = (char *)pool_alloc(&pl, cache_bytes * (size_t)ncache);
-    r.cache_stride = cache_bytes;
-    r.ncache = ncache;
+    step_run_init(&r, &pl, ctx, cache_bytes, ncache);
     void *x = pool_alloc(&pl, (size_t)(B * H * P) * ae), *out = pool_alloc(&pl, (size_t)(B * H * P) * ae);
     void *dt = pool_alloc(&pl, (size_t)(B * H) * ae);
     void *Bm = pool_alloc(&pl, (size_t)(B * G * N) * ae), *Cm = pool_alloc(&pl, (size_t)(B * G * N) * ae);
@@ -277,9 +290,7 @@ static void ops_ssd_step(mamba2_context_t *ctx, const settings *cfg, int64_t B, 
     /* the state read + written; x, dt, B, C read, out written; A, D, dt_bias read */
     const double bytes = 2.0 * (double)cache_bytes +
                          (double)ae * (double)(2 * B * H * P + B * H + 2 * B * G * N) + 4.0 * 3.0 * H;
-    char extra[64] = "";
-    if (cold) snprintf(extra, sizeof extra, "(%lld caches)", (long long)ncache);
-    report(cfg, name, shape, 4, "fwd", st, t, 4.0 * (double)(B * H * P * N), bytes, 1, cold ? extra : NULL);
+    step_report(cfg, name, shape, 4, st, t, 4.0 * (double)(B * H * P * N), bytes, cold, ncache);
     pool_free(&pl);
 }
 
@@ -291,11 +302,7 @@ static void ops_conv1d_step(mamba2_context_t *ctx, const settings *cfg, int64_t 
     const int64_t ncache = cold ? n_cold_caches(cfg, cache_bytes) : 1;
     pool pl = {0};
     step_run r;
-    memset(&r, 0, sizeof r);
-    r.ctx = ctx;
-    r.cache_base = (char *)pool_alloc(&pl, cache_bytes * (size_t)ncache);
-    r.cache_stride = cache_bytes;
-    r.ncache = ncache;
+    step_run_init(&r, &pl, ctx, cache_bytes, ncache);
     void *x = pool_alloc(&pl, (size_t)(B * C) * ae), *out = pool_alloc(&pl, (size_t)(B * C) * ae);
     float *w = (float *)pool_alloc(&pl, (size_t)(C * W) * 4), *bias = (float *)pool_alloc(&pl, (size_t)C * 4);
     char name[48];
@@ -321,9 +328,7 @@ static void ops_conv1d_step(mamba2_context_t *ctx, const settings *cfg, int64_t 
     mamba2_status_t st = time_median(conv_step_call, &r, cfg->reps, &t);
     /* the cache read + written; x read, out written; weight, bias read */
     const double bytes = 2.0 * (double)cache_bytes + (double)ae * 2.0 * (double)(B * C) + 4.0 * (double)(C * W + C);
-    char extra[64] = "";
-    if (cold) snprintf(extra, sizeof extra, "(%lld caches)", (long long)ncache);
-    report(cfg, name, shape, 3, "fwd", st, t, 2.0 * (double)(B * C * W), bytes, 1, cold ? extra : NULL);
+    step_report(cfg, name, shape, 3, st, t, 2.0 * (double)(B * C * W), bytes, cold, ncache);
     pool_free(&pl);
 }
 
