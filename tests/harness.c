@@ -320,3 +320,10 @@ mamba2_context_t *th_ctx(mamba2_backend_t backend, int32_t threads, const char *
     }
     return ctx;
 }
+
+int th_cpu_default_isa_is(const char *isa) {
+    mamba2_context_t *ctx = th_ctx(MAMBA2_BACKEND_CPU, 1, NULL);
+    const int same = strcmp(mamba2_context_get_isa(ctx), isa) == 0;
+    mamba2_context_destroy(ctx);
+    return same;
+}

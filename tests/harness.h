@@ -217,6 +217,12 @@ void th_tensor_scatter(const mamba2_tensor_t *t, const double *src);
  * NULL (default) or "scalar". */
 mamba2_context_t *th_ctx(mamba2_backend_t backend, int32_t threads, const char *isa);
 
+/* Is `isa` the kernel set a default CPU context picks (the CPU's widest, or MAMBA2C_ISA's cap)?
+ * The programs that also force a set skip forcing the one the default already runs: with
+ * MAMBA2C_ISA=scalar (test-arm's second pass) the forced scalar run would repeat the default
+ * run bit for bit. */
+int th_cpu_default_isa_is(const char *isa);
+
 /* does msg contain `word` as a whole identifier? */
 int th_has_word(const char *msg, const char *word);
 

@@ -262,6 +262,11 @@ int main(int argc, char **argv) {
         vars[2] = vars[3];
         nvar = 3;
     }
+    /* a scalar default (MAMBA2C_ISA=scalar): the forced scalar variant would repeat it */
+    if (!strcmp(mamba2_context_get_isa(ctxs[0]), "scalar")) {
+        for (int v = 1; v + 1 < nvar; v++) vars[v] = vars[v + 1];
+        nvar--;
+    }
     /* reduced (emulated) runs: the reference backend in float32 is the same C on every target */
     if (th_reduced() && vars[nvar - 1].backend == MAMBA2_BACKEND_REF) nvar--;
     for (int v = 1; v < nvar; v++) ctxs[v] = th_ctx(vars[v].backend, 2, vars[v].isa);
