@@ -11,9 +11,6 @@ SAN_BUILD ?= build-san
 ARM_BUILD ?= build-arm
 FUZZ_BUILD ?= build-fuzz
 FUZZ_TIME ?= 180
-# test-san's debug information: -g1 (line tables) keeps file:line in the reports and compiles
-# the sanitized kernels about a quarter faster than -g (docs/architecture.md, CI time)
-SAN_G ?= -g1
 # Input classes the random fuzz run steps around (tests/fuzz/README.md). The defects they were
 # named for are fixed and their reproducers replay with no class skipped (ctest fuzz_replay);
 # ssd_plan (huge SSD dims) still hides one open finding: an empty (L = 0) backward with a huge
@@ -46,7 +43,7 @@ test-fast: all opencl-device
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 test-san: opencl-device
-	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMAMBA2C_SANITIZE=ON -DMAMBA2C_SANITIZE_G=$(SAN_G) -DMAMBA2C_BUILD_BENCH=OFF
+	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMAMBA2C_SANITIZE=ON -DMAMBA2C_BUILD_BENCH=OFF
 	cmake --build $(SAN_BUILD) -j $(JOBS)
 	cd $(SAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
 
