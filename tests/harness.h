@@ -1,7 +1,8 @@
 /*
  * harness.h — the one table-driven test harness of mamba2c.
  *
- * Every test program links harness.c and uses only the public API (mamba2c.h). The harness holds:
+ * Every test program links the harness (harness.c; the SSD cases and io: harness_ssd.c) and uses
+ * only the public API (mamba2c.h). The harness holds:
  *  - the tolerance table (the only place a tolerance is written);
  *  - a fixed-seed PRNG (xoshiro256**; never rand(), so runs are identical on every libc);
  *  - guarded buffers: a head and a tail guard around every allocation, gap bytes of strided
@@ -206,6 +207,8 @@ int th_ssd_io_outputs_equal(const th_ssd_io *a, const th_ssd_io *b, char *msg, s
 
 /* ---- generic strided access (any dtype the tests use) ----------------------------------- */
 int64_t th_tensor_span(const mamba2_tensor_t *t); /* elements from data to the last one + 1 */
+/* Calls fn(arg, element offset from t->data, logical row-major index) for every element. */
+void th_tensor_for_each(const mamba2_tensor_t *t, void (*fn)(void *, int64_t, int64_t), void *arg);
 void th_tensor_gather(const mamba2_tensor_t *t, double *dst);
 void th_tensor_scatter(const mamba2_tensor_t *t, const double *src);
 
@@ -214,9 +217,20 @@ void th_tensor_scatter(const mamba2_tensor_t *t, const double *src);
  * NULL (default) or "scalar". */
 mamba2_context_t *th_ctx(mamba2_backend_t backend, int32_t threads, const char *isa);
 
+/* Is `isa` the kernel set a default CPU context picks (the CPU's widest, or MAMBA2C_ISA's cap)?
+ * The programs that also force a set skip forcing the one the default already runs: with
+ * MAMBA2C_ISA=scalar (test-arm's second pass) the forced scalar run would repeat the default
+ * run bit for bit. */
+int th_cpu_default_isa_is(const char *isa);
+
 /* does msg contain `word` as a whole identifier? */
 int th_has_word(const char *msg, const char *word);
 
 void *th_xmalloc(size_t n);
+/* A caller-owned workspace of `need` bytes followed by a TH_GUARD-byte tail, every byte
+ * TH_PAT_GUARD (free() it). th_ws_tail_ok: is the tail intact? If not, *first gets the offset
+ * from ws of the first written tail byte. */
+unsigned char *th_ws_alloc(size_t need);
+int th_ws_tail_ok(const unsigned char *ws, size_t need, size_t *first);
 
 #endif /* MAMBA2C_TEST_HARNESS_H */

@@ -77,6 +77,7 @@ int main(int argc, char **argv) {
     mamba2_context_t *probe = th_ctx(MAMBA2_BACKEND_CPU, 1, NULL);
     const int wide = strcmp(mamba2_context_get_isa(probe), "avx512") == 0;
     mamba2_context_destroy(probe);
+    const int default_scalar = th_cpu_default_isa_is("scalar");
     /* reduced (emulated) runs: threads {1, 3} only, and not the reference backend (the same
      * C on every target) */
     static const int32_t threads_reduced[] = {1, 3};
@@ -84,6 +85,7 @@ int main(int argc, char **argv) {
     const int nthr = th_reduced() ? 2 : NTHR, nkind = th_reduced() ? 3 : 4;
     for (int k = 0; k < nkind; k++) {
         if (k == 1 && !wide) continue;
+        if (k == 2 && default_scalar) continue; /* the default kind ran it */
         mamba2_context_t *ctx[NTHR];
         for (int t = 0; t < nthr; t++) ctx[t] = th_ctx(kinds[k].be, thr[t], kinds[k].isa);
         char label[64];

@@ -14,15 +14,7 @@
 #include <string.h>
 
 #include "harness.h"
-
-#define INF INFINITY
-#define SH(b, l, h, p, n, q, g) .B = b, .L = l, .H = h, .P = p, .N = n, .Q = q, .G = g
-/* every option but D (set per case) and dt_limit */
-#define ALL_BUT_LIMIT .z = 1, .dt_bias = 1, .softplus = 1, .init = 1, .final = 1, .dfinal = 1
-/* dt_limit (0.02, 0.08) clips both ends of softplus(U(-4.6,-2.2)) ~ (0.01, 0.105) */
-#define ALL_OPTS ALL_BUT_LIMIT, .limit = 1, .lo = 0.02, .hi = 0.08
-#define STATES .init = 1, .final = 1, .dfinal = 1
-#define GBIT(id) (1u << ((id) - TH_DX))
+#include "ssd_case_macros.h"
 
 /* [B,L,H,P,N,Q,G]; for varlen L is derived from seqlen. */
 static th_ssd_case cases[] = {
@@ -269,6 +261,11 @@ int main(int argc, char **argv) {
         vars[1] = vars[2];
         vars[2] = vars[3];
         nvar = 3;
+    }
+    /* a scalar default (MAMBA2C_ISA=scalar): the forced scalar variant would repeat it */
+    if (!strcmp(mamba2_context_get_isa(ctxs[0]), "scalar")) {
+        for (int v = 1; v + 1 < nvar; v++) vars[v] = vars[v + 1];
+        nvar--;
     }
     /* reduced (emulated) runs: the reference backend in float32 is the same C on every target */
     if (th_reduced() && vars[nvar - 1].backend == MAMBA2_BACKEND_REF) nvar--;

@@ -290,6 +290,12 @@ static void run_case(const cfg *c) {
             mamba2_context_destroy(ctx);
             continue;
         }
+        /* a scalar default (MAMBA2C_ISA=scalar): the "cpu" variant already ran the scalar set */
+        if (variants[vi].isa && !strcmp(variants[vi].isa, "scalar") &&
+            !strcmp(mamba2_context_get_isa(ctx), "scalar")) {
+            mamba2_context_destroy(ctx);
+            continue;
+        }
         if (variants[vi].isa) mamba2_context_force_isa(ctx, variants[vi].isa);
         const char *lb = variants[vi].label;
         const double to = variants[vi].tol_out, tg = variants[vi].tol_grad;

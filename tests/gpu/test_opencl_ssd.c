@@ -42,13 +42,7 @@
 
 #include "gt.h"
 #include "harness.h"
-
-#define INF INFINITY
-#define SH(b, l, h, p, n, q, g) .B = b, .L = l, .H = h, .P = p, .N = n, .Q = q, .G = g
-#define ALL_BUT_LIMIT .z = 1, .dt_bias = 1, .softplus = 1, .init = 1, .final = 1, .dfinal = 1
-#define ALL_OPTS ALL_BUT_LIMIT, .limit = 1, .lo = 0.02, .hi = 0.08
-#define STATES .init = 1, .final = 1, .dfinal = 1
-#define GBIT(id) (1u << ((id) - TH_DX))
+#include "ssd_case_macros.h"
 
 /* The CUDA tensor-core forward's tf32 mode (not a SPEC §8 dtype: tf32 keeps 10 mantissa
  * bits, unit roundoff 2^-11 = 4.9e-4; the host emulation tests/gpu/test_tc_tiles.c measures
