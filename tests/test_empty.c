@@ -1,7 +1,9 @@
 /*
  * test_empty.c — empty tensors with NULL data, which validation accepts (a tensor with no
  * elements needs no memory): every op on the reference and each CPU kernel set succeeds and
- * does no pointer arithmetic on the NULLs (the sanitizer build catches NULL + offset).
+ * does no pointer arithmetic on the NULLs (the sanitizer build catches NULL + offset). The
+ * fused SSD without tokens also needs no workspace sized by its state and passes the states
+ * through bitwise.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,6 +146,106 @@ static void ssd_cases(mamba2_context_t *ctx) {
     CHECK("ssd_step S=0 all padding", mamba2_ssd_step(ctx, &tc0, &tsy, NULL, &tsx, &tsdt, &tA, &tsb, &tsb, &so));
 }
 
+/* The fused SSD with no tokens needs no workspace sized by the state (an L = 0 backward
+ * with P = 11, N = 2^31 asked ~730 GB, the fuzz finding
+ * regressions/ssd_backward-ssd_plan-L0-N2e31-workspace), and its states pass through
+ * exactly: final = initial_state, dinitial_state = dfinal_state (zeros without them), dA,
+ * dD, ddt_bias = 0; every backend gives the same bits. */
+#define EMPTY_WS_MAX 4096 /* the core's alignment padding, nothing sized by H, P or N */
+static void ssd_empty_big_state(mamba2_context_t *ctx) {
+    const int64_t P = 11, N = (int64_t)1 << 31;
+    float A[1] = {-1};
+    mamba2_tensor_t x = tn(NULL, 4, 1, 0, 1, P), dt = tn(NULL, 3, 1, 0, 1, 0), tA = tn(A, 1, 1, 0, 0, 0),
+                    Bm = tn(NULL, 4, 1, 0, 1, N), Cm = tn(NULL, 4, 1, 0, 1, N), out = tn(NULL, 4, 1, 0, 1, P);
+    size_t ws = 12345;
+    CHECK("ssd_forward query L=0 N=2^31",
+          mamba2_ssd_forward_workspace_size(ctx, &out, NULL, NULL, &x, &dt, &tA, &Bm, &Cm, NULL, &ws));
+    th_expect(ws <= EMPTY_WS_MAX, "ssd_forward L=0 N=2^31 asks %zu bytes of workspace", ws);
+    CHECK("ssd_forward L=0 N=2^31", mamba2_ssd_forward(ctx, &out, NULL, NULL, &x, &dt, &tA, &Bm, &Cm, NULL, NULL, 0));
+    mamba2_tensor_t dx = out;
+    mamba2_ssd_grads_t g;
+    memset(&g, 0, sizeof g);
+    g.dx = &dx;
+    ws = 12345;
+    CHECK("ssd_backward query L=0 N=2^31",
+          mamba2_ssd_backward_workspace_size(ctx, &g, &out, NULL, &x, &dt, &tA, &Bm, &Cm, NULL, NULL, &ws));
+    th_expect(ws <= EMPTY_WS_MAX, "ssd_backward L=0 N=2^31 asks %zu bytes of workspace", ws);
+    CHECK("ssd_backward L=0 N=2^31",
+          mamba2_ssd_backward(ctx, &g, &out, NULL, &x, &dt, &tA, &Bm, &Cm, NULL, NULL, NULL, 0));
+}
+
+/* values of the pass-through check: 3 sequences (varlen, all empty) or B = 3, H = 3, P = 5, N = 7 */
+enum { ES = 3, EH = 3, EP = 5, EN = 7, ESZ = ES * EH * EP * EN };
+/* states: 0 none, 1 initial_state and dfinal_state, 2 initial_state only (dinit: zeros) */
+static void ssd_empty_passthrough(mamba2_context_t *ctx, int varlen, int states, int per_ch) {
+    const int with_states = states != 0, with_df = states == 1;
+    static float init[ESZ], dfin[ESZ], fin[ESZ], dinit[ESZ];
+    float A[EH] = {-1, -0.5f, -2}, D[EH * EP], dtb[EH], dA[EH], dD[EH * EP], ddtb[EH];
+    th_rng r;
+    th_rng_seed(&r, 77);
+    for (int i = 0; i < ESZ; i++) {
+        init[i] = (float)th_rng_normal(&r);
+        dfin[i] = (float)th_rng_normal(&r);
+        fin[i] = dinit[i] = 12345.0f;
+    }
+    for (int i = 0; i < EH * EP; i++) D[i] = dD[i] = 9.0f;
+    for (int i = 0; i < EH; i++) dtb[i] = dA[i] = ddtb[i] = 9.0f;
+    const int64_t B = varlen ? 1 : ES;
+    mamba2_tensor_t x = tn(NULL, 4, B, 0, EH, EP), dt = tn(NULL, 3, B, 0, EH, 0), tA = tn(A, 1, EH, 0, 0, 0),
+                    Bm = tn(NULL, 4, B, 0, 1, EN), Cm = tn(NULL, 4, B, 0, 1, EN), out = tn(NULL, 4, B, 0, EH, EP),
+                    z = out, ti = tn(init, 4, ES, EH, EP, EN), tdf = tn(dfin, 4, ES, EH, EP, EN),
+                    tf = tn(fin, 4, ES, EH, EP, EN), tdi = tn(dinit, 4, ES, EH, EP, EN),
+                    tD = per_ch ? tn(D, 2, EH, EP, 0, 0) : tn(D, 1, EH, 0, 0, 0),
+                    tdD = per_ch ? tn(dD, 2, EH, EP, 0, 0) : tn(dD, 1, EH, 0, 0, 0),
+                    tb = tn(dtb, 1, EH, 0, 0, 0), tdA = tn(dA, 1, EH, 0, 0, 0), tdb = tn(ddtb, 1, EH, 0, 0, 0);
+    int32_t cu[ES + 1] = {0, 0, 0, 0};
+    const int64_t ncu = ES + 1;
+    mamba2_tensor_t tcu = mamba2_tensor_make(cu, MAMBA2_DTYPE_I32, 1, &ncu);
+    mamba2_ssd_options_t o = mamba2_ssd_options_default();
+    o.D = &tD;
+    o.z = &z;
+    o.dt_bias = &tb;
+    o.dt_softplus = 1;
+    o.initial_state = with_states ? &ti : NULL;
+    o.cu_seqlens = varlen ? &tcu : NULL;
+    size_t ws = 12345;
+    CHECK("ssd_forward query L=0",
+          mamba2_ssd_forward_workspace_size(ctx, &out, NULL, &tf, &x, &dt, &tA, &Bm, &Cm, &o, &ws));
+    th_expect(ws <= EMPTY_WS_MAX, "ssd_forward L=0 asks %zu bytes", ws);
+    CHECK("ssd_forward L=0", mamba2_ssd_forward(ctx, &out, NULL, &tf, &x, &dt, &tA, &Bm, &Cm, &o, NULL, 0));
+    mamba2_ssd_grads_t g;
+    memset(&g, 0, sizeof g);
+    mamba2_tensor_t dx = out, ddt = dt, dBm = Bm, dCm = Cm, dz = out;
+    g.dx = &dx;
+    g.ddt = &ddt;
+    g.dA = &tdA;
+    g.dBm = &dBm;
+    g.dCm = &dCm;
+    g.dD = &tdD;
+    g.dz = &dz;
+    g.ddt_bias = &tdb;
+    g.dinitial_state = with_states ? &tdi : NULL;
+    ws = 12345;
+    CHECK("ssd_backward query L=0", mamba2_ssd_backward_workspace_size(ctx, &g, &out, with_df ? &tdf : NULL,
+                                                                  &x, &dt, &tA, &Bm, &Cm, NULL, &o, &ws));
+    th_expect(ws <= EMPTY_WS_MAX, "ssd_backward L=0 asks %zu bytes", ws);
+    CHECK("ssd_backward L=0", mamba2_ssd_backward(ctx, &g, &out, with_df ? &tdf : NULL, &x, &dt, &tA, &Bm,
+                                                   &Cm, NULL, &o, NULL, 0));
+    int bad = 0;
+    for (int i = 0; i < ESZ; i++) {
+        const float wf = with_states ? init[i] : 0.0f;
+        if (memcmp(&fin[i], &wf, 4) != 0) bad++;
+        const float wd = with_df ? dfin[i] : 0.0f;
+        if (with_states && memcmp(&dinit[i], &wd, 4) != 0) bad++;
+    }
+    th_expect(bad == 0, "L=0: %d state elements are not passed through bitwise", bad);
+    for (int i = 0; i < EH; i++)
+        th_expect(dA[i] == 0 && ddtb[i] == 0, "L=0: dA[%d] = %g, ddt_bias[%d] = %g", i, dA[i], i, ddtb[i]);
+    for (int i = 0; i < (per_ch ? EH * EP : EH); i++) th_expect(dD[i] == 0, "L=0: dD[%d] = %g", i, dD[i]);
+    if (per_ch) return;
+    for (int i = EH; i < EH * EP; i++) th_expect(dD[i] == 9.0f, "L=0: dD[%d] written past [H]", i);
+}
+
 static void rms_cases(mamba2_context_t *ctx) {
     float w[4] = {1, 1, 1, 1}, dw[4], db[4];
     mamba2_tensor_t x = tn(NULL, 2, 0, 4, 0, 0), out = tn(NULL, 2, 0, 4, 0, 0), r = tn(NULL, 2, 0, 2, 0, 0),
@@ -179,6 +281,16 @@ int main(int argc, char **argv) {
         th_begin("empty_ssd/%s", nm);
         ssd_cases(ctx);
         th_end();
+        th_begin("empty_ssd_big_state/%s", nm);
+        ssd_empty_big_state(ctx);
+        th_end();
+        for (int m = 0; m < 12; m++) {
+            static const char *const sn[3] = {"", " init+dfinal", " init only"};
+            th_begin("empty_ssd_passthrough/%s %s%s%s", nm, m & 1 ? "varlen" : "batch", sn[m / 4],
+                     m & 2 ? " D[H,P]" : "");
+            ssd_empty_passthrough(ctx, m & 1, m / 4, (m & 2) != 0);
+            th_end();
+        }
         th_begin("empty_rmsnorm/%s", nm);
         rms_cases(ctx);
         th_end();

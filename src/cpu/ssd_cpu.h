@@ -178,6 +178,13 @@ void m2_ssdc_state_in_t(const m2_view *st, int64_t s, int64_t h, int64_t P, int6
                         int64_t Pp, int64_t Np, int64_t tb, float *S);
 void m2_ssdc_state_out_t(const m2_view *st, int64_t s, int64_t h, int64_t P, int64_t N,
                          int64_t Np, int64_t tb, const float *S, float e);
+/* A problem without tokens (L = 0: every sequence empty) needs no scan and no workspace
+ * (the scan's state buffers grow with P N, which such a call must not pay for): each row
+ * (s,h) of the [S,H,P,N] state output dst becomes the same row of src (zeros when src->p is
+ * NULL), as the scan over zero tokens leaves it (final = initial_state, dinitial_state =
+ * dfinal_state). Rows run as tasks over (s,h) on the context's pool. */
+void m2_ssdc_empty_states(mamba2_context_t *ctx, const m2_ssd_problem *pr, const m2_view *dst,
+                          const m2_view *src);
 /* Rows (b, u + t, g), t < Tb, of a [B,L,G,N] activation as rows [T][Np] (zeros past N). */
 void m2_ssdc_rows_act(const m2_ssd_problem *pr, const m2_cpu_kernels *K, float *dst,
                       const m2_view *v, int64_t b, int64_t u, int64_t g, int64_t Tb, int64_t N,

@@ -168,6 +168,10 @@ mamba2_status_t m2_cpu_ssd_backward_workspace(const mamba2_context_t *ctx,
                                                   const m2_ssd_problem *pr, size_t *bytes) {
     mamba2_status_t st = m2_ssdc_check_dtype(pr);
     if (st != MAMBA2_STATUS_OK) return st;
+    if (pr->L == 0) { /* no tokens: no scan and no workspace (m2_cpu_ssd_backward) */
+        *bytes = 0;
+        return MAMBA2_STATUS_OK;
+    }
     bwd_plan pl;
     st = bwd_plan_make(ctx, pr, &pl);
     if (st != MAMBA2_STATUS_OK) return st;
@@ -178,6 +182,17 @@ mamba2_status_t m2_cpu_ssd_backward_workspace(const mamba2_context_t *ctx,
 mamba2_status_t m2_cpu_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws) {
     mamba2_status_t st = m2_ssdc_check_dtype(pr);
     if (st != MAMBA2_STATUS_OK) return st;
+    if (pr->L == 0) { /* no tokens: dinitial_state = dfinal_state, zero per-head sums */
+        m2_ssdc_empty_states(ctx, pr, &pr->dinit, &pr->dfinal);
+        const int64_t nD = pr->D_per_channel ? pr->P : 1;
+        for (int64_t h = 0; h < pr->H; h++) {
+            if (pr->dA.p) ((float *)pr->dA.p)[h * pr->dA.s[0]] = 0.0f;
+            if (pr->ddt_bias.p) ((float *)pr->ddt_bias.p)[h * pr->ddt_bias.s[0]] = 0.0f;
+            for (int64_t j = 0; pr->dD.p && j < nD; j++)
+                ((float *)pr->dD.p)[h * pr->dD.s[0] + (nD > 1 ? j * pr->dD.s[1] : 0)] = 0.0f;
+        }
+        return MAMBA2_STATUS_OK;
+    }
     bwd_job J;
     J.pr = pr;
     J.k = m2_ssdc_bwd_kernels(ctx, pr);

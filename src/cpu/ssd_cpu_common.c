@@ -1,7 +1,8 @@
 /*
  * ssd_cpu_common.c — what the CPU SSD forward and backward share (ssd_cpu.h has the overview):
- * the kernel-set choice, the dtype check, D rows, the backward's transposed state layout,
- * activation rows, prefetch rows, and the checked workspace layout arithmetic.
+ * the kernel-set choice, the dtype check, the problems without tokens, D rows, the backward's
+ * transposed state layout, activation rows, prefetch rows, and the checked workspace layout
+ * arithmetic.
  */
 #include "cpu/ssd_cpu.h"
 
@@ -68,6 +69,30 @@ void m2_ssdc_state_out_t(const m2_view *st, int64_t s, int64_t h, int64_t P, int
             for (int64_t n = n0; n < N && n < n0 + tb; n++) r[n] = e * q[n - n0];
         }
     }
+}
+
+typedef struct empty_job {
+    const m2_ssd_problem *pr;
+    const m2_view *dst, *src;
+} empty_job;
+
+static void empty_task(void *arg, int64_t task, int thread) {
+    (void)thread;
+    const empty_job *J = (const empty_job *)arg;
+    const m2_ssd_problem *pr = J->pr;
+    const int64_t s = task / pr->H, h = task % pr->H;
+    for (int64_t p = 0; p < pr->P; p++) {
+        float *r = row3(J->dst, s, h, p);
+        if (J->src->p) memcpy(r, row3(J->src, s, h, p), (size_t)pr->N * sizeof(float));
+        else memset(r, 0, (size_t)pr->N * sizeof(float));
+    }
+}
+
+void m2_ssdc_empty_states(mamba2_context_t *ctx, const m2_ssd_problem *pr, const m2_view *dst,
+                          const m2_view *src) {
+    if (!dst->p) return;
+    empty_job J = {pr, dst, src};
+    m2_cpu_run_tasks(ctx, pr->nseq * pr->H, empty_task, &J); /* nseq H <= 2^40 2^20: no wrap */
 }
 
 void m2_ssdc_rows_act(const m2_ssd_problem *pr, const m2_cpu_kernels *K, float *dst,

@@ -414,6 +414,10 @@ mamba2_status_t m2_cpu_ssd_forward_workspace(const mamba2_context_t *ctx,
                                                  const m2_ssd_problem *pr, size_t *bytes) {
     mamba2_status_t st = m2_ssdc_check_dtype(pr);
     if (st != MAMBA2_STATUS_OK) return st;
+    if (pr->L == 0) { /* no tokens: final = initial_state, no scan (m2_ssdc_empty_states) */
+        *bytes = 0;
+        return MAMBA2_STATUS_OK;
+    }
     fwd_plan pl;
     st = m2_ssdc_fwd_plan(ctx, pr, &pl);
     if (st != MAMBA2_STATUS_OK) return st;
@@ -424,6 +428,10 @@ mamba2_status_t m2_cpu_ssd_forward_workspace(const mamba2_context_t *ctx,
 mamba2_status_t m2_cpu_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws) {
     mamba2_status_t st = m2_ssdc_check_dtype(pr);
     if (st != MAMBA2_STATUS_OK) return st;
+    if (pr->L == 0) {
+        m2_ssdc_empty_states(ctx, pr, &pr->final, &pr->init);
+        return MAMBA2_STATUS_OK;
+    }
     fwd_job J;
     J.pr = pr;
     J.k = m2_ssdc_fwd_kernels(ctx, pr);

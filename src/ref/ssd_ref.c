@@ -152,6 +152,22 @@ static void store_state(const m2_ssd_problem *pr, const m2_view *v, int64_t s, i
             m2r_store(v->p, pr->par_dtype, at4(v, s, h, p, n), S[p * pr->N + n]);
 }
 
+/* A problem without tokens (L = 0, every sequence empty) runs no recurrence, so it needs
+ * no [P,N] scratch (a state too large to allocate is still a valid empty call): the state
+ * leaves as it came, element by element, dst[s,h] = src[s,h] (0 without src), as
+ * load_state + store_state would copy it: final = init, dinit = dfinal. */
+static void empty_states(const m2_ssd_problem *pr, const m2_view *dst, const m2_view *src) {
+    if (!dst->p)
+        return;
+    for (int64_t s = 0; s < pr->nseq; s++)
+        for (int64_t h = 0; h < pr->H; h++)
+            for (int64_t p = 0; p < pr->P; p++)
+                for (int64_t n = 0; n < pr->N; n++)
+                    m2r_store(dst->p, pr->par_dtype, at4(dst, s, h, p, n),
+                              src->p ? m2r_load(src->p, pr->par_dtype, at4(src, s, h, p, n))
+                                     : 0.0);
+}
+
 /* SPEC §1 step 2: S_t = exp(d_t A) S_{t-1} + d_t x_t ⊗ Bm_t. prev, cur: [P,N]; they may be
  * the same array (the update is elementwise). */
 static void state_update(const m2_ssd_problem *pr, const token *tk, const double *prev,
@@ -187,6 +203,10 @@ mamba2_status_t m2_ref_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *
     (void)ws;
     const int64_t H = pr->H, P = pr->P, N = pr->N, hpg = pr->H / pr->G;
     const mamba2_dtype_t at = pr->act_dtype;
+    if (pr->L == 0) { /* step 5 alone: final = init (or 0) */
+        empty_states(pr, &pr->final, &pr->init);
+        return MAMBA2_STATUS_OK;
+    }
 
     double *S = m2r_zeros(m2r_mul(P, N)); /* [P,N] running state S_t of one (sequence, head) */
     double *vec = m2r_zeros(m2r_add(m2r_mul(4, P), m2r_mul(2, N))); /* [P] x4, [N] x2: below */
@@ -426,6 +446,18 @@ mamba2_status_t m2_ref_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem 
     const int64_t H = pr->H, P = pr->P, N = pr->N, G = pr->G, hpg = pr->H / pr->G;
     const int64_t PN = m2r_mul(P, N);
     const mamba2_dtype_t at = pr->act_dtype, pt = pr->par_dtype;
+    if (pr->L == 0) { /* dinit = dfinal (or 0); the sums over no tokens are 0 */
+        empty_states(pr, &pr->dinit, &pr->dfinal);
+        for (int64_t h = 0; h < H; h++) {
+            if (pr->dA.p)
+                m2r_store(pr->dA.p, pt, h, 0.0);
+            if (pr->ddt_bias.p)
+                m2r_store(pr->ddt_bias.p, pt, h, 0.0);
+            for (int64_t p = 0; pr->dD.p && p < (pr->D_per_channel ? P : 1); p++)
+                m2r_store(pr->dD.p, pt, pr->D_per_channel ? at_D(pr, &pr->dD, h, p) : h, 0.0);
+        }
+        return MAMBA2_STATUS_OK;
+    }
 
     int64_t maxlen = 0; /* longest sequence */
     for (int64_t s = 0; s < pr->nseq; s++) {

@@ -99,9 +99,6 @@ uint64_t m2f_rand(m2f_case *c);
 extern const int64_t m2f_big_values[16];
 extern const int64_t m2f_big_strides[16];
 
-/* known-bug classes the run can skip (M2FUZZ_SKIP=a,b,... in the environment) */
-int m2f_skip(const char *cls);
-
 /* slot helpers for the op builders */
 int m2f_add(m2f_case *c, const char *name, int role, mamba2_dtype_t dt, int rank,
             const int64_t *shape);

@@ -112,17 +112,7 @@ static void ssd_dims(m2f_case *c) {
     if (m[1] > 64 && m[6] < 16) m[6] = 16;
 }
 
-/* known planner defects (split helper): no huge B, H, G, P or N in the fused SSD ops */
-static void ssd_skip_huge(m2f_case *c) {
-    if (!m2f_skip("ssd_plan")) return;
-    static const int64_t lim[6] = {4, 400, 8, 8, 128, 256};
-    for (int k = 0; k < 6; k++)
-        if (c->dim[k] > lim[k] || c->dim[k] < 0) c->dim[k] = lim[k];
-    if (c->dim[3] <= 0 || c->dim[2] <= 0 || c->dim[2] % c->dim[3]) c->dim[3] = 1;
-}
-
 static void ssd_build_common(m2f_case *c, int backward) {
-    ssd_skip_huge(c);
     const int64_t B = c->dim[0], L = c->dim[1], H = c->dim[2], G = c->dim[3], P = c->dim[4],
                   N = c->dim[5], nseq = c->dim[7];
     const int varlen = (c->f[0] & 0x20) != 0;
@@ -257,14 +247,6 @@ static void ssd_bwd_build(m2f_case *c) {
               (c->f[3] & 1) && c->s[INIT].present);
 }
 
-/* known defect (CPU backward, src/cpu/ssd_cpu.c): with opts.out_x, z and dz but none of dCm,
- * ddt, dA, dD requested, dz is never written. M2FUZZ_SKIP=outx_dz exempts dz there. */
-static void ssd_bwd_untouched(m2f_case *c, uint8_t **mask) {
-    if (!m2f_skip("outx_dz") || c->backend != 0 || !T(OUTX) || !T(GDZ)) return;
-    if (T(GDCM) || T(GDDT) || T(GDA) || T(GDD)) return;
-    m2f_exempt(c, mask, GDZ);
-}
-
 static mamba2_status_t ssd_bwd_call(m2f_case *c, mamba2_context_t *ctx, size_t *q, void *ws,
                                     size_t wsz) {
     mamba2_ssd_options_t o = ssd_opts(c);
@@ -313,7 +295,6 @@ static void step_dims(m2f_case *c) {
 }
 
 static void step_build(m2f_case *c) {
-    if (m2f_skip("slots_malloc") && (c->dim[6] > 64 || c->dim[6] < 0)) c->dim[6] = 64;
     const int64_t B = c->dim[0], Tn = c->dim[1], H = c->dim[2], G = c->dim[3], P = c->dim[4],
                   N = c->dim[5], S = m2f_sadd(B, c->dim[6]);
     const int multi = (c->f[0] & 0x20) != 0;
@@ -504,7 +485,7 @@ const m2f_op m2f_op_ssd_fwd = {"ssd_forward", ssd_dims, ssd_fwd_build, ssd_fwd_c
 const m2f_op m2f_op_ssd_fwd_states = {"ssd_forward_states", ssd_dims, ssd_fwd_states_build,
                                       ssd_fwd_states_call, NULL, 2};
 const m2f_op m2f_op_ssd_bwd = {"ssd_backward", ssd_dims, ssd_bwd_build, ssd_bwd_call,
-                               ssd_bwd_untouched, 1};
+                               NULL, 1};
 const m2f_op m2f_op_ssd_step = {"ssd_step", step_dims, step_build, step_call, step_untouched_hook, 0};
 const m2f_op m2f_op_cumsum = {"ssd_chunk_cumsum", staged_dims, cumsum_build, cumsum_call, NULL, 0};
 const m2f_op m2f_op_bmm = {"ssd_bmm_chunk", staged_dims, bmm_build, bmm_call, NULL, 0};

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run_fuzz.sh — the bounded libFuzzer run of `make test-fuzz`:
-#   tests/fuzz/run_fuzz.sh [BUILD_DIR]   (env: FUZZ_TIME seconds, default 180; M2FUZZ_SKIP)
+#   tests/fuzz/run_fuzz.sh [BUILD_DIR]   (env: FUZZ_TIME seconds, default 180)
 # Installs clang + libFuzzer from Debian when missing, builds the m2fuzz target with
 # -DMAMBA2C_FUZZ=ON, copies the checked-in corpus and regressions into a scratch directory
 # (the checked-in files are never modified) and fuzzes for FUZZ_TIME seconds. Any crash,
@@ -40,7 +40,7 @@ scratch="$(mktemp -d "${TMPDIR:-/tmp}/m2fuzz.XXXXXX")"
 mkdir -p "$scratch/corpus" "$scratch/artifacts"
 cp "$here"/corpus/* "$scratch/corpus/"
 cp "$here"/regressions/* "$scratch/corpus/" 2>/dev/null || true
-echo "run_fuzz: fuzzing for ${time_s}s in $scratch (M2FUZZ_SKIP=${M2FUZZ_SKIP:-})"
+echo "run_fuzz: fuzzing for ${time_s}s in $scratch"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
 if "$build/tests/fuzz/m2fuzz" -max_total_time="$time_s" -timeout=10 -rss_limit_mb=2048 -max_len=256 \
