@@ -2,7 +2,11 @@
 GenerationMixin.generate signature), with a decode loop that calls the C step ops directly.
 
 Prefill is the model's forward with an InferenceParams (one call over the prompt, which fills
-every layer's conv and SSM cache). Each decode token then runs `_Decoder.step`: per layer the
+every layer's conv and SSM cache). Each decode token then runs `_Decoder.step`. In the common
+case (Mamba-2 mixers with the gated norm, RMSNorm blocks, no MLP, residual in float32: every
+transformers Mamba2 checkpoint) that is a replayed plan (decode_plan.py: every C call's
+descriptors packed once, every intermediate in a buffer reused across tokens, no per-op
+dispatch). Otherwise the generic per-op path: per layer the
 residual add + norm, in_proj (torch Linear), mamba2_conv1d_step and mamba2_ssd_step straight
 through the binding (`mamba2c._native`: no dispatch, autograd or custom-op layers), the gated
 RMSNorm (C), out_proj; then the final norm and lm_head. Everything that does not change
@@ -82,6 +86,7 @@ class _Decoder:
         self.lm_w = model.lm_head.weight
         f32 = torch.float32
         self.layers = []
+        self.plan = None      # decode_plan.DecodePlan, built at the first step (False: none)
         for i, blk in enumerate(bb.layers):
             m = blk.mixer
             p = _Layer()
@@ -139,8 +144,15 @@ class _Decoder:
     def step(self, tokens: Tensor) -> Tensor:
         """tokens [B] -> logits [B, vocab] for the next position; caches advance by one."""
         h = F.embedding(tokens, self.emb)
+        if self.plan is None:
+            from .decode_plan import plan_for
+            self.plan = plan_for(self, tokens.shape[0]) or False
+        fused, r32 = self.fused, self.r32
+        if self.plan:
+            h, residual = self.plan.step(h, fused)
+            return self._final(h, residual)
         residual = None
-        add_norm, fused, r32 = self.add_norm, self.fused, self.r32
+        add_norm = self.add_norm
         for p in self.layers:
             blk = p.blk
             h, residual = add_norm(blk.norm, h, residual, fused, r32)
@@ -148,6 +160,10 @@ class _Decoder:
             if blk.mlp is not None:
                 h, residual = add_norm(blk.norm2, h, residual, fused, r32)
                 h = blk.mlp(h)
+        return self._final(h, residual)
+
+    def _final(self, h: Tensor, residual: Optional[Tensor]) -> Tensor:
+        fused, r32 = self.fused, self.r32
         nf = self.norm_f
         if fused:
             from ..layer_norm import RMSNorm, layer_norm_fn
