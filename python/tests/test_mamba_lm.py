@@ -104,6 +104,20 @@ def test_generate_sampling_and_stopping():
     first = int(greedy[0, 4])
     assert m.generate(ids[:1], 12, eos_token_id=first).shape == (1, 5)
 
+    class Rec:
+        def __init__(self):
+            self.got, self.ended = [], 0
+
+        def put(self, v):
+            self.got.append(v.clone())
+
+        def end(self):
+            self.ended += 1
+    s = Rec()
+    out = m.generate(ids, 9, streamer=s)
+    assert s.ended == 1 and len(s.got) == 1 + 5 and torch.equal(s.got[0], ids)
+    assert torch.equal(torch.stack(s.got[1:], 1), out[:, 4:])
+
 
 @pytest.mark.parametrize("safe", [True, False])
 def test_save_pretrained_round_trip(tmp_path, safe):

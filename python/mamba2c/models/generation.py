@@ -185,7 +185,7 @@ class GenerationMixin:
                  return_dict_in_generate: bool = False, output_scores: bool = False,
                  eos_token_id: Optional[int] = None, vocab_size: Optional[int] = None,
                  repetition_penalty: float = 1.0, generator: Optional[torch.Generator] = None,
-                 cg: bool = False, **kwargs):
+                 cg: bool = False, streamer=None, **kwargs):
         """mamba_ssm's generate: input_ids [B,L] -> sequences [B, L + n] with
         n = max(1, max_length - L) new tokens (fewer when every row samples eos_token_id at
         the same step). top_k=1 is greedy; see `sample` for top_k / top_p / min_p /
@@ -193,9 +193,12 @@ class GenerationMixin:
         > 1 divides the positive and multiplies the negative logits of tokens already in
         the row. cg (CUDA graphs) is accepted and ignored. return_dict_in_generate gives a
         GenerateOutput(sequences, scores) (scores: one [B,V] tensor per new token, with
-        output_scores)."""
+        output_scores). streamer (mamba_ssm's / transformers' TextStreamer interface): put(
+        input_ids) first, put(tokens [B]) after each new token, end() at the finish."""
         from ..nn.mamba2 import InferenceParams
         Bsz, L = input_ids.shape
+        if streamer is not None:
+            streamer.put(input_ids)
         caches = self.allocate_inference_cache(Bsz, max_length, dtype=torch.float32)
         ip = InferenceParams(max_seqlen=max_length, max_batch_size=Bsz,
                              key_value_memory_dict=caches)
@@ -216,12 +219,16 @@ class GenerationMixin:
                 scores.append(logits)
             tok = sample(logits, top_k, top_p, min_p, temperature, generator)
             seqs.append(tok[:, None])
+            if streamer is not None:
+                streamer.put(tok)
             if ip.seqlen_offset >= max_length - 1:
                 break
             if eos_token_id is not None and bool((tok == eos_token_id).all()):
                 break
             logits = dec.step(tok)
             ip.seqlen_offset += 1
+        if streamer is not None:
+            streamer.end()
         sequences = torch.cat(seqs, 1)
         if return_dict_in_generate:
             return GenerateOutput(sequences, tuple(scores) if output_scores else None)
