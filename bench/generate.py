@@ -283,7 +283,8 @@ def main():
                           f"{tot * 1e3:.2f} ms = GEMVs {lin * 1e3:.2f} ms "
                           f"({wbytes / lin / 1e9:.1f} GB/s of weights) + C step ops "
                           f"{cops * 1e3:.2f} ms (SSM state {smb:.0f} MB read+written: "
-                          f"{2 * smb / 1e3 / cops:.1f} GB/s) + rest {(tot - lin - cops) * 1e3:.2f} ms",
+                          f"{2 * smb / 1e3 / cops:.1f} GB/s) + rest "
+                          f"{(tot - lin - cops) * 1e3:.2f} ms",
                           flush=True)
             del hf, ours
     print_table(f"all ({a.threads} threads; {load()}; {time.perf_counter() - t_start:.0f} s)",
