@@ -18,7 +18,10 @@ tokens) once. A streamer timestamps every new token: prefill tokens/s = prompt l
 time to the first new token; decode tokens/s = 1 / the median interval between consecutive
 new tokens (over all rounds: robust to a shared machine's spikes; on an idle machine it
 equals (n-1) / decode time). Medians over rounds. The greedy tokens of every path are
-compared with transformers' (printed: equal, or the first differing position).
+compared with transformers' (printed: equal, or the first differing position; mamba2c's
+also with hf+mamba2c's when they differ). In bfloat16 a random-weight model's logits are
+close to ties, so paths that round differently (all within bf16 accuracy) may pick another
+token — compare the float32 rows for token equality.
 The weight-streaming bound: bytes of all parameters (each read once per decoded token; a
 tied embedding counted once) over a STREAM-triad bandwidth (torch, same threads) measured
 right before each (model, dtype); decode is also reported as a fraction of it. The load
@@ -129,6 +132,11 @@ def time_paths(gens, n, reps):
             toks.setdefault(k, out)
     return ({k: statistics.median(v) for k, v in pre.items()},
             {k: statistics.median(v) for k, v in gaps.items()}, toks)
+
+
+def _same(a, b, L) -> str:
+    diff = (a != b).nonzero()
+    return "equal" if diff.numel() == 0 else f"differ at {int(diff[0, 1]) - L}"
 
 
 def breakdown(ours, ids, n, reps):
@@ -256,11 +264,9 @@ def main():
                 ref = toks.get("hf")
                 for k in gens:
                     ptok, dtok = L / pre[k], 1.0 / gap[k]
-                    if ref is None or k == "hf":
-                        same = "-"
-                    else:
-                        diff = (toks[k] != ref).nonzero()
-                        same = "equal" if diff.numel() == 0 else f"differ at {int(diff[0, 1]) - L}"
+                    same = "-" if ref is None or k == "hf" else _same(toks[k], ref, L)
+                    if k == "mamba2c" and "hf+mamba2c" in toks and same != "equal":
+                        same += f" (vs hf+mamba2c: {_same(toks[k], toks['hf+mamba2c'], L)})"
                     xp = f"{pre['hf'] / pre[k]:.2f}" if "hf" in gens else "-"
                     xd = f"{gap['hf'] / gap[k]:.2f}" if "hf" in gens else "-"
                     rows.append(dict(model=mname, dtype=dname, prefill=L, path=k,
