@@ -63,7 +63,7 @@ test-arm:
 	cd $(ARM_BUILD) && ctest --output-on-failure -j $(JOBS)
 	cd $(ARM_BUILD) && MAMBA2C_ISA=scalar ctest --output-on-failure -j $(JOBS)
 
-test-python: all
+test-python: all opencl-device
 	MAMBA2C_SKIP_BUILD=1 bash python/setup_env.sh
 	MAMBA2C_LIBRARY=$(CURDIR)/$(BUILD)/libmamba2c.so .venv/bin/python -m pytest python/tests -q
 

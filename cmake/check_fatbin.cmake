@@ -1,11 +1,16 @@
-# check_fatbin.cmake — every kernel of src/gpu/kernels/list.h is in the CUDA fat binary, so a
-# kernel file missing from src/cuda/kernels.cu fails here instead of at run time on a GPU.
-#   cmake -DLIST=<list.h> -DFATBIN=<file> -P check_fatbin.cmake
+# check_fatbin.cmake — every kernel of src/gpu/kernels/list.h (and of src/cuda/tc_list.h, the
+# CUDA-only tensor-core kernels, when TC_LIST is given) is in the CUDA fat binary, so a kernel
+# file missing from src/cuda/kernels.cu fails here instead of at run time on a GPU.
+#   cmake -DLIST=<list.h> [-DTC_LIST=<tc_list.h>] -DFATBIN=<file> -P check_fatbin.cmake
 file(STRINGS "${LIST}" lines REGEX "^M2G_KERNEL\\(")
+if(TC_LIST)
+  file(STRINGS "${TC_LIST}" tc_lines REGEX "^M2G_TC_KERNEL\\(")
+  list(APPEND lines ${tc_lines})
+endif()
 file(READ "${FATBIN}" hex HEX)
 set(missing "")
 foreach(l ${lines})
-  string(REGEX REPLACE "^M2G_KERNEL\\(([A-Za-z0-9_]+)\\).*" "\\1" name "${l}")
+  string(REGEX REPLACE "^M2G_(TC_)?KERNEL\\(([A-Za-z0-9_]+)\\).*" "\\2" name "${l}")
   file(WRITE "${FATBIN}.name" "${name}")
   file(READ "${FATBIN}.name" nhex HEX)
   string(FIND "${hex}" "${nhex}" at)
@@ -17,4 +22,4 @@ list(LENGTH lines n)
 if(missing)
   message(FATAL_ERROR "kernels missing from the CUDA fat binary: ${missing}")
 endif()
-message(STATUS "all ${n} kernels of list.h are in the CUDA fat binary")
+message(STATUS "all ${n} kernels of list.h (and tc_list.h) are in the CUDA fat binary")

@@ -65,12 +65,14 @@ if(MAMBA2C_CUDA)
     COMMAND ${MAMBA2C_NVCC} -fatbin -O3 ${MAMBA2C_CUDA_ARCH_FLAGS} -Werror all-warnings
             -o ${MAMBA2C_FATBIN} ${PROJECT_SOURCE_DIR}/src/cuda/kernels.cu
     DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/kernels.cu ${MAMBA2C_GPU_KERNEL_FILES}
+            ${PROJECT_SOURCE_DIR}/src/cuda/ssd_tc.cuh ${PROJECT_SOURCE_DIR}/src/cuda/tc_tiles.h
     COMMENT "nvcc: the GPU kernels for sm_80, sm_90" VERBATIM)
   add_custom_command(OUTPUT ${MAMBA2C_FATBIN_SRC}
     COMMAND ${CMAKE_COMMAND} -DOUT=${MAMBA2C_FATBIN_SRC} -DNAME=m2g_cuda_fatbin -DBINARY=1
             -DFILES=${MAMBA2C_FATBIN} -P ${PROJECT_SOURCE_DIR}/cmake/embed.cmake
     DEPENDS ${MAMBA2C_FATBIN} ${PROJECT_SOURCE_DIR}/cmake/embed.cmake
     COMMENT "Embedding the CUDA fat binary" VERBATIM)
-  target_sources(mamba2c_objs PRIVATE src/cuda/cuda.c src/cuda/backend.c ${MAMBA2C_FATBIN_SRC})
+  target_sources(mamba2c_objs PRIVATE src/cuda/cuda.c src/cuda/backend.c src/cuda/ssd_tc.c
+                 ${MAMBA2C_FATBIN_SRC})
   target_compile_definitions(mamba2c_objs PRIVATE MAMBA2C_HAVE_CUDA)
 endif()

@@ -15,13 +15,22 @@ target_include_directories(test_opencl_device PRIVATE ${CMAKE_CURRENT_SOURCE_DIR
 target_link_libraries(test_opencl_device PRIVATE mamba2c_test_harness ${CMAKE_DL_LIBS})
 add_test(NAME opencl_device COMMAND test_opencl_device -q)
 set_tests_properties(opencl_device PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "gpu;opencl")
-# the CUDA build (where nvcc was found): every kernel of list.h made it into the fat binary
+# the CUDA build (where nvcc was found): every kernel of list.h and tc_list.h made it into the
+# fat binary
 if(MAMBA2C_CUDA)
   add_test(NAME cuda_fatbin_kernels COMMAND ${CMAKE_COMMAND}
-           -DLIST=${PROJECT_SOURCE_DIR}/src/gpu/kernels/list.h -DFATBIN=${MAMBA2C_FATBIN}
+           -DLIST=${PROJECT_SOURCE_DIR}/src/gpu/kernels/list.h
+           -DTC_LIST=${PROJECT_SOURCE_DIR}/src/cuda/tc_list.h -DFATBIN=${MAMBA2C_FATBIN}
            -P ${PROJECT_SOURCE_DIR}/cmake/check_fatbin.cmake)
   set_tests_properties(cuda_fatbin_kernels PROPERTIES LABELS "gpu;cuda" TIMEOUT 120)
 endif()
+# the tensor-core kernels' tile arithmetic and shared-memory layout, emulated on the host
+# (plain C over src/cuda/tc_tiles.h: no GPU and no nvcc needed)
+add_executable(test_tc_tiles gpu/test_tc_tiles.c)
+target_include_directories(test_tc_tiles PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(test_tc_tiles PRIVATE m)
+add_test(NAME cuda_tc_tiles COMMAND test_tc_tiles)
+set_tests_properties(cuda_tc_tiles PROPERTIES LABELS "gpu;cuda" TIMEOUT 120)
 # CUDA device mode (mamba2_context_create_cuda): BACKEND_UNAVAILABLE checked where no GPU
 # exists; on a GPU, cuMemAlloc'd tensors on the test's stream, bitwise equal to host mode
 add_executable(test_cuda_device gpu/test_cuda_device.c)

@@ -10,14 +10,18 @@ Ops:      mamba2c.ops (one function per operator, the C contract's form)
 Staged:   mamba2c.chunked (the SSD pipeline stage by stage, forward only)
 Oracle:   mamba2c.reference (pure torch)
 Every op runs in the C library for CPU tensors (float32; float64 on the reference backend;
-bf16/f16 computed in float32); mamba2c.ops.backend_of tells which, and each op's docstring
-lists the cases that fall back to torch.
+bf16/f16 computed in float32), and for CUDA tensors where the library has its CUDA backend
+(device mode: zero-copy on torch's current stream; float32, bf16/f16 SSD storage);
+mamba2c.ops.backend_of tells which, and each op's docstring lists the cases that fall back
+to torch. Backends for CPU tensors: set_backend / use_backend("cpu" | "ref" | "opencl" |
+"cuda"), the GPU ones in host mode (copies per call).
 """
 from . import chunked, ops, reference
 from ._info import info
 from .layer_norm import LayerNorm, RMSNorm, layer_norm_fn, layernorm_fn, rms_norm_fn
 from ._native import (DeviceError, LibraryNotFoundError, Mamba2Error, available, get_backend,
-                      library_path, reuse_freed_memory, set_backend, use_backend)
+                      library_path, release_cuda_contexts, reuse_freed_memory, set_backend,
+                      use_backend)
 from .interface import (RMSNormGated, causal_conv1d_fn, causal_conv1d_update,
                         causal_conv1d_varlen_states, mamba_chunk_scan_combined, mamba_split_conv1d_scan_combined, rmsnorm_fn,
                         selective_state_update, seq_idx_to_cu_seqlens)
@@ -32,7 +36,7 @@ __all__ = [
     "seq_idx_to_cu_seqlens",
     "Mamba2Error", "DeviceError", "LibraryNotFoundError",
     "available", "library_path", "set_backend", "get_backend", "use_backend",
-    "reuse_freed_memory", "info",
+    "reuse_freed_memory", "release_cuda_contexts", "info",
 ]
 
 

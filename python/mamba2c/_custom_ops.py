@@ -15,6 +15,16 @@ Two torch-level entry points reach the C library:
 ssd() picks SSDFunction in eager mode and the custom op while torch.compile traces. Both
 produce identical results (same C calls).
 
+Devices: every custom op here has ONE implementation, registered by torch.library.custom_op
+without device_types, i.e. for every device (CompositeExplicitAutograd), and it routes
+inside: the _native function it calls runs CPU tensors on this thread's backend and CUDA
+tensors on the CUDA backend's device mode (_native.context.device_call: zero-copy, torch's
+current stream at the time the op runs). A separate CUDA-key registration would repeat the
+same body and split one op's behaviour over two functions that could drift apart; routing
+in the binding also keeps the eager autograd.Functions, which bypass the dispatcher, on
+exactly the same path. The fake kernels allocate with x.new_empty, so traced shapes carry
+the input's device.
+
 Training with z: ssd() asks for out_x (the output before the z gate, C options.out_x) when
 dz will be needed (_want_out_x); the forward returns it as an extra, non-differentiable
 output of the custom op (or keeps it inside SSDFunction), saves it, and the backward hands
@@ -144,7 +154,7 @@ class SSDFunction(torch.autograd.Function):
         nig = ctx.needs_input_grad
         needs = [bool(nig[i]) for i in _DIFF_POS]
         if dout is None:
-            dout = torch.zeros(x.shape, dtype=x.dtype)
+            dout = torch.zeros(x.shape, dtype=x.dtype, device=x.device)
         g = _native.ssd_backward(dout, dfinal, x, dt, A, B, C, chunk_size, D, z, dt_bias,
                                  init, cu, sp, lo, hi, needs, out_x)
         return (g[0], g[1], g[2], g[3], g[4], None, g[5], g[6], g[7], g[8],
@@ -410,7 +420,7 @@ class Conv1dFunction(torch.autograd.Function):
     def backward(ctx, dout, dfinal):
         x, weight, bias, init, cu = ctx.saved_tensors
         if dout is None:
-            dout = torch.zeros(x.shape, dtype=x.dtype)
+            dout = torch.zeros(x.shape, dtype=x.dtype, device=x.device)
         g = _native.conv1d_backward(dout, dfinal, x, weight, bias, init, cu, ctx.act,
                                     _needs(ctx, (0, 1, 2, 3)))
         return g[0], g[1], g[2], g[3], None, None, None

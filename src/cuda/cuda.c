@@ -12,11 +12,17 @@
  * launches, copies out; MAMBA2C_CUDA_DEVICE picks the device ordinal (default 0).
  * Device mode (mamba2_context_create_cuda): tensor data pointers are device addresses, passed
  * to the kernels as they are; everything (index-table uploads included) is queued on the
- * caller's stream and no call waits for it. The buffers of a call (index tables, float32
- * copies of half tensors) and the context's scratch arena come from a cache of device buffers
- * owned by the context: a buffer a call releases goes back to the cache (the next call's work
- * on the same stream runs after this call's, so reusing it is safe), and a later call of the
- * same sizes allocates nothing.
+ * caller's stream and no call waits for it. Index tables go through a ring of pinned host
+ * staging buffers (each reused once the event recorded after its copy has passed), so the
+ * upload is a true asynchronous copy: the driver never stages pageable memory.
+ * In both modes the buffers of a call (copies of host tensors in host mode, index tables,
+ * float32 copies of half tensors, scratch) come from a cache of device buffers owned by the
+ * context: a buffer a call releases goes back to the cache (host mode: the call has waited
+ * for its copies back; device mode: the next call's work on the same stream runs after this
+ * call's), so a call repeating earlier sizes allocates and frees nothing (cuMemFree would
+ * synchronise the device).
+ * MAMBA2C_CUDA_TC=1 at context creation turns on the tensor-core forward (ssd_tc.c; off by
+ * default, docs/gpu.md §3a).
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -24,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/tc.h"
 #include "gpu/gpu.h"
 
 extern const unsigned char m2g_cuda_fatbin[];
@@ -34,6 +41,7 @@ typedef struct CUctx_st *CUcontext;
 typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
 typedef unsigned long long CUdeviceptr;
 #define CUDA_SUCCESS 0
 
@@ -58,7 +66,14 @@ typedef unsigned long long CUdeviceptr;
     X(CUresult, cuStreamSynchronize, (CUstream))                                               \
     X(CUresult, cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, \
                                  unsigned, unsigned, CUstream, void **, void **))              \
-    X(CUresult, cuCtxSynchronize, (void))
+    X(CUresult, cuCtxSynchronize, (void))                                                     \
+    X(CUresult, cuMemHostAlloc, (void **, size_t, unsigned int))                               \
+    X(CUresult, cuMemFreeHost, (void *))                                                       \
+    X(CUresult, cuEventCreate, (CUevent *, unsigned int))                                      \
+    X(CUresult, cuEventRecord, (CUevent, CUstream))                                            \
+    X(CUresult, cuEventSynchronize, (CUevent))                                                 \
+    X(CUresult, cuEventDestroy_v2, (CUevent))                                                  \
+    X(CUresult, cuFuncSetAttribute, (CUfunction, int, int))
 
 static struct {
 #define M2CU_PTR(ret, name, args) ret(*name) args;
@@ -85,7 +100,7 @@ static void load_api(void) {
 #undef M2CU_SYM
 }
 
-/* Device mode: the context's device buffers, in use by the current call or free. */
+/* The context's device buffers, in use by the current call or free. */
 #define CU_CACHE_MAX 64
 typedef struct cu_buf {
     CUdeviceptr p;
@@ -93,15 +108,27 @@ typedef struct cu_buf {
     int in_use;
 } cu_buf;
 
+/* Device mode: a pinned host buffer an upload is copied through; ev is recorded on the
+ * stream after the copy, so the buffer is free again once ev has passed. */
+#define CU_STAGE_SLOTS 32
+typedef struct cu_stage {
+    void *host;
+    size_t bytes;
+    CUevent ev;
+    int pending;
+} cu_stage;
+
 typedef struct cu_dev {
     m2g_dev base; /* first */
     CUdevice device;
     CUcontext context;
     CUmodule module;
     CUstream stream; /* the caller's (device mode) or NULL: the default stream */
-    CUfunction fn[M2G_NUM_KERNELS];
+    CUfunction fn[M2G_NUM_KERNELS + M2CU_TC_NUM]; /* the portable kernels, then tc_list.h */
     int ncache;
     cu_buf cache[CU_CACHE_MAX];
+    int stage_next; /* device mode: the pinned staging ring of index-table uploads */
+    cu_stage stage[CU_STAGE_SLOTS];
 } cu_dev;
 
 static mamba2_status_t cu_fail(CUresult r, const char *what) {
@@ -130,12 +157,11 @@ static void raw_release(m2g_dev *d, m2g_mem mem) {
     cu.cuMemFree_v2((CUdeviceptr)mem);
     pop();
 }
-/* Device mode: the smallest free cached buffer of bytes..2*bytes, else a new one (a free
- * buffer is evicted when the cache is full: after the stream has drained, as it may still be
- * read by queued work). */
+/* The smallest free cached buffer of bytes..2*bytes, else a new one (a free buffer is
+ * evicted when the cache is full: after the stream has drained, as it may still be read by
+ * queued work). */
 static mamba2_status_t d_alloc(m2g_dev *d, size_t bytes, m2g_mem *mem) {
     cu_dev *c = (cu_dev *)d;
-    if (!d->device_memory) return raw_alloc(d, bytes, mem);
     int best = -1;
     for (int i = 0; i < c->ncache; i++) {
         const cu_buf *b = &c->cache[i];
@@ -181,23 +207,51 @@ static mamba2_status_t d_alloc(m2g_dev *d, size_t bytes, m2g_mem *mem) {
 static void d_release(m2g_dev *d, m2g_mem mem) {
     cu_dev *c = (cu_dev *)d;
     if (!mem) return;
-    if (d->device_memory)
-        for (int i = 0; i < c->ncache; i++)
-            if (c->cache[i].p == (CUdeviceptr)mem) {
-                c->cache[i].in_use = 0;
-                return;
-            }
+    for (int i = 0; i < c->ncache; i++)
+        if (c->cache[i].p == (CUdeviceptr)mem) {
+            c->cache[i].in_use = 0;
+            return;
+        }
     raw_release(d, mem);
+}
+/* Device mode: src goes through the next slot of the pinned ring and the copy is queued on
+ * the stream; src may go at once. The slot's previous copy must have left it: a wait only
+ * when CU_STAGE_SLOTS uploads are still queued ahead of the device. A slot grows (a pinned
+ * allocation) only when an upload is larger than any before it in that slot. */
+static CUresult stage_write(cu_dev *c, CUdeviceptr dst, const void *src, size_t n) {
+    cu_stage *s = &c->stage[c->stage_next];
+    c->stage_next = (c->stage_next + 1) % CU_STAGE_SLOTS;
+    CUresult r = CUDA_SUCCESS;
+    if (s->pending && (r = cu.cuEventSynchronize(s->ev)) != CUDA_SUCCESS) return r;
+    s->pending = 0;
+    if (!s->ev && (r = cu.cuEventCreate(&s->ev, 0x2 /* CU_EVENT_DISABLE_TIMING */)) != CUDA_SUCCESS) {
+        s->ev = NULL;
+        return r;
+    }
+    if (s->bytes < n) {
+        size_t want = 4096;
+        while (want < n && want <= ((size_t)-1) / 2) want *= 2;
+        if (want < n) want = n;
+        if (s->host) cu.cuMemFreeHost(s->host);
+        s->host = NULL;
+        s->bytes = 0;
+        if ((r = cu.cuMemHostAlloc(&s->host, want, 0)) != CUDA_SUCCESS) {
+            s->host = NULL;
+            return r;
+        }
+        s->bytes = want;
+    }
+    memcpy(s->host, src, n);
+    if ((r = cu.cuMemcpyHtoDAsync_v2(dst, s->host, n, c->stream)) != CUDA_SUCCESS) return r;
+    if ((r = cu.cuEventRecord(s->ev, c->stream)) != CUDA_SUCCESS) return r;
+    s->pending = 1;
+    return CUDA_SUCCESS;
 }
 static mamba2_status_t d_write(m2g_dev *d, m2g_mem dst, size_t off, const void *src, size_t n) {
     cu_dev *c = (cu_dev *)d;
     push(c);
-    /* device mode: queued on the stream; the driver copies pageable host memory before
-     * the call returns, so src may go at once (staging it, the driver may wait for the
-     * stream: CUDA's documented behaviour for pageable sources) */
-    CUresult r = d->device_memory
-                     ? cu.cuMemcpyHtoDAsync_v2((CUdeviceptr)dst + off, src, n, c->stream)
-                     : cu.cuMemcpyHtoD_v2((CUdeviceptr)dst + off, src, n);
+    CUresult r = d->device_memory ? stage_write(c, (CUdeviceptr)dst + off, src, n)
+                                  : cu.cuMemcpyHtoD_v2((CUdeviceptr)dst + off, src, n);
     pop();
     return r == CUDA_SUCCESS ? MAMBA2_STATUS_OK : cu_fail(r, "cuMemcpyHtoD");
 }
@@ -214,28 +268,36 @@ static mamba2_status_t d_read(m2g_dev *d, void *dst, m2g_mem src, size_t off, si
     pop();
     return r == CUDA_SUCCESS ? MAMBA2_STATUS_OK : cu_fail(r, "cuMemcpyDtoH");
 }
-static mamba2_status_t d_launch(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
-                                int nargs, const m2g_arg *args) {
+static const char *kname(int id) {
+    return id < M2G_NUM_KERNELS ? m2g_kernel_names[id] : m2cu_tc_names[id - M2G_NUM_KERNELS];
+}
+mamba2_status_t m2cu_launch_smem(m2g_dev *d, int id, const size_t groups[3],
+                                 const size_t local[3], size_t smem, int nargs,
+                                 const m2g_arg *args) {
     cu_dev *c = (cu_dev *)d;
-    if (id < 0 || id >= M2G_NUM_KERNELS || nargs > M2G_MAX_ARGS)
+    if (id < 0 || id >= M2G_NUM_KERNELS + M2CU_TC_NUM || nargs > M2G_MAX_ARGS)
         return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: bad launch of kernel %d", id);
     if (groups[0] == 0 || groups[1] == 0 || groups[2] == 0) return MAMBA2_STATUS_OK;
     if (groups[0] > 0x7FFFFFFFu || groups[1] > 65535 || groups[2] > 65535)
         return m2_error(MAMBA2_STATUS_UNSUPPORTED,
                         "CUDA: %s needs a grid of %zu x %zu x %zu blocks (y and z are at most "
                         "65535)",
-                        m2g_kernel_names[id], groups[0], groups[1], groups[2]);
+                        kname(id), groups[0], groups[1], groups[2]);
     void *params[M2G_MAX_ARGS];
     for (int i = 0; i < nargs; i++) params[i] = (void *)&args[i].v; /* union: value at offset 0 */
     push(c);
     CUresult r = cu.cuLaunchKernel(c->fn[id], (unsigned)groups[0], (unsigned)groups[1],
                                    (unsigned)groups[2], (unsigned)local[0], (unsigned)local[1],
-                                   (unsigned)local[2], 0, c->stream, params, NULL);
+                                   (unsigned)local[2], (unsigned)smem, c->stream, params, NULL);
     pop();
     if (r != CUDA_SUCCESS)
         return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: launch of %s failed (error %d)",
-                        m2g_kernel_names[id], (int)r);
+                        kname(id), (int)r);
     return MAMBA2_STATUS_OK;
+}
+static mamba2_status_t d_launch(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
+                                int nargs, const m2g_arg *args) {
+    return m2cu_launch_smem(d, id, groups, local, 0, nargs, args);
 }
 static mamba2_status_t d_finish(m2g_dev *d) {
     cu_dev *c = (cu_dev *)d;
@@ -253,6 +315,12 @@ static void d_destroy(m2g_dev *d) {
         if (d->arena) d_release(d, d->arena);
         for (int i = 0; i < c->ncache; i++) raw_release(d, (m2g_mem)c->cache[i].p);
         c->ncache = 0;
+        push(c);
+        for (int i = 0; i < CU_STAGE_SLOTS; i++) {
+            if (c->stage[i].host) cu.cuMemFreeHost(c->stage[i].host);
+            if (c->stage[i].ev) cu.cuEventDestroy_v2(c->stage[i].ev);
+        }
+        pop();
         if (c->module) {
             push(c);
             cu.cuModuleUnload(c->module);
@@ -299,6 +367,8 @@ static mamba2_status_t open_cuda(mamba2_context_t *ctx, int ordinal, void *strea
     c->base.launch = d_launch;
     c->base.finish = d_finish;
     c->base.destroy = d_destroy;
+    const char *tc = getenv("MAMBA2C_CUDA_TC"); /* the tensor-core forward: off by default */
+    if (tc && !strcmp(tc, "1")) c->base.ssd_tc = m2cu_ssd_tc;
     mamba2_status_t st = MAMBA2_STATUS_OK;
     if ((r = cu.cuDeviceGet(&c->device, ordinal)) != CUDA_SUCCESS) st = cu_fail(r, "cuDeviceGet");
     if (!st && (r = cu.cuDevicePrimaryCtxRetain(&c->context, c->device)) != CUDA_SUCCESS) {
@@ -316,11 +386,22 @@ static mamba2_status_t open_cuda(mamba2_context_t *ctx, int ordinal, void *strea
                           "sm_90 and compute_90 PTX)",
                           c->base.name, (int)r);
         }
-        for (int i = 0; !st && i < M2G_NUM_KERNELS; i++)
-            if ((r = cu.cuModuleGetFunction(&c->fn[i], c->module, m2g_kernel_names[i])) !=
-                CUDA_SUCCESS)
+        for (int i = 0; !st && i < M2G_NUM_KERNELS + M2CU_TC_NUM; i++)
+            if ((r = cu.cuModuleGetFunction(&c->fn[i], c->module, kname(i))) != CUDA_SUCCESS)
                 st = m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: kernel %s not found (error %d)",
-                              m2g_kernel_names[i], (int)r);
+                              kname(i), (int)r);
+        /* the tensor-core on-chip scans take a dynamic shared block above the default 48 KB:
+         * without it (a device with less), the tc forward keeps its two-kernel form */
+        if (!st && c->base.ssd_tc) {
+            const int ids[2] = {M2CU_TC_m2_ssd_scan_seq_tf32_tc128,
+                                M2CU_TC_m2_ssd_scan_seq_bf16_tc128};
+            int ok = 1;
+            for (int k = 0; k < 2; k++)
+                ok &= cu.cuFuncSetAttribute(c->fn[M2CU_TC_ID(ids[k])],
+                                            8 /* MAX_DYNAMIC_SHARED_SIZE_BYTES */,
+                                            m2cu_tc_seq_max_smem()) == CUDA_SUCCESS;
+            c->base.tc_seq_nmax = ok ? m2cu_tc_seq_nmax() : 0;
+        }
         pop();
     }
     if (!st) st = raw_alloc(&c->base, 64, &c->base.dummy);

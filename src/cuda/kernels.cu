@@ -9,4 +9,6 @@
 #include "../gpu/kernels/conv1d.cl"
 #include "../gpu/kernels/rmsnorm.cl"
 #include "../gpu/kernels/step.cl"
+// CUDA only: the tensor-core twins of the forward's matmul stages (off by default)
+#include "ssd_tc.cuh"
 // @@ more kernel files go above this line @@

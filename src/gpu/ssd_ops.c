@@ -329,11 +329,15 @@ mamba2_status_t m2g_fused_tables(m2g_call *c, const m2_ssd_problem *pr, int64_t 
 /* The scan with the states on chip (m2_ssd_scan_seq_16x16) replaces chunk_state,
  * state_passing and chunk_scan when its 16 x N state slice fits (N <= 128, ~19 KB of local
  * memory) and no states at positions are asked for (they need the states at chunk starts).
- * MAMBA2C_GPU_SSD_FWD=staged forces the three-launch form (the tests run both). The rule is
+ * MAMBA2C_GPU_SSD_FWD=staged forces the three-launch form (the tests run both; on the CUDA
+ * tensor cores it forces their two-kernel form over their on-chip scan). The rule is
  * not tuned: no GPU measurement exists yet (docs/gpu.md §4). */
-static int use_scan_seq(const m2g_dev *d, const m2_ssd_problem *pr) {
+static int staged_forced(void) {
     const char *e = getenv("MAMBA2C_GPU_SSD_FWD");
-    if (e && !strcmp(e, "staged")) return 0;
+    return e && !strcmp(e, "staged");
+}
+static int use_scan_seq(const m2g_dev *d, const m2_ssd_problem *pr) {
+    if (staged_forced()) return 0;
     return pr->N <= 128 && pr->npos == 0 && d->local_mem >= 32 * 1024;
 }
 
@@ -442,11 +446,12 @@ mamba2_status_t m2g_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr,
     m2g_call_begin(&c, d);
     mamba2_status_t st = m2g_fused_tables(&c, pr, Q, &s.nc, &s.ct, &s.stab);
     const int64_t nc = s.nc;
-    /* scratch, one block: dt_out, dA_cumsum [1,H,nc,Q]; CB [1,nc,G,Q,Q]; states and
-     * states_start [1,nc,H,P,N] (float32 each) */
+    const int tc = d->ssd_tc != NULL; /* the tensor-core forward needs no CB in scratch */
+    /* scratch, one block: dt_out, dA_cumsum [1,H,nc,Q]; CB [1,nc,G,Q,Q] (not on the tensor
+     * cores); states and states_start [1,nc,H,P,N] (float32 each) */
     size_t n_dt = 0, n_cb = 0, n_st = 0, total = 0;
     if (!st && (!m2_size_prod(&n_dt, 3, (int64_t[]){H, nc, Q}) ||
-                !m2_size_prod(&n_cb, 4, (int64_t[]){nc, G, Q, Q}) ||
+                !m2_size_prod(&n_cb, 4, (int64_t[]){tc ? 0 : nc, G, Q, Q}) ||
                 !m2_size_prod(&n_st, 4, (int64_t[]){nc, H, P, N}) ||
                 !m2_size_add(n_dt, n_dt, &total) || !m2_size_add(total, n_cb, &total) ||
                 !m2_size_add(total, n_st, &total) || !m2_size_add(total, n_st, &total) ||
@@ -480,6 +485,16 @@ mamba2_status_t m2g_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr,
     if (!st) st = m2g_call_out_act(&c, &pr->out_x, 4, (int64_t[]){B, L, H, P}, pr->act_dtype, &s.outx);
     if (!st) st = m2g_call_out(&c, &pr->final, 4, (int64_t[]){S, H, P, N}, F4, &s.final);
     if (!st) st = m2g_run_cumsum(d, &s);
+    if (!st && tc) { /* CUDA tensor cores (MAMBA2C_CUDA_TC=1): CB stays on chip */
+        const int bf16 = pr->act_dtype == MAMBA2_DTYPE_BF16;
+        if (pr->npos == 0 && N <= d->tc_seq_nmax && !staged_forced()) /* states on chip too */
+            return m2g_call_end(&c, d->ssd_tc(d, &s, M2G_TC_SEQ, bf16));
+        st = d->ssd_tc(d, &s, M2G_TC_STATE, bf16);
+        if (!st) st = m2g_run_passing(d, &s);
+        if (!st) st = d->ssd_tc(d, &s, M2G_TC_SCAN, bf16);
+        if (!st && pr->npos) st = pos_states(&c, d, pr, &s);
+        return m2g_call_end(&c, st);
+    }
     if (!st) st = m2g_run_bmm(d, &s);
     if (!st && use_scan_seq(d, pr)) {
         st = run_scan_seq(d, &s);

@@ -9,7 +9,8 @@ conventions (see interface.py).
   abi.py          the ABI as data: the struct layouts, prototypes and per-call descriptor
                   slots (one table each; every packer and offset derives from them)
   loader.py       locating and loading the library; errors and status -> exception
-  context.py      per-thread scratch, contexts (thread pools), backend selection, workspace
+  context.py      per-thread scratch, contexts (thread pools; CUDA device-mode contexts per
+                  device and stream), backend selection, workspace, device_call
   tensors.py      tensor -> descriptor packing (the layout policy)
   policy.py       the dtype policy (compute dtype, half storage) and the backend per call
   ssd.py          mamba2_ssd_forward / _forward_states / _backward
@@ -38,12 +39,14 @@ import sys
 import types
 
 from . import abi, context, conv1d, loader, policy, rmsnorm, ssd, ssd_chunked, steps, tensors
-from .abi import (BACKEND_CPU, BACKEND_CUDA, BACKEND_REF, DT_BF16, DT_F16, DT_F32, DT_F64,
+from .abi import (BACKEND_CPU, BACKEND_CUDA, BACKEND_OPENCL, BACKEND_REF, DT_BF16, DT_F16,
+                  DT_F32, DT_F64,
                   DT_I32, DT_I64, MAX_RANK, STATUS_BACKEND_UNAVAILABLE, STATUS_BUSY,
                   STATUS_INTERNAL_ERROR,
                   STATUS_INVALID_ARGUMENT, STATUS_OK, STATUS_OUT_OF_MEMORY, STATUS_UNSUPPORTED,
                   STATUS_WORKSPACE_TOO_SMALL)
-from .context import (_context, _state, _tls, _workspace, get_backend, last_call_isa,
+from .context import (_context, _cuda_context, _state, _tls, _workspace, call_device,
+                      device_call, get_backend, last_call_isa, release_cuda_contexts,
                       release_workspace, set_backend, use_backend)
 from .conv1d import conv1d_backward, conv1d_forward
 from .loader import (DeviceError, LibraryNotFoundError, Mamba2BusyError, Mamba2Error,
@@ -51,7 +54,7 @@ from .loader import (DeviceError, LibraryNotFoundError, Mamba2BusyError, Mamba2E
                      Mamba2NotImplementedError, Mamba2RuntimeError, Mamba2TypeError,
                      Mamba2ValueError, _raise_status, available, library_path, load,
                      reuse_freed_memory, version)
-from .policy import (_HALF_CODES, _act_dtype, _backend_for, _cdtype, _f64_if, _half_code,
+from .policy import (_HALF_CODES, _act_dtype, _backend_for, _cdtype, _ctx, _f64_if, _half_code,
                      _half_ok, _probe_half, compute_dtype)
 from .rmsnorm import rmsnorm_gated_backward, rmsnorm_gated_forward
 from .ssd import GRAD_NAMES, _ssd_forward, ssd_backward, ssd_forward, ssd_forward_states
@@ -81,6 +84,7 @@ __all__ = [
     "get_backend",
     "use_backend",
     "last_call_isa",
+    "release_cuda_contexts",
 ]
 
 # Module state owned by a submodule, read and written through this package (never copied

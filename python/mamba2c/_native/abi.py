@@ -55,9 +55,13 @@ TORCH_DTYPE = {
 }
 
 # mamba2_backend_t
-BACKEND_CPU, BACKEND_REF, BACKEND_CUDA = 0, 1, 2
+BACKEND_CPU, BACKEND_REF, BACKEND_CUDA, BACKEND_OPENCL = 0, 1, 2, 3
+# the names set_backend / use_backend take. "cuda" and "opencl" are the GPU backends in host
+# mode (CPU tensors copied in and out per call); CUDA tensors use the CUDA device mode
+# whatever the name (context._cuda_context)
 BACKENDS = {"cpu": BACKEND_CPU, "ref": BACKEND_REF, "reference": BACKEND_REF,
-            "cuda": BACKEND_CUDA}
+            "cuda": BACKEND_CUDA, "opencl": BACKEND_OPENCL}
+GPU_BACKENDS = frozenset((BACKEND_CUDA, BACKEND_OPENCL))
 
 _VP = ctypes.c_void_p
 _SZ = ctypes.c_size_t
@@ -208,6 +212,8 @@ PROTOTYPES = {
     "mamba2_version_string": (ctypes.c_char_p, []),
     "mamba2_context_create": (ctypes.c_int, [_VP, ctypes.c_int, _I32]),
     "mamba2_context_destroy": (None, [_VP]),
+    # ctx **, device ordinal, CUstream (NULL: the default stream)
+    "mamba2_context_create_cuda": (ctypes.c_int, [_VP, _I32, _VP]),
     "mamba2_context_set_num_threads": (ctypes.c_int, [_VP, _I32]),
     "mamba2_context_get_num_threads": (_I32, [_VP]),
     "mamba2_context_get_isa": (ctypes.c_char_p, [_VP]),

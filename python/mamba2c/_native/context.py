@@ -2,17 +2,25 @@
 
 Each host thread has one _Scratch (descriptor slots, one options struct, one grads struct,
 the SSD backward's cached workspace, the decode step's templates) and one context per
-(backend, thread count), created on first use and destroyed with the thread's state.
+(backend, thread count) — per backend for the GPU backends in host mode, whose results
+and costs do not depend on a thread count — created on first use and destroyed with the
+thread's state.
+
+CUDA tensors (device mode, see _cuda_context and device_call): one context per (thread,
+device index, CUDA stream), bound with mamba2_context_create_cuda to the stream that is
+torch's current stream when the call is made.
 """
 from __future__ import annotations
 
 import ctypes
+import functools
+import inspect
 import threading
 
 import torch
 
 from . import abi, loader
-from .abi import BACKENDS, NSLOTS, STATUS_OK, TSZ
+from .abi import BACKENDS, GPU_BACKENDS, NSLOTS, STATUS_OK, TSZ
 from .loader import _raise_status, load
 
 # the largest options and grads structs share one place after the descriptor slots
@@ -86,9 +94,13 @@ def _require_backend(name: str) -> None:
 
 
 def set_backend(name: str) -> None:
-    """Process-wide default backend for the SSD op: "cpu" (optimized) or "ref" (float64
-    accumulating reference, slow: the oracle). float64 inputs always use "ref".
-    Raises at once when the backend is not available (see _require_backend)."""
+    """Process-wide default backend of the C calls made for CPU tensors: "cpu" (optimized),
+    "ref" (float64 accumulating reference, slow: the oracle), or a GPU backend in host mode,
+    "opencl" or "cuda" (each call copies its CPU tensors to the device and the results
+    back). float64 inputs always use "ref" (the other backends compute in float32).
+    CUDA tensors are not affected: they always run on the CUDA backend's device mode.
+    Raises at once when the backend is not available (see _require_backend), e.g.
+    "opencl" without an OpenCL driver or device."""
     global _default_backend
     _require_backend(name)
     _default_backend = name
@@ -99,7 +111,8 @@ def get_backend() -> str:
 
 
 class use_backend:
-    """Context manager: `with mamba2c.use_backend("ref"): ...` (this thread only)."""
+    """Context manager: `with mamba2c.use_backend("opencl"): ...` — set_backend for this
+    thread only, for the block."""
 
     def __init__(self, name: str):
         _require_backend(name)  # fails here, not at the first op inside the block
@@ -142,17 +155,139 @@ def _state() -> _Scratch:
     if s is None:
         s = _tls.scratch = _Scratch()
         _tls.contexts = {}
+        _tls.cuda_contexts = {}
     return s
 
 
 def _context(backend: int) -> int:
     nthreads = torch.get_num_threads()  # follow torch's intra-op setting
-    key = (backend, nthreads)
+    # a GPU context is kept whatever the thread count: the OpenCL one compiles its
+    # kernels when created (PoCL: seconds), and results never depend on the count
+    key = (backend, 0 if backend in GPU_BACKENDS else nthreads)
     ctxs = _tls.contexts
     c = ctxs.get(key)
     if c is None:
         c = ctxs[key] = _Context(backend, nthreads)
     return c.ptr
+
+
+# ---------------------------------------------------------------------------------------
+# CUDA tensors: device-mode contexts and the device of the call being packed
+# ---------------------------------------------------------------------------------------
+#
+# Why a context per (device, stream) and no per-call stream setter in the C API: a CUDA
+# context of the library keeps a cache of device buffers whose reuse is safe because every
+# call of the context queues on one stream (include/mamba2c.h, "CUDA device mode"); a stream
+# that changed between calls would need the library to wait for the old one. torch's own
+# streams (the default stream and the per-device pools behind torch.cuda.Stream) live for
+# the process, so the keys are few and the handles never dangle. A
+# torch.cuda.ExternalStream that its owner destroys is the exception: call
+# release_cuda_contexts() before destroying it (the context waits for its stream when it is
+# destroyed). At most _CUDA_CONTEXTS_MAX contexts are kept per thread (then all are
+# released and the cache starts over).
+_CUDA_CONTEXTS_MAX = 64
+
+
+class _CudaContext(_Context):
+    __slots__ = ()
+
+    def __init__(self, device: int, stream: int):  # noqa: super().__init__ not wanted
+        lib = load()
+        p = ctypes.c_void_p()
+        st = lib.mamba2_context_create_cuda(ctypes.byref(p), int(device), stream or None)
+        if st != STATUS_OK:
+            _raise_status(st, "mamba2_context_create_cuda")
+        self.ptr = p.value
+        self.lib = lib
+
+
+def _current_stream(index: int) -> int:
+    """The CUstream handle of torch's current stream on CUDA device `index` (0: the
+    default stream). A function of its own so that tests without a GPU can replace it."""
+    return torch.cuda.current_stream(index).cuda_stream
+
+
+def _device_index(dev: torch.device) -> int:
+    return dev.index if dev.index is not None else torch.cuda.current_device()
+
+
+def _cuda_context(dev: torch.device) -> int:
+    """This thread's context for CUDA device `dev` on torch's current stream of it."""
+    index = _device_index(dev)
+    key = (index, _current_stream(index))
+    ctxs = _tls.cuda_contexts
+    c = ctxs.get(key)
+    if c is None:
+        if len(ctxs) >= _CUDA_CONTEXTS_MAX:
+            ctxs.clear()
+        c = ctxs[key] = _CudaContext(*key)
+    return c.ptr
+
+
+def cuda_backend_ok() -> bool:
+    """Whether the library's CUDA backend opens a device-mode context on torch's current
+    CUDA device (one is created and destroyed at once); False on any failure."""
+    try:
+        lib = load()
+        p = ctypes.c_void_p()
+        st = lib.mamba2_context_create_cuda(ctypes.byref(p), torch.cuda.current_device(),
+                                            None)
+    except Exception:  # no library, no torch CUDA runtime
+        return False
+    if st != STATUS_OK:
+        return False
+    lib.mamba2_context_destroy(p)
+    return True
+
+
+def release_cuda_contexts() -> None:
+    """Destroy this thread's CUDA device-mode contexts (each waits for its stream first) and
+    the device memory they cache; the next call on a CUDA tensor creates one again."""
+    ctxs = getattr(_tls, "cuda_contexts", None)
+    if ctxs:
+        ctxs.clear()
+
+
+# the index tensors of the C calls: host arrays in CUDA device mode too (the argument checks
+# read them); a CUDA one is copied to the host by the packer (tensors._host_index)
+_INDEX_ARGS = frozenset(("cu_seqlens", "positions", "state_indices"))
+
+
+def device_call(fn):
+    """Decorator of a binding function whose first argument is a tensor: when that tensor
+    is on a CUDA device, check that every other tensor argument is on the same device (the
+    index tensors may also be on the CPU), and make that device the call's device
+    (_tls.device) while fn runs, so that the packers accept its tensors, outputs are
+    allocated on it and the call uses its device-mode context (policy._ctx). CPU calls go
+    straight to fn: one attribute test."""
+    sig = inspect.signature(fn)
+    first = next(iter(sig.parameters))
+
+    @functools.wraps(fn)
+    def call(*args, **kw):
+        t0 = args[0] if args else kw[first]
+        if t0.is_cpu or t0.device.type != "cuda":
+            return fn(*args, **kw)  # CPU; meta and others: the packers raise DeviceError
+        dev = torch.device("cuda", _device_index(t0.device))
+        for name, v in sig.bind(*args, **kw).arguments.items():
+            if isinstance(v, torch.Tensor) and v.device != dev and not (
+                    name in _INDEX_ARGS and v.is_cpu):
+                raise loader.DeviceError(
+                    f"mamba2c: {name} is on device '{v.device}' but the call's tensors are on "
+                    f"'{dev}'; every tensor of a call must be on one device")
+        prev = getattr(_tls, "device", None)
+        _tls.device = dev
+        try:
+            return fn(*args, **kw)
+        finally:
+            _tls.device = prev
+
+    return call
+
+
+def call_device():
+    """The CUDA device of the call being packed on this thread, or None (a CPU call)."""
+    return getattr(_tls, "device", None)
 
 
 def _backend_code() -> int:
@@ -169,4 +304,5 @@ def last_call_isa(backend: str = "cpu") -> str:
     return load().mamba2_context_get_isa(_context(b)).decode()
 
 
-__all__ = ["set_backend", "get_backend", "use_backend", "release_workspace", "last_call_isa"]
+__all__ = ["set_backend", "get_backend", "use_backend", "release_workspace", "last_call_isa",
+           "release_cuda_contexts"]

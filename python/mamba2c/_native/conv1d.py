@@ -9,10 +9,10 @@ import torch
 
 from . import abi, context, loader
 from .abi import DT_F32, DT_F64
-from .context import _context, _tls
+from .context import _tls, device_call
 from .._checks import expect_rank
 from .loader import _raise_status
-from .policy import _F64, _act_dtype, _backend_for
+from .policy import _F64, _act_dtype, _backend_for, _ctx
 from .tensors import _desc, _index_desc, _out_desc
 
 _FWD = abi.SLOT["conv1d_forward"]
@@ -20,6 +20,7 @@ _BWD = abi.SLOT["conv1d_backward"]
 _CO = abi.CONV1D_OPTIONS
 
 
+@device_call
 def conv1d_forward(x, weight, bias=None, initial_states=None, cu_seqlens=None,
                    activation: bool = False, return_final_states: bool = False):
     """x [B,L,C] (channel-last; row stride free), weight [C,W], bias [C], initial_states
@@ -34,12 +35,12 @@ def conv1d_forward(x, weight, bias=None, initial_states=None, cu_seqlens=None,
     Bsz, L, C = x.shape
     W = weight.shape[-1]
     S = Bsz if cu_seqlens is None else cu_seqlens.shape[0] - 1
-    out = torch.empty(Bsz, L, C, dtype=cdtype)
+    out = torch.empty(Bsz, L, C, dtype=cdtype, device=x.device)
     _out_desc(buf, F.out, out, code)
     final = None
     pf = 0
     if return_final_states:
-        final = torch.empty(S, C, W - 1, dtype=cdtype)
+        final = torch.empty(S, C, W - 1, dtype=cdtype, device=x.device)
         _out_desc(buf, F.final_state, final, code)
         pf = base + F.final_state
     keep = [_desc(buf, F.x, "x", x, cdtype, code),
@@ -55,7 +56,7 @@ def conv1d_forward(x, weight, bias=None, initial_states=None, cu_seqlens=None,
         keep.append(_index_desc(buf, F.cu_seqlens, cu_seqlens, "cu_seqlens"))
         pc = base + F.cu_seqlens
     _CO.pack_into(buf, s.opt_off, pb, pi, pc, 1 if activation else 0)
-    st = lib.mamba2_conv1d_forward(_context(_backend_for(cdtype)), base + F.out, pf,
+    st = lib.mamba2_conv1d_forward(_ctx(_backend_for(cdtype)), base + F.out, pf,
                                    base + F.x, base + F.weight, base + s.opt_off)
     if st:
         _raise_status(st, "mamba2_conv1d_forward")
@@ -65,6 +66,7 @@ def conv1d_forward(x, weight, bias=None, initial_states=None, cu_seqlens=None,
     return out, final
 
 
+@device_call
 def conv1d_backward(dout, dfinal, x, weight, bias=None, initial_states=None, cu_seqlens=None,
                     activation: bool = False, needs=(True, True, True, True)):
     """Returns (dx, dweight, dbias, dinitial_states), None where not requested."""
@@ -80,7 +82,7 @@ def conv1d_backward(dout, dfinal, x, weight, bias=None, initial_states=None, cu_
     for i in range(4):
         t = inputs[i]
         if needs[i] and t is not None:
-            grads[i] = torch.empty(t.shape, dtype=cdtype)
+            grads[i] = torch.empty(t.shape, dtype=cdtype, device=x.device)
             _out_desc(buf, Sl[i], grads[i], code)  # dx, dweight, dbias, dinitial: slots 0..3
             ptrs[i] = base + Sl[i]
     abi.CONV1D_GRADS.pack_into(buf, s.grd_off, *ptrs)
@@ -101,7 +103,7 @@ def conv1d_backward(dout, dfinal, x, weight, bias=None, initial_states=None, cu_
         keep.append(_index_desc(buf, Sl.cu_seqlens, cu_seqlens, "cu_seqlens"))
         pc = base + Sl.cu_seqlens
     _CO.pack_into(buf, s.opt_off, pb, pi, pc, 1 if activation else 0)
-    st = lib.mamba2_conv1d_backward(_context(_backend_for(cdtype)), base + s.grd_off,
+    st = lib.mamba2_conv1d_backward(_ctx(_backend_for(cdtype)), base + s.grd_off,
                                     base + Sl.dout, pdf, base + Sl.x, base + Sl.weight,
                                     base + s.opt_off, None, 0)
     if st:

@@ -8,7 +8,10 @@
     the input dtype (one copy each way).
   - Parameters (A, D, dt_bias, states) are converted to the compute dtype (float32 for half
     activations) when they differ.
-  - float64 calls run on the reference backend (the CPU backend is float32 only).
+  - float64 calls run on the reference backend (the CPU and GPU backends are float32
+    only) — for CPU tensors; CUDA tensors run on the CUDA backend (device mode) whatever
+    their dtype, which refuses float64 (UNSUPPORTED; _dispatch sends the ops that have a
+    torch implementation there first).
 """
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ from typing import Optional
 import torch
 
 from . import abi, context, loader
-from .abi import BACKEND_CPU, BACKEND_REF, DT_BF16, DT_F16, DT_F32, STATUS_OK, TORCH_DTYPE
+from .abi import (BACKEND_CUDA, BACKEND_REF, DT_BF16, DT_F16, DT_F32, STATUS_OK,
+                  TORCH_DTYPE)
 from .tensors import _options, _out_desc
 
 _F64 = torch.float64
@@ -55,10 +59,23 @@ _f64_if = _act_dtype
 
 
 def _backend_for(cdtype: torch.dtype) -> int:
+    """The backend of a call computing in `cdtype`: CUDA for a call on CUDA tensors (see
+    context.device_call), else this thread's (use_backend / set_backend), except that
+    float64 runs on the reference backend (the others are float32 only)."""
+    if context._tls.__dict__.get("device") is not None:
+        return BACKEND_CUDA
     b = context._backend_code()
-    if cdtype == torch.float64 and b == BACKEND_CPU:
-        return BACKEND_REF  # the CPU backend is float32 only; f64 is the reference's job
+    if cdtype is torch.float64 and b != BACKEND_REF:
+        return BACKEND_REF  # float64 is the reference's job
     return b
+
+
+def _ctx(backend: int) -> int:
+    """The context pointer a call on `backend` (from _backend_for) runs on: the device-mode
+    context of the call's CUDA device and torch's current stream, or this thread's context
+    of the backend (host pointers)."""
+    dev = context._tls.__dict__.get("device")
+    return context._context(backend) if dev is None else context._cuda_context(dev)
 
 
 # bfloat16/float16 activation storage for the fused SSD op. The C library decides which

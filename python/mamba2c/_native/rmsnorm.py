@@ -10,10 +10,10 @@ import torch
 
 from . import abi, context, loader
 from .abi import DT_F32, DT_F64
-from .context import _context, _tls
+from .context import _tls, device_call
 from .._checks import expect_rank
 from .loader import _raise_status
-from .policy import _F64, _act_dtype, _backend_for
+from .policy import _F64, _act_dtype, _backend_for, _ctx
 from .tensors import _desc, _out_desc
 
 _FWD = abi.SLOT["rmsnorm_forward"]
@@ -21,6 +21,7 @@ _BWD = abi.SLOT["rmsnorm_backward"]
 _RO = abi.RMSNORM_OPTIONS
 
 
+@device_call
 def rmsnorm_gated_forward(x, z, weight, bias, eps: float, group_size: int,
                           norm_before_gate: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     """x, z [M,D] (row stride free); returns (out [M,D] in x.dtype, rstd [M,D/group_size])."""
@@ -33,8 +34,8 @@ def rmsnorm_gated_forward(x, z, weight, bias, eps: float, group_size: int,
     F = _FWD
     M, D = x.shape
     gs = D if not group_size else int(group_size)
-    out = torch.empty(M, D, dtype=cdtype)
-    rstd = torch.empty(M, D // gs if gs and D % gs == 0 else 1, dtype=cdtype)
+    out = torch.empty(M, D, dtype=cdtype, device=x.device)
+    rstd = torch.empty(M, D // gs if gs and D % gs == 0 else 1, dtype=cdtype, device=x.device)
     _out_desc(buf, F.out, out, code)
     _out_desc(buf, F.rstd, rstd, code)
     keep = [_desc(buf, F.x, "x", x, cdtype, code),
@@ -47,7 +48,7 @@ def rmsnorm_gated_forward(x, z, weight, bias, eps: float, group_size: int,
         keep.append(_desc(buf, F.bias, "bias", bias, cdtype, code))
         pb = base + F.bias
     _RO.pack_into(buf, s.opt_off, float(eps), int(group_size or 0), 1 if norm_before_gate else 0)
-    st = lib.mamba2_rmsnorm_gated_forward(_context(_backend_for(cdtype)), base + F.out,
+    st = lib.mamba2_rmsnorm_gated_forward(_ctx(_backend_for(cdtype)), base + F.out,
                                           base + F.rstd, base + F.x, pz, base + F.weight, pb,
                                           base + s.opt_off, None, 0)
     if st:
@@ -57,6 +58,7 @@ def rmsnorm_gated_forward(x, z, weight, bias, eps: float, group_size: int,
     return out, rstd
 
 
+@device_call
 def rmsnorm_gated_backward(dout, x, z, weight, bias, rstd, eps: float, group_size: int,
                            norm_before_gate: bool, needs=(True, True, True, True)):
     """Returns (dx, dz, dweight, dbias), None where not requested / not applicable."""
@@ -72,7 +74,7 @@ def rmsnorm_gated_backward(dout, x, z, weight, bias, rstd, eps: float, group_siz
     for i in range(4):
         t = inputs[i]
         if needs[i] and t is not None:
-            grads[i] = torch.empty(t.shape, dtype=cdtype)
+            grads[i] = torch.empty(t.shape, dtype=cdtype, device=x.device)
             _out_desc(buf, Sl[i], grads[i], code)  # dx, dz, dweight, dbias: slots 0..3
             ptrs[i] = base + Sl[i]
     abi.RMSNORM_GRADS.pack_into(buf, s.grd_off, *ptrs)
@@ -90,7 +92,7 @@ def rmsnorm_gated_backward(dout, x, z, weight, bias, rstd, eps: float, group_siz
         keep.append(_desc(buf, Sl.rstd, "rstd", rstd, cdtype, code))
         pr = base + Sl.rstd
     _RO.pack_into(buf, s.opt_off, float(eps), int(group_size or 0), 1 if norm_before_gate else 0)
-    st = lib.mamba2_rmsnorm_gated_backward(_context(_backend_for(cdtype)), base + s.grd_off,
+    st = lib.mamba2_rmsnorm_gated_backward(_ctx(_backend_for(cdtype)), base + s.grd_off,
                                            base + Sl.dout, base + Sl.x, pz, base + Sl.weight,
                                            pb, pr, base + s.opt_off, None, 0)
     if st:

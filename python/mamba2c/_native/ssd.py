@@ -13,9 +13,9 @@ import torch
 
 from . import abi, context, loader
 from .abi import DT_F32, DT_F64
-from .context import _context, _tls, _workspace
+from .context import _tls, _workspace, device_call
 from .loader import Mamba2ValueError, _raise_status
-from .policy import _F64, _HALF_CODES, _backend_for, _cdtype, _half_code
+from .policy import _F64, _HALF_CODES, _backend_for, _cdtype, _ctx, _half_code
 from .tensors import _desc, _options, _out_desc
 
 _FWD = abi.SLOT["ssd_forward"]
@@ -49,6 +49,7 @@ def ssd_forward_states(x, dt, A, B, C, chunk_size: int, positions: torch.Tensor,
     return r if return_out_x else r[:3]
 
 
+@device_call
 def _ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
                  dt_softplus, dt_lo, dt_hi, positions, want_out_x=False):
     lib = loader._lib if loader._lib is not None else loader.load()
@@ -67,12 +68,14 @@ def _ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_s
     N = B.shape[3]
     S = Bsz if cu_seqlens is None else cu_seqlens.shape[0] - 1
     F = _FWD
-    out = torch.empty(Bsz, L, H, P, dtype=adtype)
-    final = torch.empty(S, H, P, N, dtype=cdtype)
+    dev = x.device
+    out = torch.empty(Bsz, L, H, P, dtype=adtype, device=dev)
+    final = torch.empty(S, H, P, N, dtype=cdtype, device=dev)
     _out_desc(buf, F.out, out, acode)
     _out_desc(buf, F.final_state, final, code)
     # out_x (the output before the gate) only helps the backward with z: else not allocated
-    out_x = torch.empty(Bsz, L, H, P, dtype=adtype) if want_out_x and z is not None else None
+    out_x = (torch.empty(Bsz, L, H, P, dtype=adtype, device=dev)
+             if want_out_x and z is not None else None)
     p_ox = 0
     if out_x is not None:
         _out_desc(buf, F.out_x, out_x, acode)
@@ -84,7 +87,7 @@ def _ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_s
             _desc(buf, F.C, "C", C, adtype, acode)]
     p_o = _options(s, keep, F, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
                    dt_softplus, dt_lo, dt_hi, cdtype, code, positions, adtype, acode)
-    ctx = _context(backend)
+    ctx = _ctx(backend)
     pos_states = None
     if positions is None:
         st = lib.mamba2_ssd_forward(ctx, base + F.out, p_ox, base + F.final_state, base + F.x,
@@ -92,7 +95,7 @@ def _ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, cu_s
                                     None, 0)
         fname = "mamba2_ssd_forward"
     else:
-        pos_states = torch.empty(positions.shape[0], H, P, N, dtype=cdtype)
+        pos_states = torch.empty(positions.shape[0], H, P, N, dtype=cdtype, device=dev)
         _out_desc(buf, F.position_states, pos_states, code)
         st = lib.mamba2_ssd_forward_states(ctx, base + F.out, p_ox, base + F.final_state,
                                            base + F.position_states, base + F.x, base + F.dt,
@@ -113,6 +116,7 @@ _ACT_GRADS = frozenset((0, 1, 3, 4, 6))  # dx, ddt, dB, dC, dz: stored like the 
 _GRAD_SLOTS = tuple(_BWD[i] for i in range(9))  # the grads' slots, in GRAD_NAMES order
 
 
+@device_call
 def ssd_backward(dout, dfinal, x, dt, A, B, C, chunk_size: int, D=None, z=None, dt_bias=None,
                  initial_states=None, cu_seqlens=None, dt_softplus: bool = False,
                  dt_lo: float = 0.0, dt_hi: float = math.inf,
@@ -141,7 +145,7 @@ def ssd_backward(dout, dfinal, x, dt, A, B, C, chunk_size: int, D=None, z=None, 
         t = inputs[i]
         if needs[i] and t is not None:
             act = i in _ACT_GRADS  # dx, ddt, dB, dC, dz: the activation dtype
-            g = torch.empty(t.shape, dtype=adtype if act else cdtype)
+            g = torch.empty(t.shape, dtype=adtype if act else cdtype, device=x.device)
             grads[i] = g
             _out_desc(buf, _GRAD_SLOTS[i], g, acode if act else code)
             ptrs[i] = base + _GRAD_SLOTS[i]
@@ -162,7 +166,7 @@ def ssd_backward(dout, dfinal, x, dt, A, B, C, chunk_size: int, D=None, z=None, 
         p_ox = base + Sl.out_x
     p_o = _options(s, keep, Sl, chunk_size, D, z, dt_bias, initial_states, cu_seqlens,
                    dt_softplus, dt_lo, dt_hi, cdtype, code, None, adtype, acode)
-    ctx = _context(backend)
+    ctx = _ctx(backend)
     args = (ctx, base + s.grd_off, base + Sl.dout, p_df, base + Sl.x, base + Sl.dt,
             base + Sl.A, base + Sl.B, base + Sl.C, p_ox, p_o)
     st = lib.mamba2_ssd_backward_workspace_size(*args, ctypes.addressof(s.ws_query))

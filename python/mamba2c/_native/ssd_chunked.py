@@ -12,10 +12,10 @@ import torch
 
 from . import abi, context, loader
 from .abi import DT_F32, DT_F64
-from .context import _context
+from .context import device_call
 from .._checks import expect_rank
 from .loader import _raise_status
-from .policy import _F64, _backend_for, _f64_if
+from .policy import _F64, _backend_for, _ctx, _f64_if
 from .tensors import _desc, _options, _out_desc
 
 _SL = abi.SLOT
@@ -27,6 +27,7 @@ def _staged_call(fname, *ptrs):
         _raise_status(st, fname)
 
 
+@device_call
 def chunk_cumsum(dt, A, chunk_size: int, dt_bias=None, dt_softplus: bool = False,
                  dt_lo: float = 0.0, dt_hi: float = math.inf):
     """dt [B,L,H], A [H] -> (dt_out [B,H,K,Q], dA_cumsum [B,H,K,Q])."""
@@ -40,18 +41,19 @@ def chunk_cumsum(dt, A, chunk_size: int, dt_bias=None, dt_softplus: bool = False
     Bsz, L, H = dt.shape
     Q = int(chunk_size)
     K = -(-L // Q) if Q > 0 else 0
-    dt_out = torch.empty(Bsz, H, K, Q, dtype=cd)
-    dA_cs = torch.empty(Bsz, H, K, Q, dtype=cd)
+    dt_out = torch.empty(Bsz, H, K, Q, dtype=cd, device=dt.device)
+    dA_cs = torch.empty(Bsz, H, K, Q, dtype=cd, device=dt.device)
     _out_desc(buf, S.dt_out, dt_out, code)
     _out_desc(buf, S.dA_cumsum, dA_cs, code)
     keep = [_desc(buf, S.dt, "dt", dt, cd, code), _desc(buf, S.A, "A", A, cd, code)]
     p_o = _options(s, keep, S, Q, None, None, dt_bias, None, None, dt_softplus, dt_lo, dt_hi,
                    cd, code)
-    _staged_call("mamba2_ssd_chunk_cumsum", _context(_backend_for(cd)), base + S.dt_out,
+    _staged_call("mamba2_ssd_chunk_cumsum", _ctx(_backend_for(cd)), base + S.dt_out,
                  base + S.dA_cumsum, base + S.dt, base + S.A, p_o)
     return dt_out, dA_cs
 
 
+@device_call
 def bmm_chunk(B, C, chunk_size: int):
     """B, C [B,L,G,N] -> CB [B,K,G,Q,Q] (CB[i,j] = C_i . B_j within each chunk)."""
     expect_rank("B", B, "[B,L,G,N]")
@@ -64,15 +66,16 @@ def bmm_chunk(B, C, chunk_size: int):
     Bsz, L, G, _ = B.shape
     Q = int(chunk_size)
     K = -(-L // Q) if Q > 0 else 0
-    CB = torch.empty(Bsz, K, G, Q, Q, dtype=cd)
+    CB = torch.empty(Bsz, K, G, Q, Q, dtype=cd, device=B.device)
     _out_desc(buf, S.CB, CB, code)
     keep = [_desc(buf, S.B, "B", B, cd, code), _desc(buf, S.C, "C", C, cd, code)]
     p_o = _options(s, keep, S, Q, None, None, None, None, None, False, 0.0, math.inf, cd, code)
-    _staged_call("mamba2_ssd_bmm_chunk", _context(_backend_for(cd)), base + S.CB, base + S.B,
+    _staged_call("mamba2_ssd_bmm_chunk", _ctx(_backend_for(cd)), base + S.CB, base + S.B,
                  base + S.C, p_o)
     return CB
 
 
+@device_call
 def chunk_state(x, B, dt_out, dA_cumsum):
     """x [B,L,H,P], B [B,L,G,N], dt_out/dA_cumsum [B,H,K,Q] -> states [B,K,H,P,N]
     (each chunk's state from a zero initial state)."""
@@ -88,17 +91,18 @@ def chunk_state(x, B, dt_out, dA_cumsum):
     Bsz, L, H, P = x.shape
     N = B.shape[3]
     K, Q = dA_cumsum.shape[2], dA_cumsum.shape[3]
-    states = torch.empty(Bsz, K, H, P, N, dtype=cd)
+    states = torch.empty(Bsz, K, H, P, N, dtype=cd, device=x.device)
     _out_desc(buf, S.states, states, code)
     keep = [_desc(buf, S.x, "x", x, cd, code), _desc(buf, S.B, "B", B, cd, code),
             _desc(buf, S.dt_out, "dt_out", dt_out, cd, code),
             _desc(buf, S.dA_cumsum, "dA_cumsum", dA_cumsum, cd, code)]
     p_o = _options(s, keep, S, Q, None, None, None, None, None, False, 0.0, math.inf, cd, code)
-    _staged_call("mamba2_ssd_chunk_state", _context(_backend_for(cd)), base + S.states,
+    _staged_call("mamba2_ssd_chunk_state", _ctx(_backend_for(cd)), base + S.states,
                  base + S.x, base + S.B, base + S.dt_out, base + S.dA_cumsum, p_o)
     return states
 
 
+@device_call
 def state_passing(states, dA_cumsum, initial_states=None):
     """states [B,K,H,P,N], dA_cumsum [B,H,K,Q] -> (states_start [B,K,H,P,N]: the state
     entering each chunk, final_state [B,H,P,N])."""
@@ -112,19 +116,20 @@ def state_passing(states, dA_cumsum, initial_states=None):
     buf, base = s.buf, s.base
     Bsz, K, H, P, N = states.shape
     Q = dA_cumsum.shape[3]
-    start = torch.empty(Bsz, K, H, P, N, dtype=cd)
-    final = torch.empty(Bsz, H, P, N, dtype=cd)
+    start = torch.empty(Bsz, K, H, P, N, dtype=cd, device=states.device)
+    final = torch.empty(Bsz, H, P, N, dtype=cd, device=states.device)
     _out_desc(buf, S.states_start, start, code)
     _out_desc(buf, S.final_state, final, code)
     keep = [_desc(buf, S.states, "states", states, cd, code),
             _desc(buf, S.dA_cumsum, "dA_cumsum", dA_cumsum, cd, code)]
     p_o = _options(s, keep, S, Q, None, None, None, initial_states, None, False, 0.0,
                    math.inf, cd, code)
-    _staged_call("mamba2_ssd_state_passing", _context(_backend_for(cd)), base + S.states_start,
+    _staged_call("mamba2_ssd_state_passing", _ctx(_backend_for(cd)), base + S.states_start,
                  base + S.final_state, base + S.states, base + S.dA_cumsum, p_o)
     return start, final
 
 
+@device_call
 def chunk_scan(CB, x, dt_out, dA_cumsum, C, states_start, D=None, z=None):
     """-> out [B,L,H,P] in x.dtype (y = intra-chunk part + the states_start part + D x,
     gated by silu(z) when z is given)."""
@@ -138,7 +143,7 @@ def chunk_scan(CB, x, dt_out, dA_cumsum, C, states_start, D=None, z=None):
     buf, base = s.buf, s.base
     Bsz, L, H, P = x.shape
     Q = dA_cumsum.shape[3]
-    out = torch.empty(Bsz, L, H, P, dtype=cd)
+    out = torch.empty(Bsz, L, H, P, dtype=cd, device=CB.device)
     _out_desc(buf, S.out, out, code)
     keep = [_desc(buf, S.CB, "CB", CB, cd, code), _desc(buf, S.x, "x", x, cd, code),
             _desc(buf, S.dt_out, "dt_out", dt_out, cd, code),
@@ -146,7 +151,7 @@ def chunk_scan(CB, x, dt_out, dA_cumsum, C, states_start, D=None, z=None):
             _desc(buf, S.C, "C", C, cd, code),
             _desc(buf, S.states_start, "states_start", states_start, cd, code)]
     p_o = _options(s, keep, S, Q, D, z, None, None, None, False, 0.0, math.inf, cd, code)
-    _staged_call("mamba2_ssd_chunk_scan", _context(_backend_for(cd)), base + S.out,
+    _staged_call("mamba2_ssd_chunk_scan", _ctx(_backend_for(cd)), base + S.out,
                  base + S.CB, base + S.x, base + S.dt_out, base + S.dA_cumsum, base + S.C,
                  base + S.states_start, p_o)
     return out.to(x.dtype) if out.dtype is not x.dtype else out

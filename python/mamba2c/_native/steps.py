@@ -22,10 +22,10 @@ import torch
 
 from . import abi, context, loader
 from .abi import BACKEND_REF, BACKENDS, DT_F32, DT_F64, TENSOR_R, TSZ
-from .context import _context, _tls
+from .context import _context, _tls, device_call
 from .._checks import step_ranks
 from .loader import _raise_status
-from .policy import _F32, _F64, _backend_for
+from .policy import _F32, _F64, _backend_for, _ctx
 from .tensors import _act_desc, _bc_desc, _check_device, _desc, _index_desc, _out_desc
 
 _TR = TENSOR_R
@@ -116,10 +116,12 @@ def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=Fa
                              state_indices, want_all, key)
 
 
+@device_call
 def _ssd_step_general(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_lo, dt_hi,
                       state_indices, want_all, key):
     """ssd_step's packing code (every case); stores a template under `key` when the call
-    used every tensor as is (no dtype conversion, no copy)."""
+    used every tensor as is (no dtype conversion, no copy) — a CPU call: a call on CUDA
+    tensors (device_call; computed in float32 only) never is a template."""
     step_ranks(state, x, B, C)
     lib = loader._lib if loader._lib is not None else loader.load()
     s = getattr(_tls, "scratch", None) or context._state()
@@ -128,7 +130,7 @@ def _ssd_step_general(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_lo, 
         code = DT_F32
         if x.dtype is _F64:
             return NotImplemented
-    elif sdt is _F64:
+    elif sdt is _F64 and state.is_cpu:
         code = DT_F64
     else:
         return NotImplemented
@@ -168,28 +170,31 @@ def _ssd_step_general(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_lo, 
         kz = _act_desc(buf, S.z, "z", z, sdt, code)
         pz = base + S.z
     if state_indices is None:
-        out = torch.empty(*xs, dtype=sdt)
+        out = torch.empty(*xs, dtype=sdt, device=state.device)
     else:
         ki = _index_desc(buf, S.state_indices, state_indices, "state_indices")
         pi = base + S.state_indices
-        out = torch.zeros(*xs, dtype=sdt)  # padding rows are left untouched by the C op
+        # padding rows are left untouched by the C op
+        out = torch.zeros(*xs, dtype=sdt, device=state.device)
     _TR[xr].pack_into(buf, S.out, out.data_ptr(), code, xr, *xs, *out.stride())
     pall = 0
     alls = None
     if want_all:
-        alls = (torch.zeros if state_indices is not None else torch.empty)(*xs, ssh[3], dtype=sdt)
+        alls = (torch.zeros if state_indices is not None else torch.empty)(
+            *xs, ssh[3], dtype=sdt, device=state.device)
         _TR[xr + 1].pack_into(buf, S.all_states, alls.data_ptr(), code, xr + 1, *alls.shape,
                               *alls.stride())
         pall = base + S.all_states
     _SO.pack_into(buf, S.options, pD, pz, pb, pi, 1 if dt_softplus else 0, dt_lo, dt_hi)
     ref = code == DT_F64
     b = getattr(_tls, "backend", None) or context._default_backend
-    st = lib.mamba2_ssd_step(_context(BACKEND_REF if ref else BACKENDS[b]), base + S.state,
+    st = lib.mamba2_ssd_step(_ctx(BACKEND_REF if ref else BACKENDS[b]), base + S.state,
                              base + S.out, pall, base + S.x, base + S.dt, base + S.A,
                              base + S.B, base + S.C, base + S.options)
     if st:
         _raise_status(st, "mamba2_ssd_step")
-    if (key is not None and kx is x and kdt is dt and kA is A and kB is B and kC is C
+    if (key is not None and state.is_cpu and kx is x and kdt is dt and kA is A and kB is B
+            and kC is C
             and kD is D and kz is z and kb is dt_bias and ki is state_indices):
         # every tensor was described as is: remember the descriptors (all but the pointers)
         raw = buf.raw
@@ -211,13 +216,19 @@ def conv1d_step(x, conv_cache, weight, bias=None, activation: bool = False, stat
     """x [B,C] or [B,T,C]; conv_cache [S,C,W-1] (float32/float64 as the computation, last
     dim contiguous: it is updated IN PLACE, so it is never copied — the caller checks).
     Padding rows (negative index) get a zero output."""
+    if x.is_cuda and _tls.__dict__.get("device") is None:
+        # a CUDA call: through device_call (checked inline rather than by decorating this
+        # function: a decode step is called per token, and the decorator's frame costs more
+        # than this test)
+        return _conv1d_step_device(x, conv_cache, weight, bias, activation, state_indices)
     lib = loader._lib if loader._lib is not None else loader.load()
     s = getattr(_tls, "scratch", None) or context._state()
     cdtype = conv_cache.dtype
     code = DT_F64 if cdtype is _F64 else DT_F32
     buf, base = s.buf, s.base
     S = _C
-    out = (torch.zeros if state_indices is not None else torch.empty)(x.shape, dtype=cdtype)
+    out = (torch.zeros if state_indices is not None else torch.empty)(x.shape, dtype=cdtype,
+                                                                      device=x.device)
     _out_desc(buf, S.out, out, code)
     _out_desc(buf, S.conv_cache, conv_cache, code)
     keep = [_desc(buf, S.x, "x", x, cdtype, code),
@@ -230,9 +241,12 @@ def conv1d_step(x, conv_cache, weight, bias=None, activation: bool = False, stat
         keep.append(_index_desc(buf, S.state_indices, state_indices, "state_indices"))
         pi = base + S.state_indices
     _CS.pack_into(buf, s.opt_off, pb, pi, 1 if activation else 0)
-    st = lib.mamba2_conv1d_step(_context(_backend_for(cdtype)), base + S.out,
+    st = lib.mamba2_conv1d_step(_ctx(_backend_for(cdtype)), base + S.out,
                                 base + S.conv_cache, base + S.x, base + S.weight,
                                 base + s.opt_off)
     if st:
         _raise_status(st, "mamba2_conv1d_step")
     return out.to(x.dtype) if out.dtype is not x.dtype else out
+
+
+_conv1d_step_device = device_call(conv1d_step)

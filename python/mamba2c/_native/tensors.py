@@ -11,10 +11,14 @@ For every tensor argument:
     negative strides must be copied by the caller (torch.from_numpy refuses them).
   - Outputs are always allocated by the wrappers (fresh, contiguous), so an output is never
     a stride-0 broadcast or an overlapping view.
-  - Devices: only CPU tensors carry data this library can read. A CUDA (or any other
-    non-CPU) tensor raises DeviceError (a NotImplementedError); a meta tensor raises
-    DeviceError when real computation is requested (shape-only tracing goes through the
-    fake implementations in _custom_ops.py instead and never reaches this package).
+  - Devices: CPU tensors, and CUDA tensors in a call on that CUDA device (context.
+    device_call made it the call's device: their device pointers are passed as they are,
+    zero-copy, to the CUDA backend's device mode). Index tensors (cu_seqlens,
+    state_positions, state_indices) are host arrays for the C library in every mode: a CUDA
+    one is copied to the host (_host_index). Any other tensor that is not on the CPU raises
+    DeviceError (a NotImplementedError); a meta tensor raises DeviceError when real
+    computation is requested (shape-only tracing goes through the fake implementations in
+    _custom_ops.py instead and never reaches this package).
 Every packer writes at a byte offset of the per-thread buffer (abi.SLOT gives them) and
 returns the tensor actually described, which the caller keeps alive over the C call.
 """
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from . import abi
+from . import abi, context
 from .abi import MAX_RANK, TENSOR, TENSOR_R, TORCH_DTYPE
 from .loader import DeviceError
 
@@ -33,15 +37,31 @@ _TR = TENSOR_R
 
 def _check_device(name: str, t: torch.Tensor) -> None:
     dev = t.device.type
-    if dev == "cpu":
+    if dev == "cpu":  # (in a CUDA call device_call has let only index tensors be here)
         return
+    if t.device == context._tls.__dict__.get("device"):
+        return  # a CUDA tensor of a call on its device (context.device_call)
     if dev == "meta":
         raise DeviceError(
             f"mamba2c: {name} is a meta tensor; the C library needs real data. (Shape-only "
             f"tracing works through torch.compile / FakeTensor, which use the fake kernels.)")
+    if dev == "cuda":
+        raise DeviceError(
+            f"mamba2c: {name} is on device '{t.device}' and the other tensors of the call are "
+            f"not, or the C library has no usable CUDA backend (built without nvcc, or no "
+            f"driver / device): move the tensors to one device")
     raise DeviceError(
-        f"mamba2c: {name} is on device '{t.device}'; this build of mamba2c computes on CPU "
-        f"tensors only (no {dev} backend is built in). Move the tensors to the CPU.")
+        f"mamba2c: {name} is on device '{t.device}'; mamba2c computes on CPU tensors, and "
+        f"CUDA tensors with its CUDA backend (no {dev} backend). Move the tensors to the CPU.")
+
+
+def _host_index(name: str, t: torch.Tensor) -> torch.Tensor:
+    """An index tensor as the host array the C library reads: a CUDA one of the call's
+    device is copied to the host (a synchronising copy, as the C checks read the values)."""
+    if not t.is_cpu:
+        _check_device(name, t)
+        t = t.cpu()
+    return t
 
 
 def _desc(buf, off: int, name: str, t: torch.Tensor, dtype: torch.dtype, code: int) -> torch.Tensor:
@@ -71,7 +91,7 @@ def _out_desc(buf, off: int, t: torch.Tensor, code: int) -> None:
 
 def _index_desc(buf, off, t, name):
     if not t.is_cpu:
-        _check_device(name, t)
+        t = _host_index(name, t)
     if t.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"mamba2c: {name} has dtype {t.dtype}; expected int32 or int64")
     t = t.contiguous()
@@ -83,7 +103,7 @@ def _cu_prep(cu):
     if cu is None:
         return None
     if cu.device.type != "cpu":
-        _check_device("cu_seqlens", cu)
+        cu = _host_index("cu_seqlens", cu)
     if cu.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"mamba2c: cu_seqlens has dtype {cu.dtype}; expected int32 or int64")
     return cu.contiguous()

@@ -1,0 +1,101 @@
+/*
+ * ssd_tc.c — the host side of the CUDA tensor-core forward (kernels: ssd_tc.cuh). With
+ * MAMBA2C_CUDA_TC=1 at context creation, the fused forward (src/gpu/ssd_ops.c) runs chunk_cumsum
+ * portable, then either the tensor-core on-chip scan (M2G_TC_SEQ: one launch for everything
+ * else) or, for N > M2TC_SEQ_NMAX / states at positions, the chunk states (M2G_TC_STATE), the
+ * portable state_passing and the chunk scan with CB computed on chip (M2G_TC_SCAN). bf16 MMA for bf16 activations, tf32 otherwise (f32 and f16 storage); float32
+ * accumulate. The fused Q is the kernels' tile (64 tokens).
+ */
+#include "cuda/tc.h"
+#include "cuda/tc_tiles.h"
+#include "gpu/ssd_host.h"
+
+const char *const m2cu_tc_names[M2CU_TC_NUM] = {
+#define M2G_TC_KERNEL(name) #name,
+#include "cuda/tc_list.h"
+#undef M2G_TC_KERNEL
+};
+
+static const size_t L128[3] = {M2TC_THREADS, 1, 1};
+
+int m2cu_tc_seq_nmax(void) { return M2TC_SEQ_NMAX; }
+int m2cu_tc_seq_max_smem(void) {
+    m2tc_seq_layout a, b;
+    m2tc_seq_layout_of(0, M2TC_SEQ_NMAX, &a);
+    m2tc_seq_layout_of(1, M2TC_SEQ_NMAX, &b);
+    return a.bytes > b.bytes ? a.bytes : b.bytes;
+}
+
+/* the on-chip scan: groups (ceil(P/32), H, sequences), the layout's dynamic shared block */
+static mamba2_status_t run_seq(m2g_dev *d, const ssd_dev *s, int bf16) {
+    if (s->N > M2TC_SEQ_NMAX)
+        return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: the tc scan takes N <= %d",
+                        M2TC_SEQ_NMAX);
+    m2tc_seq_layout lay;
+    m2tc_seq_layout_of(bf16, (int)s->N, &lay);
+    m2g_args a = {0};
+    m2g_arg_mem(&a, s->ct);
+    m2g_arg_mem(&a, s->stab);
+    m2g_arg_i64(&a, s->H), m2g_arg_i64(&a, s->G), m2g_arg_i64(&a, s->P), m2g_arg_i64(&a, s->N);
+    m2g_arg_t(&a, &s->x, 3);
+    m2g_arg_t(&a, &s->dto, 3);
+    m2g_arg_t(&a, &s->dac, 3);
+    m2g_arg_t(&a, &s->Bm, 3);
+    m2g_arg_t(&a, &s->Cm, 3);
+    m2g_arg_t(&a, &s->D, 1);
+    m2g_arg_i32(&a, s->D_mode);
+    m2g_arg_t(&a, &s->z, 3);
+    m2g_arg_i32(&a, s->z.present);
+    m2g_arg_t(&a, &s->init, 3);
+    m2g_arg_i32(&a, s->init.present);
+    m2g_arg_t(&a, &s->out, 3);
+    m2g_arg_t(&a, &s->outx, 3);
+    m2g_arg_i32(&a, s->outx.present);
+    m2g_arg_t(&a, &s->final, 3);
+    m2g_arg_i32(&a, s->final.present);
+    const size_t g[3] = {(size_t)m2g_cdiv(s->P, M2TC_SEQ_PC), (size_t)s->H, (size_t)s->nseq};
+    const int k = bf16 ? M2CU_TC_m2_ssd_scan_seq_bf16_tc128 : M2CU_TC_m2_ssd_scan_seq_tf32_tc128;
+    return m2cu_launch_smem(d, M2CU_TC_ID(k), g, L128, (size_t)lay.bytes, a.n, a.a);
+}
+
+mamba2_status_t m2cu_ssd_tc(m2g_dev *d, const ssd_dev *s, int stage, int bf16) {
+    if (s->Q != M2TC_Q)
+        return m2_error(MAMBA2_STATUS_INTERNAL_ERROR,
+                        "CUDA: the tensor-core forward needs chunks of %d tokens (got %lld)",
+                        M2TC_Q, (long long)s->Q);
+    if (stage == M2G_TC_SEQ) return run_seq(d, s, bf16);
+    m2g_args a = {0};
+    m2g_arg_mem(&a, s->ct);
+    m2g_arg_i64(&a, s->H);
+    m2g_arg_i64(&a, s->G);
+    m2g_arg_i64(&a, s->P);
+    m2g_arg_i64(&a, s->N);
+    m2g_arg_t(&a, &s->x, 3);
+    const int64_t ptiles = m2g_cdiv(s->P, M2TC_TILE), ntiles = m2g_cdiv(s->N, M2TC_TILE);
+    if (stage == M2G_TC_STATE) {
+        m2g_arg_t(&a, &s->Bm, 3);
+        m2g_arg_t(&a, &s->dto, 3);
+        m2g_arg_t(&a, &s->dac, 3);
+        m2g_arg_t(&a, &s->states, 4);
+        const size_t g[3] = {(size_t)s->nc, (size_t)s->H, (size_t)(ptiles * ntiles)};
+        const int k = bf16 ? M2CU_TC_m2_ssd_chunk_state_bf16_tc128
+                           : M2CU_TC_m2_ssd_chunk_state_tf32_tc128;
+        return d->launch(d, M2CU_TC_ID(k), g, L128, a.n, a.a);
+    }
+    m2g_arg_t(&a, &s->dto, 3);
+    m2g_arg_t(&a, &s->dac, 3);
+    m2g_arg_t(&a, &s->Bm, 3);
+    m2g_arg_t(&a, &s->Cm, 3);
+    m2g_arg_t(&a, &s->start, 4);
+    m2g_arg_t(&a, &s->D, 1);
+    m2g_arg_i32(&a, s->D_mode);
+    m2g_arg_t(&a, &s->z, 3);
+    m2g_arg_i32(&a, s->z.present);
+    m2g_arg_t(&a, &s->out, 3);
+    m2g_arg_t(&a, &s->outx, 3);
+    m2g_arg_i32(&a, s->outx.present);
+    const size_t g[3] = {(size_t)s->nc, (size_t)s->H, (size_t)ptiles};
+    const int k =
+        bf16 ? M2CU_TC_m2_ssd_chunk_scan_bf16_tc128 : M2CU_TC_m2_ssd_chunk_scan_tf32_tc128;
+    return d->launch(d, M2CU_TC_ID(k), g, L128, a.n, a.a);
+}
