@@ -28,6 +28,7 @@ decoder keeps its generic per-op path.
 """
 from __future__ import annotations
 
+import struct
 from typing import Optional
 
 import torch
@@ -85,7 +86,10 @@ def _conv_block(x, cache, weight, bias, out):
     if bias is not None:
         _packed((bias, _desc(buf, S.bias, "bias", bias, _F32, DT_F32)))
         pb = base + S.bias
-    abi.CONV1D_STEP_OPTIONS.pack_into(buf, s.opt_off, pb, 0, 1)
+    try:  # (bias, state_indices, activation[, cache_seqlens: appended after ABI v1])
+        abi.CONV1D_STEP_OPTIONS.pack_into(buf, s.opt_off, pb, 0, 1, 0)
+    except struct.error:
+        abi.CONV1D_STEP_OPTIONS.pack_into(buf, s.opt_off, pb, 0, 1)
     return s, (base + S.out, base + S.conv_cache, base + S.x, base + S.weight, base + s.opt_off)
 
 
