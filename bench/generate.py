@@ -10,23 +10,34 @@ and greedy decode, tokens/s, three paths with the same weights:
     .venv/bin/python bench/generate.py                                   # both shapes, f32+bf16
     .venv/bin/python bench/generate.py --shape 370m --dtype float32 --prefill 512,2048 --decode 128
     .venv/bin/python bench/generate.py --layers 4 --prefill 128 --decode 16   # a quick check
+    .venv/bin/python bench/generate.py --plot docs/generate.png --json out.json --breakdown
 
-Per (dtype, prefill) the paths alternate in one process (round r runs each once; medians).
-prefill tokens/s = prompt length / time of generate(max_new_tokens=1); decode tokens/s =
-(n-1) / (time of generate(n new) - time of generate(1 new)). The greedy tokens of every path
-are compared with transformers' (printed: equal or the first differing position).
-The weight-streaming bound: bytes of all parameters (read once per decoded token) over a
-STREAM-triad bandwidth measured in the same run (torch, same threads); decode is also
-reported as a fraction of it. --breakdown splits mamba2c's decode step into the Linear
-GEMVs, the C step ops and the rest (glue / per-token Python).
+Per (model, dtype, prefill) the paths alternate in one process: after a short warm-up
+(generate with 4 new tokens, each path), round r runs each path's generate(decode new
+tokens) once. A streamer timestamps every new token: prefill tokens/s = prompt length /
+time to the first new token; decode tokens/s = 1 / the median interval between consecutive
+new tokens (over all rounds: robust to a shared machine's spikes; on an idle machine it
+equals (n-1) / decode time). Medians over rounds. The greedy tokens of every path are
+compared with transformers' (printed: equal, or the first differing position; mamba2c's
+also with hf+mamba2c's when they differ). In bfloat16 a random-weight model's logits are
+close to ties, so paths that round differently (all within bf16 accuracy) may pick another
+token — compare the float32 rows for token equality.
+The weight-streaming bound: bytes of all parameters (each read once per decoded token; a
+tied embedding counted once) over a STREAM-triad bandwidth (torch, same threads) measured
+right before each (model, dtype); decode is also reported as a fraction of it. The load
+average (os.getloadavg) is printed with every table. --breakdown splits mamba2c's decode
+token into the GEMVs (in_proj, out_proj, lm_head: torch), the C step ops (per layer
+block norm, conv step, SSD step, gated norm: the replayed calls alone) and the rest (the
+residual adds, dtype copies, embedding, final norm, sampling-free Python of the step).
 """
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import time
 
-from py_common import parser, print_table, setup
+from py_common import compare, parser, print_table, setup
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -38,10 +49,16 @@ from mamba2c.hf import use_mamba2c_in_transformers  # noqa: E402
 from mamba2c.models import from_transformers  # noqa: E402
 
 SHAPES = {"370m": dict(layers=48, d_model=1024), "130m": dict(layers=24, d_model=768)}
+PATHS = ("hf", "hf+mamba2c", "mamba2c")
 
 
-def stream_triad_gbs(threads: int, mb: int = 256, reps: int = 7) -> float:
-    """a = b + s*c over three float32 arrays of `mb` MiB each (torch), median GB/s."""
+def load() -> str:
+    return "load %.1f/%.1f/%.1f" % os.getloadavg()
+
+
+def stream_triad_gbs(mb: int = 256, reps: int = 7) -> float:
+    """a = b + s*c over three float32 arrays of `mb` MiB each (torch), median GB/s
+    (bytes counted: 2 read + 1 written array, as STREAM does)."""
     n = mb * (1 << 20) // 4
     a, b, c = torch.empty(n), torch.rand(n), torch.rand(n)
     torch.add(b, c, alpha=3.0, out=a)
@@ -51,6 +68,19 @@ def stream_triad_gbs(threads: int, mb: int = 256, reps: int = 7) -> float:
         torch.add(b, c, alpha=3.0, out=a)
         ts.append(time.perf_counter() - t0)
     return 3 * n * 4 / statistics.median(ts) / 1e9
+
+
+class Clock:
+    """A generate() streamer that timestamps each put (the prompt first, then each token)."""
+
+    def __init__(self):
+        self.t = []
+
+    def put(self, value):
+        self.t.append(time.perf_counter())
+
+    def end(self):
+        pass
 
 
 def build(shape: dict, dtype, vocab: int, d_state: int):
@@ -65,85 +95,128 @@ def build(shape: dict, dtype, vocab: int, d_state: int):
     return hf, from_transformers(hf)
 
 
-def runners(hf, ours, ids, n):
+def runners(hf, ours, ids):
     mask = torch.ones_like(ids)
 
-    def hf_gen(k):
+    def hf_gen(k, streamer=None):
         return hf.generate(ids, attention_mask=mask, max_new_tokens=k, min_new_tokens=k,
-                           do_sample=False)
+                           do_sample=False, streamer=streamer)
 
-    def hfm_gen(k):
+    def hfm_gen(k, streamer=None):
         with use_mamba2c_in_transformers():
-            return hf_gen(k)
+            return hf_gen(k, streamer)
 
-    def ours_gen(k):
-        return ours.generate(ids, max_length=ids.shape[1] + k)
+    def ours_gen(k, streamer=None):
+        return ours.generate(ids, max_length=ids.shape[1] + k, streamer=streamer)
 
     return {"hf": hf_gen, "hf+mamba2c": hfm_gen, "mamba2c": ours_gen}
 
 
 def time_paths(gens, n, reps):
-    pc = time.perf_counter
-    t1 = {k: [] for k in gens}
-    tn = {k: [] for k in gens}
+    """-> ({path: prefill seconds}, {path: decode seconds per token}, {path: tokens})."""
+    pre = {k: [] for k in gens}
+    gaps = {k: [] for k in gens}
     toks = {}
-    for k, g in gens.items():  # warm-up (also the tokens)
-        g(1)
-        toks[k] = g(n)
+    for g in gens.values():  # warm-up
+        g(4)
     for _ in range(reps):
         for k, g in gens.items():
-            t0 = pc()
-            g(1)
-            t1[k].append(pc() - t0)
-            t0 = pc()
-            g(n)
-            tn[k].append(pc() - t0)
-    return ({k: statistics.median(v) for k, v in t1.items()},
-            {k: statistics.median(v) for k, v in tn.items()}, toks)
+            c = Clock()
+            t0 = time.perf_counter()
+            out = g(n, c)
+            t = c.t[1:]  # the new tokens (c.t[0]: the prompt, put at once)
+            if len(t) != n:
+                raise RuntimeError(f"{k}: the streamer saw {len(t)} new tokens, expected {n}")
+            pre[k].append(t[0] - t0)
+            gaps[k] += [b - a for a, b in zip(t, t[1:])]
+            toks.setdefault(k, out)
+    return ({k: statistics.median(v) for k, v in pre.items()},
+            {k: statistics.median(v) for k, v in gaps.items()}, toks)
 
 
-def breakdown(ours, ids, n):
-    """mamba2c decode per token: total, the Linear GEMVs alone (same shapes, same weights),
-    the C step ops alone (conv + SSD + gated norm per layer), and the rest."""
-    from mamba2c import _native
+def _same(a, b, L) -> str:
+    diff = (a != b).nonzero()
+    return "equal" if diff.numel() == 0 else f"differ at {int(diff[0, 1]) - L}"
+
+
+def breakdown(ours, ids, n, reps):
+    """mamba2c decode per token (seconds): total, the GEMVs alone (the plan's own in_proj /
+    out_proj calls on its buffers + lm_head), the C step ops alone (the plan's replayed
+    calls), on caches filled by a prefill of ids. Alternating rounds, medians."""
+    from mamba2c._native.context import _context, _backend_code
     from mamba2c.models.generation import _Decoder
-    pc = time.perf_counter
+    from mamba2c.nn import InferenceParams
     with torch.inference_mode():
-        caches = ours.allocate_inference_cache(1, ids.shape[1] + n, dtype=torch.float32)
-        from mamba2c.nn import InferenceParams
-        ip = InferenceParams(ids.shape[1] + n, 1, key_value_memory_dict=caches)
+        caches = ours.allocate_inference_cache(1, ids.shape[1] + 1, dtype=torch.float32)
+        ip = InferenceParams(ids.shape[1] + 1, 1, key_value_memory_dict=caches)
         ours(ids, inference_params=ip, num_last_tokens=1)
         dec = _Decoder(ours, caches)
         tok = ids[:, -1]
         dec.step(tok)
-        t0 = pc()
-        for _ in range(n):
-            dec.step(tok)
-        total = (pc() - t0) / n
-        h = torch.randn(1, ours.config.d_model, dtype=dec.lm_w.dtype)
-        t0 = pc()
-        for _ in range(n):
-            for p in dec.layers:
-                y = F.linear(h, p.in_w, p.in_b)
-                F.linear(y[:, :p.out_w.shape[1]], p.out_w, p.out_b)
-            F.linear(h, dec.lm_w)
-        lin = (pc() - t0) / n
-        p0 = dec.layers[0]
-        xBC = torch.randn(1, p0.conv_w.shape[0])
-        dt = torch.rand(1, p0.H)
-        z = torch.randn(1, p0.H * p0.P)
-        t0 = pc()
-        for _ in range(n):
-            for p in dec.layers:
-                xo = _native.conv1d_step(xBC, p.conv_state, p.conv_w, p.conv_b, True)
-                x, Bm, Cm = torch.split(xo, p.xbc_split, dim=-1)
-                y = _native.ssd_step(p.ssm_state, x.view(1, p.H, p.P), dt, p.A,
-                                     Bm.view(1, p.G, p.N), Cm.view(1, p.G, p.N), p.D, None,
-                                     p.dt_bias, True)
-                _native.rmsnorm_gated_forward(y.view(1, -1), z, p.gnorm_w, None, p.gnorm_eps,
-                                              p.gsize, p.nbg)
-        cops = (pc() - t0) / n
-    return total, lin, cops
+        pl = dec.plan
+        if not pl:
+            return None
+        lm_w = dec.lm_w
+        hf_ = torch.zeros(1, lm_w.shape[1], dtype=lm_w.dtype)
+
+        def gemv():
+            for c, in_wt, in_b, out_wt, out_b in pl.calls:
+                torch.mm(pl.nh, in_wt, out=pl.zx)
+                torch.mm(pl.gin, out_wt, out=pl.h)
+            F.linear(hf_, lm_w)
+
+        def cops():
+            ctx = _context(_backend_code())
+            for c, *_ in pl.calls:
+                pl.f_norm(ctx, *c.args_norm)
+                pl.f_conv(ctx, *c.args_conv)
+                pl.f_ssd(ctx, *c.args_ssd)
+                pl.f_norm(ctx, *c.args_gnorm)
+
+        r = compare({"total": lambda: dec.step(tok), "gemv": gemv, "cops": cops}, reps,
+                    warmup=1, inner=n)
+    state_mb = sum(cs[1].numel() * 4 for cs in caches.values()) / 1e6
+    return r["total"], r["gemv"], r["cops"], state_mb
+
+
+def plot(rows, path, n_decode):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    groups = []
+    for r in rows:
+        g = (r["model"], r["dtype"], r["prefill"])
+        if g not in groups:
+            groups.append(g)
+    fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.4 * len(groups) + 4), 4.8))
+    w = 0.27
+    for ax, key, title in ((axes[0], "prefill_tok_s", "prefill tokens/s"),
+                           (axes[1], "decode_tok_s", f"decode tokens/s ({n_decode} greedy)")):
+        for j, pth in enumerate(PATHS):
+            xs, ys = [], []
+            for i, g in enumerate(groups):
+                for r in rows:
+                    if (r["model"], r["dtype"], r["prefill"]) == g and r["path"] == pth:
+                        xs.append(i + (j - 1) * w)
+                        ys.append(r[key])
+            if xs:
+                ax.bar(xs, ys, w, label=pth)
+        if key == "decode_tok_s":
+            for i, g in enumerate(groups):
+                b = [r["bound_tok_s"] for r in rows if (r["model"], r["dtype"], r["prefill"]) == g]
+                ax.hlines(b[0], i - 1.5 * w, i + 1.5 * w, colors="k", linestyles="--",
+                          label="weight-streaming bound" if i == 0 else None)
+        ax.set_xticks(range(len(groups)))
+        ax.set_xticklabels([f"{m}\n{d.replace('bfloat16', 'bf16').replace('float32', 'f32')}"
+                            f"\nL={p}" for m, d, p in groups], fontsize=8)
+        ax.set_yscale("log")
+        ax.set_title(title)
+        ax.grid(axis="y", alpha=0.3)
+    hs, ls = axes[1].get_legend_handles_labels()
+    fig.legend(hs, ls, loc="upper center", ncol=4, fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.savefig(path, dpi=110)
+    print(f"# plot: {path}")
 
 
 def main():
@@ -155,53 +228,78 @@ def main():
     p.add_argument("--decode", type=int, default=128)
     p.add_argument("--vocab", type=int, default=50280)
     p.add_argument("--d-state", type=int, default=128)
-    p.add_argument("--paths", default="hf,hf+mamba2c,mamba2c")
+    p.add_argument("--paths", default=",".join(PATHS))
     p.add_argument("--breakdown", action="store_true")
+    p.add_argument("--plot", default=None, help="write a bar chart (PNG) of the results")
+    p.add_argument("--json", default=None, help="write the rows as JSON")
     a = p.parse_args()
     a.reps = a.reps or 1
     setup(a)
     import transformers
     transformers.logging.set_verbosity_error()
-    bw = stream_triad_gbs(a.threads)
-    print(f"# STREAM triad (torch, {a.threads} threads): {bw:.1f} GB/s")
     rows = []
+    hdr = ["model", "dtype", "prefill", "path", "prefill tok/s", "decode tok/s", "of bound",
+           "x hf prefill", "x hf decode", "tokens vs hf"]
+    tab = []
+    t_start = time.perf_counter()
     for sname in a.shape.split(","):
         shape = dict(SHAPES[sname])
         if a.layers:
             shape["layers"] = a.layers
+        mname = f"{sname}" + (f"/{shape['layers']}L" if a.layers else "")
         for dname in a.dtype.split(","):
             dtype = getattr(torch, dname)
             torch.manual_seed(0)
             hf, ours = build(shape, dtype, a.vocab, a.d_state)
             wbytes = sum(q.numel() * q.element_size() for q in ours.parameters())
+            bw = stream_triad_gbs()
             bound = bw * 1e9 / wbytes
+            print(f"# {mname} {dname}: {wbytes / 1e6:.0f} MB of weights; STREAM triad "
+                  f"{bw:.1f} GB/s -> bound {bound:.2f} tok/s; {load()}", flush=True)
             for L in (int(x) for x in a.prefill.split(",")):
                 ids = torch.randint(0, a.vocab, (1, L), generator=torch.Generator().manual_seed(L))
-                gens = {k: v for k, v in runners(hf, ours, ids, a.decode).items()
+                gens = {k: v for k, v in runners(hf, ours, ids).items()
                         if k in a.paths.split(",")}
-                t1, tn, toks = time_paths(gens, a.decode, a.reps)
+                pre, gap, toks = time_paths(gens, a.decode, a.reps)
                 ref = toks.get("hf")
                 for k in gens:
-                    pre = L / t1[k]
-                    dec = (a.decode - 1) / max(tn[k] - t1[k], 1e-9)
-                    if ref is None or k == "hf":
-                        same = "-"
-                    else:
-                        diff = (toks[k] != ref).nonzero()
-                        same = "equal" if diff.numel() == 0 else f"differ at {int(diff[0, 1]) - L}"
-                    rows.append([f"{sname}/{shape['layers']}L", dname, L, k, f"{pre:.1f}",
-                                 f"{dec:.2f}", f"{100 * dec / bound:.0f}%", same])
-                print_table(f"tokens/s (bound {bound:.1f} tok/s: {wbytes / 1e6:.0f} MB of "
-                            f"weights at {bw:.1f} GB/s)",
-                            ["model", "dtype", "prefill", "path", "prefill tok/s",
-                             "decode tok/s", "of bound", "tokens vs hf"], rows[-len(gens):])
-                if a.breakdown:
-                    tot, lin, cops = breakdown(ours, ids, max(a.decode, 4))
-                    print(f"# mamba2c decode per token: {tot * 1e3:.2f} ms = Linear GEMVs "
-                          f"{lin * 1e3:.2f} ms + C step ops {cops * 1e3:.2f} ms + rest "
-                          f"{(tot - lin - cops) * 1e3:.2f} ms")
-    print_table("all", ["model", "dtype", "prefill", "path", "prefill tok/s", "decode tok/s",
-                        "of bound", "tokens vs hf"], rows)
+                    ptok, dtok = L / pre[k], 1.0 / gap[k]
+                    same = "-" if ref is None or k == "hf" else _same(toks[k], ref, L)
+                    if k == "mamba2c" and "hf+mamba2c" in toks and same != "equal":
+                        same += f" (vs hf+mamba2c: {_same(toks[k], toks['hf+mamba2c'], L)})"
+                    xp = f"{pre['hf'] / pre[k]:.2f}" if "hf" in gens else "-"
+                    xd = f"{gap['hf'] / gap[k]:.2f}" if "hf" in gens else "-"
+                    rows.append(dict(model=mname, dtype=dname, prefill=L, path=k,
+                                     prefill_tok_s=ptok, decode_tok_s=dtok,
+                                     bound_tok_s=bound, stream_gbs=bw, weight_mb=wbytes / 1e6,
+                                     tokens=same, load=os.getloadavg()[0]))
+                    tab.append([mname, dname, L, k, f"{ptok:.1f}", f"{dtok:.2f}",
+                                f"{100 * dtok / bound:.0f}%", xp, xd, same])
+                print_table(f"{mname} {dname} prefill {L} (bound {bound:.2f} tok/s: "
+                            f"{wbytes / 1e6:.0f} MB at {bw:.1f} GB/s; {load()})", hdr,
+                            tab[-len(gens):])
+            if a.breakdown and "mamba2c" in a.paths.split(","):
+                ids = torch.randint(0, a.vocab, (1, 16), generator=torch.Generator().manual_seed(1))
+                b = breakdown(ours, ids, 8, max(a.reps, 3))
+                if b is None:
+                    print("# breakdown: the decode plan does not serve this model")
+                else:
+                    tot, lin, cops, smb = b
+                    print(f"# mamba2c decode per token ({mname} {dname}, {load()}): "
+                          f"{tot * 1e3:.2f} ms = GEMVs {lin * 1e3:.2f} ms "
+                          f"({wbytes / lin / 1e9:.1f} GB/s of weights) + C step ops "
+                          f"{cops * 1e3:.2f} ms (SSM state {smb:.0f} MB read+written: "
+                          f"{2 * smb / 1e3 / cops:.1f} GB/s) + rest "
+                          f"{(tot - lin - cops) * 1e3:.2f} ms",
+                          flush=True)
+            del hf, ours
+    print_table(f"all ({a.threads} threads; {load()}; {time.perf_counter() - t_start:.0f} s)",
+                hdr, tab)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    if a.plot:
+        plot(rows, a.plot, a.decode)
 
 
 if __name__ == "__main__":

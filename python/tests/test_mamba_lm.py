@@ -104,6 +104,20 @@ def test_generate_sampling_and_stopping():
     first = int(greedy[0, 4])
     assert m.generate(ids[:1], 12, eos_token_id=first).shape == (1, 5)
 
+    class Rec:
+        def __init__(self):
+            self.got, self.ended = [], 0
+
+        def put(self, v):
+            self.got.append(v.clone())
+
+        def end(self):
+            self.ended += 1
+    s = Rec()
+    out = m.generate(ids, 9, streamer=s)
+    assert s.ended == 1 and len(s.got) == 1 + 5 and torch.equal(s.got[0], ids)
+    assert torch.equal(torch.stack(s.got[1:], 1), out[:, 4:])
+
 
 @pytest.mark.parametrize("safe", [True, False])
 def test_save_pretrained_round_trip(tmp_path, safe):
@@ -142,3 +156,68 @@ def test_from_transformers_same_logits_and_tokens():
     out = m.generate(ids, 15)
     ref = hf.generate(ids, max_new_tokens=6, do_sample=False)
     assert torch.equal(out, ref)
+
+
+def _decoders(m, ids, n):
+    """Two decoders over identical prefilled caches: the replayed plan and the generic
+    per-op path (plan disabled)."""
+    from mamba2c.models.generation import _Decoder
+    from mamba2c.nn import InferenceParams
+    out = []
+    for use_plan in (True, False):
+        caches = m.allocate_inference_cache(ids.shape[0], ids.shape[1] + n, dtype=torch.float32)
+        ip = InferenceParams(ids.shape[1] + n, ids.shape[0], key_value_memory_dict=caches)
+        m(ids, inference_params=ip, num_last_tokens=1)
+        d = _Decoder(m, caches)
+        if not use_plan:
+            d.plan = False
+        out.append(d)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kw", [{}, {"fused_add_norm": False},
+                                {"ssm_cfg": {"layer": "Mamba2", "d_state": 16, "headdim": 16,
+                                             "ngroups": 1, "chunk_size": 8, "bias": True,
+                                             "conv_bias": False, "D_has_hdim": True}}])
+def test_replayed_decode_plan_equals_per_op_path(dtype, kw):
+    """generation's DecodePlan (descriptors packed once, buffers reused) computes the same
+    logits, bit for bit, as the per-op decode path, and leaves the same caches."""
+    torch.manual_seed(4)
+    m = MambaLMHeadModel(_cfg(**kw)).to(dtype).eval()
+    ids = torch.randint(0, 101, (2, 6))
+    with torch.inference_mode():
+        dp, dg = _decoders(m, ids, 5)
+        tok = ids[:, -1]
+        for i in range(5):
+            a, b = dp.step(tok), dg.step(tok)
+            assert dp.plan and dg.plan is False
+            assert a.dtype == b.dtype == dtype and torch.equal(a, b), i
+            tok = a.argmax(-1)
+        for lp, lg in zip(dp.layers, dg.layers):
+            assert torch.equal(lp.conv_state, lg.conv_state)
+            assert torch.equal(lp.ssm_state, lg.ssm_state)
+
+
+def test_decode_plan_not_used_where_it_does_not_apply():
+    torch.manual_seed(5)
+    for kw in ({"d_intermediate": 40}, {"fused_add_norm": False, "residual_in_fp32": False},
+               {"rms_norm": False}):
+        m = MambaLMHeadModel(_cfg(**kw)).eval()
+        ids = torch.randint(0, 101, (1, 4))
+        with torch.inference_mode():
+            d, _ = _decoders(m, ids, 2)
+            d.step(ids[:, -1])
+        assert d.plan is False, kw
+
+
+def test_generate_bf16_tokens_follow_the_bf16_forward():
+    """bf16 weights: the decode logits agree with the bf16 full forward to bf16 rounding."""
+    torch.manual_seed(6)
+    m = MambaLMHeadModel(_cfg(fused_add_norm=False)).to(torch.bfloat16).eval()
+    ids = torch.randint(0, 101, (2, 7))
+    r = m.generate(ids, max_length=12, return_dict_in_generate=True, output_scores=True)
+    with torch.no_grad():
+        full = m(r.sequences).logits
+    for i, sc in enumerate(r.scores):
+        assert nerr(sc.float(), full[:, 6 + i].float()) <= 3e-2, i

@@ -2,7 +2,11 @@
 GenerationMixin.generate signature), with a decode loop that calls the C step ops directly.
 
 Prefill is the model's forward with an InferenceParams (one call over the prompt, which fills
-every layer's conv and SSM cache). Each decode token then runs `_Decoder.step`: per layer the
+every layer's conv and SSM cache). Each decode token then runs `_Decoder.step`. In the common
+case (Mamba-2 mixers with the gated norm, RMSNorm blocks, no MLP, residual in float32: every
+transformers Mamba2 checkpoint) that is a replayed plan (decode_plan.py: every C call's
+descriptors packed once, every intermediate in a buffer reused across tokens, no per-op
+dispatch). Otherwise the generic per-op path: per layer the
 residual add + norm, in_proj (torch Linear), mamba2_conv1d_step and mamba2_ssd_step straight
 through the binding (`mamba2c._native`: no dispatch, autograd or custom-op layers), the gated
 RMSNorm (C), out_proj; then the final norm and lm_head. Everything that does not change
@@ -82,6 +86,7 @@ class _Decoder:
         self.lm_w = model.lm_head.weight
         f32 = torch.float32
         self.layers = []
+        self.plan = None      # decode_plan.DecodePlan, built at the first step (False: none)
         for i, blk in enumerate(bb.layers):
             m = blk.mixer
             p = _Layer()
@@ -139,8 +144,15 @@ class _Decoder:
     def step(self, tokens: Tensor) -> Tensor:
         """tokens [B] -> logits [B, vocab] for the next position; caches advance by one."""
         h = F.embedding(tokens, self.emb)
+        if self.plan is None:
+            from .decode_plan import plan_for
+            self.plan = plan_for(self, tokens.shape[0]) or False
+        fused, r32 = self.fused, self.r32
+        if self.plan:
+            h, residual = self.plan.step(h, fused)
+            return self._final(h, residual)
         residual = None
-        add_norm, fused, r32 = self.add_norm, self.fused, self.r32
+        add_norm = self.add_norm
         for p in self.layers:
             blk = p.blk
             h, residual = add_norm(blk.norm, h, residual, fused, r32)
@@ -148,6 +160,10 @@ class _Decoder:
             if blk.mlp is not None:
                 h, residual = add_norm(blk.norm2, h, residual, fused, r32)
                 h = blk.mlp(h)
+        return self._final(h, residual)
+
+    def _final(self, h: Tensor, residual: Optional[Tensor]) -> Tensor:
+        fused, r32 = self.fused, self.r32
         nf = self.norm_f
         if fused:
             from ..layer_norm import RMSNorm, layer_norm_fn
@@ -169,7 +185,7 @@ class GenerationMixin:
                  return_dict_in_generate: bool = False, output_scores: bool = False,
                  eos_token_id: Optional[int] = None, vocab_size: Optional[int] = None,
                  repetition_penalty: float = 1.0, generator: Optional[torch.Generator] = None,
-                 cg: bool = False, **kwargs):
+                 cg: bool = False, streamer=None, **kwargs):
         """mamba_ssm's generate: input_ids [B,L] -> sequences [B, L + n] with
         n = max(1, max_length - L) new tokens (fewer when every row samples eos_token_id at
         the same step). top_k=1 is greedy; see `sample` for top_k / top_p / min_p /
@@ -177,9 +193,12 @@ class GenerationMixin:
         > 1 divides the positive and multiplies the negative logits of tokens already in
         the row. cg (CUDA graphs) is accepted and ignored. return_dict_in_generate gives a
         GenerateOutput(sequences, scores) (scores: one [B,V] tensor per new token, with
-        output_scores)."""
+        output_scores). streamer (mamba_ssm's / transformers' TextStreamer interface): put(
+        input_ids) first, put(tokens [B]) after each new token, end() at the finish."""
         from ..nn.mamba2 import InferenceParams
         Bsz, L = input_ids.shape
+        if streamer is not None:
+            streamer.put(input_ids)
         caches = self.allocate_inference_cache(Bsz, max_length, dtype=torch.float32)
         ip = InferenceParams(max_seqlen=max_length, max_batch_size=Bsz,
                              key_value_memory_dict=caches)
@@ -200,12 +219,16 @@ class GenerationMixin:
                 scores.append(logits)
             tok = sample(logits, top_k, top_p, min_p, temperature, generator)
             seqs.append(tok[:, None])
+            if streamer is not None:
+                streamer.put(tok)
             if ip.seqlen_offset >= max_length - 1:
                 break
             if eos_token_id is not None and bool((tok == eos_token_id).all()):
                 break
             logits = dec.step(tok)
             ip.seqlen_offset += 1
+        if streamer is not None:
+            streamer.end()
         sequences = torch.cat(seqs, 1)
         if return_dict_in_generate:
             return GenerateOutput(sequences, tuple(scores) if output_scores else None)
