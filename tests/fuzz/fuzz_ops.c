@@ -185,13 +185,15 @@ static mamba2_status_t conv_bwd_call(m2f_case *c, mamba2_context_t *ctx, size_t 
     return mamba2_conv1d_backward(ctx, gp, T(C_DOUT), T(C_DFIN), T(C_X), T(C_W), op, ws, wsz);
 }
 
-/* conv1d_step: conv_cache [S,C,W-1] in/out, x [B,C] or [B,T,C] */
-enum { CS_CACHE = 0, CS_X, CS_W, CS_BIAS, CS_IX, CS_OUT };
+/* conv1d_step: conv_cache [S,C,Lc] (Lc = W-1 .. W+2) in/out, x [B,C] or [B,T,C], optional
+ * cache_seqlens [B] (ring-buffer mode) with small non-negative values */
+enum { CS_CACHE = 0, CS_X, CS_W, CS_BIAS, CS_IX, CS_OUT, CS_SEQL };
 
 static void conv_step_build(m2f_case *c) {
     const int64_t B = c->dim[0], C = c->dim[2], W = c->dim[3], S = m2f_sadd(B, c->dim[5]), Tn = c->dim[6];
     const int multi = (c->f[0] & 0x20) != 0;
-    m2f_add(c, "conv_cache", M2F_INOUT, c->adt, 3, M2F_SHAPE(S, C, m2f_sadd(W, -1)));
+    const int64_t Lc = m2f_sadd(W, -1 + (c->f[1] & 3));
+    m2f_add(c, "conv_cache", M2F_INOUT, c->adt, 3, M2F_SHAPE(S, C, Lc));
     if (multi) m2f_add(c, "x", M2F_IN, c->adt, 3, M2F_SHAPE(B, Tn, C));
     else m2f_add(c, "x", M2F_IN, c->adt, 2, M2F_SHAPE(B, C));
     m2f_add(c, "weight", M2F_IN, c->pdt, 2, M2F_SHAPE(C, W));
@@ -201,6 +203,11 @@ static void conv_step_build(m2f_case *c) {
     m2f_fill_slots(c, CS_IX, B, S, c->f[0] & 0x40);
     if (multi) m2f_add(c, "out", M2F_OUT, c->adt, 3, M2F_SHAPE(B, Tn, C));
     else m2f_add(c, "out", M2F_OUT, c->adt, 2, M2F_SHAPE(B, C));
+    const int sl = m2f_add(c, "cache_seqlens", M2F_IDX, c->idt, 1, M2F_SHAPE(B));
+    m2f_opt_slot(c, sl, c->f[1] & 4);
+    const int64_t span = Lc >= 0 && Lc < (1 << 20) ? 3 * Lc + 1 : 1 << 20;
+    c->s[sl].nidx = B > 0 && B < M2F_MAX_IDX ? B : (B > 0 ? M2F_MAX_IDX : 0);
+    for (int64_t k = 0; k < c->s[sl].nidx; k++) c->s[sl].idx[k] = ((int64_t)c->d[7] + 5 * k) % span;
 }
 
 static mamba2_status_t conv_step_call(m2f_case *c, mamba2_context_t *ctx, size_t *q, void *ws,
@@ -208,6 +215,7 @@ static mamba2_status_t conv_step_call(m2f_case *c, mamba2_context_t *ctx, size_t
     mamba2_conv1d_step_options_t o = mamba2_conv1d_step_options_default();
     o.bias = T(CS_BIAS);
     o.state_indices = T(CS_IX);
+    o.cache_seqlens = T(CS_SEQL);
     o.activation = (mamba2_activation_t)m2f_opt_i(c, M2F_O_ACT, (c->f[0] & 0x10) ? 1 : 0);
     if (!NULL_OPTS()) M2F_SET_SIZE(c, o);
     return mamba2_conv1d_step(ctx, T(CS_OUT), T(CS_CACHE), T(CS_X), T(CS_W), NULL_OPTS() ? NULL : &o);

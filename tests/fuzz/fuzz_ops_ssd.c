@@ -299,7 +299,11 @@ static void step_build(m2f_case *c) {
                   N = c->dim[5], S = m2f_sadd(B, c->dim[6]);
     const int multi = (c->f[0] & 0x20) != 0;
     const mamba2_dtype_t a = c->adt, p = c->pdt;
-    m2f_add(c, "state_cache", M2F_INOUT, p, 4, M2F_SHAPE(S, H, P, N));
+    /* the state's storage: f32, or bf16 / f16 with f32 activations */
+    const int hs = (c->f[1] >> 4) & 3;
+    const mamba2_dtype_t sd = a != MAMBA2_DTYPE_F32 || hs == 0 || hs == 3 ? p
+                              : hs == 1 ? MAMBA2_DTYPE_BF16 : MAMBA2_DTYPE_F16;
+    m2f_add(c, "state_cache", M2F_INOUT, sd, 4, M2F_SHAPE(S, H, P, N));
     if (multi) {
         m2f_add(c, "x", M2F_IN, a, 4, M2F_SHAPE(B, Tn, H, P));
         m2f_add(c, "dt", M2F_IN, a, 3, M2F_SHAPE(B, Tn, H));
@@ -328,10 +332,10 @@ static void step_build(m2f_case *c) {
     m2f_fill_slots(c, SC_IX, B, S, c->f[0] & 0x40);
     if (multi) {
         m2f_add(c, "out", M2F_OUT, a, 4, M2F_SHAPE(B, Tn, H, P));
-        m2f_add(c, "all_states", M2F_OUT, p, 5, M2F_SHAPE(B, Tn, H, P, N));
+        m2f_add(c, "all_states", M2F_OUT, sd, 5, M2F_SHAPE(B, Tn, H, P, N));
     } else {
         m2f_add(c, "out", M2F_OUT, a, 3, M2F_SHAPE(B, H, P));
-        m2f_add(c, "all_states", M2F_OUT, p, 4, M2F_SHAPE(B, H, P, N));
+        m2f_add(c, "all_states", M2F_OUT, sd, 4, M2F_SHAPE(B, H, P, N));
     }
     c->s[SC_ALL].present = (c->f[0] & 0x80) != 0;
 }
