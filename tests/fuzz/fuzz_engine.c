@@ -248,6 +248,10 @@ static void apply_tensor_record(m2f_case *c, const uint8_t *r) {
     case M2F_T_ABSENT: s->present = 0; break;
     case M2F_T_PRESENT: if (!s->detached) s->present = 1; break;
     case M2F_T_ALIAS: {
+        /* an index tensor with values the checks rely on (slots, ring positions) is never
+         * laid over another tensor: the engine could not know which of the two value sets
+         * the shared bytes hold */
+        if (s->role == M2F_IDX && s->nidx > 0) break;
         int j = a % c->ns;
         while (c->s[j].host != j) j = c->s[j].host;
         if (j != i && c->s[i].host == i) {
