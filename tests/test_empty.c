@@ -3,8 +3,10 @@
  * elements needs no memory): every op on the reference and each CPU kernel set succeeds and
  * does no pointer arithmetic on the NULLs (the sanitizer build catches NULL + offset). The
  * fused SSD without tokens also needs no workspace sized by its state and passes the states
- * through bitwise.
+ * through bitwise. A huge batch of rows without tokens (B = 2^40, L = 0) costs O(1) on every op
+ * and backend (fuzz finding B: the reference conv1d looped over the 2^40 empty rows).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,6 +265,82 @@ static void rms_cases(mamba2_context_t *ctx) {
     th_expect(dw[0] == 0 && db[3] == 0, "dweight/dbias over no rows are not 0");
 }
 
+/* B = 2^40 rows, L = 0 tokens, no per-row state to write: every op returns at once (a loop
+ * over the rows would not end), and the parameter gradients come out +0. */
+#define HUGE_B ((int64_t)1 << 40)
+static mamba2_tensor_t tb(void *p, int r, const int64_t *s) {
+    return mamba2_tensor_make(p, MAMBA2_DTYPE_F32, r, s);
+}
+static int all_pos0(const float *v, int n) {
+    for (int i = 0; i < n; i++)
+        if (v[i] != 0.0f || signbit(v[i])) return 0;
+    return 1;
+}
+static void huge_batch_cases(mamba2_context_t *ctx) {
+    const int64_t Bh = HUGE_B, Q = 256;
+    float w[8] = {1, 2, 3, 4, 5, 6, 7, 8}, dw[8], db[2];
+    const int64_t sx[3] = {Bh, 0, 2}, sw[2] = {2, 4}, sw1[2] = {2, 1}, sst[3] = {Bh, 2, 0},
+                  sc[1] = {2};
+    mamba2_tensor_t x = tb(NULL, 3, sx), out = x, wt = tb(w, 2, sw), wt1 = tb(w, 2, sw1),
+                    fs0 = tb(NULL, 3, sst);
+    CHECK("conv1d_forward B=2^40 L=0", mamba2_conv1d_forward(ctx, &out, NULL, &x, &wt, NULL));
+    CHECK("conv1d_forward B=2^40 L=0 W=1 (empty final)",
+          mamba2_conv1d_forward(ctx, &out, &fs0, &x, &wt1, NULL));
+    for (int i = 0; i < 8; i++) dw[i] = 7.0f;
+    db[0] = db[1] = 7.0f;
+    mamba2_tensor_t dx = x, tdw = tb(dw, 2, sw), tdb = tb(db, 1, sc);
+    mamba2_conv1d_grads_t g;
+    memset(&g, 0, sizeof g);
+    g.dx = &dx;
+    g.dweight = &tdw;
+    g.dbias = &tdb;
+    mamba2_conv1d_options_t co = mamba2_conv1d_options_default();
+    float bias[2] = {0.5f, -0.5f};
+    mamba2_tensor_t tbias = tb(bias, 1, sc);
+    co.bias = &tbias;
+    CHECK("conv1d_backward B=2^40 L=0", mamba2_conv1d_backward(ctx, &g, &out, NULL, &x, &wt, &co, NULL, 0));
+    th_expect(all_pos0(dw, 8) && all_pos0(db, 2), "conv1d_backward B=2^40 L=0: dweight/dbias not +0");
+    mamba2_tensor_t cache = tb(NULL, 3, sst);
+    CHECK("conv1d_step B=2^40 T=0", mamba2_conv1d_step(ctx, &out, &cache, &x, &wt1, NULL));
+
+    /* SSD: H = 2, P = 3, G = 1, N = 4 */
+    float A[2] = {-1, -0.5f}, D[2] = {1, 2}, bias2[2] = {0.1f, 0.2f}, dA[2], dD[2], ddb[2];
+    const int64_t s4x[4] = {Bh, 0, 2, 3}, s3dt[3] = {Bh, 0, 2}, s4b[4] = {Bh, 0, 1, 4}, sh[1] = {2};
+    mamba2_tensor_t sxx = tb(NULL, 4, s4x), sdt = tb(NULL, 3, s3dt), sBm = tb(NULL, 4, s4b),
+                    tA = tb(A, 1, sh), tD = tb(D, 1, sh), tbi = tb(bias2, 1, sh), so = sxx;
+    mamba2_ssd_options_t o = mamba2_ssd_options_default();
+    o.D = &tD;
+    o.dt_bias = &tbi;
+    CHECK("ssd_forward B=2^40 L=0",
+          mamba2_ssd_forward(ctx, &so, NULL, NULL, &sxx, &sdt, &tA, &sBm, &sBm, &o, NULL, 0));
+    for (int i = 0; i < 2; i++) dA[i] = dD[i] = ddb[i] = 7.0f;
+    mamba2_tensor_t tdA = tb(dA, 1, sh), tdD = tb(dD, 1, sh), tddb = tb(ddb, 1, sh), sdx = sxx;
+    mamba2_ssd_grads_t sg;
+    memset(&sg, 0, sizeof sg);
+    sg.dx = &sdx;
+    sg.dA = &tdA;
+    sg.dD = &tdD;
+    sg.ddt_bias = &tddb;
+    size_t wsz = 0;
+    CHECK("ssd_backward_workspace_size B=2^40 L=0",
+          mamba2_ssd_backward_workspace_size(ctx, &sg, &so, NULL, &sxx, &sdt, &tA, &sBm, &sBm, NULL, &o, &wsz));
+    th_expect(wsz <= 4096, "ssd_backward B=2^40 L=0 asks %zu bytes of workspace", wsz);
+    CHECK("ssd_backward B=2^40 L=0",
+          mamba2_ssd_backward(ctx, &sg, &so, NULL, &sxx, &sdt, &tA, &sBm, &sBm, NULL, &o, NULL, 0));
+    th_expect(all_pos0(dA, 2) && all_pos0(dD, 2) && all_pos0(ddb, 2),
+              "ssd_backward B=2^40 L=0: dA/dD/ddt_bias not +0");
+
+    /* the staged pipeline with K = 0 chunks */
+    const int64_t sdo[4] = {Bh, 2, 0, Q}, scb[5] = {Bh, 0, 1, Q, Q}, sstt[5] = {Bh, 0, 2, 3, 4};
+    mamba2_tensor_t dto = tb(NULL, 4, sdo), dac = dto, CB = tb(NULL, 5, scb), st = tb(NULL, 5, sstt),
+                    st2 = st;
+    CHECK("ssd_chunk_cumsum B=2^40 L=0", mamba2_ssd_chunk_cumsum(ctx, &dto, &dac, &sdt, &tA, NULL));
+    CHECK("ssd_bmm_chunk B=2^40 L=0", mamba2_ssd_bmm_chunk(ctx, &CB, &sBm, &sBm, NULL));
+    CHECK("ssd_chunk_state B=2^40 L=0", mamba2_ssd_chunk_state(ctx, &st, &sxx, &sBm, &dto, &dac, NULL));
+    CHECK("ssd_chunk_scan B=2^40 L=0",
+          mamba2_ssd_chunk_scan(ctx, &so, &CB, &sxx, &dto, &dac, &sBm, &st2, NULL));
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "-q")) th_set_verbose(0);
@@ -294,7 +372,18 @@ int main(int argc, char **argv) {
         th_begin("empty_rmsnorm/%s", nm);
         rms_cases(ctx);
         th_end();
+        th_begin("empty_huge_batch/%s", nm);
+        huge_batch_cases(ctx);
+        th_end();
         mamba2_context_destroy(ctx);
+    }
+    /* the OpenCL backend (host mode), where a device is found */
+    mamba2_context_t *cl = NULL;
+    if (mamba2_context_create(&cl, MAMBA2_BACKEND_OPENCL, 2) == MAMBA2_STATUS_OK) {
+        th_begin("empty_huge_batch/opencl");
+        huge_batch_cases(cl);
+        th_end();
+        mamba2_context_destroy(cl);
     }
     return th_finish();
 }

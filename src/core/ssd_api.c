@@ -288,6 +288,12 @@ static mamba2_status_t validate(const ssd_call *c, m2_ssd_problem *pr) {
 
 static mamba2_status_t query(const ssd_call *c, m2_ssd_problem *pr, size_t *bytes) {
     M2_TRY(validate(c, pr));
+    /* Batch rows without tokens (no cu_seqlens, L = 0) contribute nothing but their states:
+     * with no per-row state to write (forward: final_state; backward: dinitial_state), they
+     * are all alike and one row stands for them, so no backend loops over a huge B of empty
+     * tensors (dA, dD, ddt_bias still come out +0). */
+    const int state_out = c->backward ? pr->dinit.p != NULL : pr->final.p != NULL;
+    if (!pr->cu_seqlens && pr->L == 0 && !state_out) pr->B = pr->nseq = 1;
     size_t b = 0;
     M2_TRY(c->backward ? c->ctx->ops->ssd_backward_workspace(c->ctx, pr, &b)
                     : c->ctx->ops->ssd_forward_workspace(c->ctx, pr, &b));
