@@ -337,6 +337,8 @@ static void huge_batch_cases(mamba2_context_t *ctx) {
     CHECK("ssd_chunk_cumsum B=2^40 L=0", mamba2_ssd_chunk_cumsum(ctx, &dto, &dac, &sdt, &tA, NULL));
     CHECK("ssd_bmm_chunk B=2^40 L=0", mamba2_ssd_bmm_chunk(ctx, &CB, &sBm, &sBm, NULL));
     CHECK("ssd_chunk_state B=2^40 L=0", mamba2_ssd_chunk_state(ctx, &st, &sxx, &sBm, &dto, &dac, NULL));
+    CHECK("ssd_state_passing B=2^40 K=0 (no final_state)",
+          mamba2_ssd_state_passing(ctx, &st2, NULL, &st, &dac, NULL));
     CHECK("ssd_chunk_scan B=2^40 L=0",
           mamba2_ssd_chunk_scan(ctx, &so, &CB, &sxx, &dto, &dac, &sBm, &st2, NULL));
 }

@@ -292,9 +292,10 @@ static mamba2_status_t run_locked(chunk_call *c, const mamba2_ssd_chunked_option
     m2_ssd_chunk_problem pr;
     M2_TRY(validate(c, &pr));
     const m2_backend_ops *ops = c->ctx->ops;
-    /* No chunks (L = 0): every output but state_passing's final_state is empty, so there is
-     * nothing to do, in O(1) however large B or H is (no backend loops over empty rows). */
-    if (pr.K == 0 && c->stage != ST_PASSING) return MAMBA2_STATUS_OK;
+    /* No chunks (K = 0): every output but state_passing's final_state is empty, so without
+     * one there is nothing to do, in O(1) however large B is (no backend loops over empty
+     * rows). */
+    if (pr.K == 0 && (c->stage != ST_PASSING || !pr.final.p)) return MAMBA2_STATUS_OK;
     switch (c->stage) {
     case ST_CUMSUM: return ops->ssd_chunk_cumsum(c->ctx, &pr);
     case ST_BMM: return ops->ssd_bmm_chunk(c->ctx, &pr);
