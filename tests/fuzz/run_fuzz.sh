@@ -33,7 +33,8 @@ if ! have_fuzzer; then
 fi
 
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DMAMBA2C_FUZZ=ON \
-    -DMAMBA2C_BUILD_BENCH=OFF -DMAMBA2C_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    -DMAMBA2C_BUILD_BENCH=OFF -DMAMBA2C_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" >/dev/null
 cmake --build "$build" -j "${JOBS:-$(nproc 2>/dev/null || echo 2)}" --target m2fuzz
 
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/m2fuzz.XXXXXX")"
