@@ -6,7 +6,7 @@
  * Why: this machine is a VM whose cores are shared; its speed swings by up to 1.6x for
  * minutes at a time, so two builds timed in separate runs cannot be told apart below a few
  * per cent. Called alternately (A B, B A, A B, ...) in one process, both see the same host
- * state (docs/cpu_ssd.md §8). A development tool, not a benchmark of the library
+ * state (docs/cpu_ssd_history.md). A development tool, not a benchmark of the library
  * (bench/mamba2c-bench is that).
  *
  *   git worktree add /tmp/old <rev> && cmake -S /tmp/old -B /tmp/old/build && \

@@ -1,6 +1,6 @@
 /*
  * dev/gate_micro.c — the forward's epilogue kernel alone (`fwd_out`: y = E ŷ + D x, out =
- * y silu(z), non-temporal stores optional; docs/cpu_ssd.md §8 session 9): nanoseconds and
+ * y silu(z), non-temporal stores optional; docs/cpu_ssd_history.md, session 9): nanoseconds and
  * cycles per output vector for one block of T tokens of a set of heads, as fwd_range calls
  * it (one call per token for the set). A development probe, not a test or a benchmark of
  * the library's API; it links the static library for the private kernel table.

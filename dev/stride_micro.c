@@ -1,6 +1,6 @@
 /*
  * dev/stride_micro.c — how fast a core streams rows that cover only part of each token row
- * (docs/cpu_ssd.md §8 session 9): a set of heads that splits the H heads reads `piece` bytes
+ * (docs/cpu_ssd_history.md, session 9): a set of heads that splits the H heads reads `piece` bytes
  * of every `row` bytes of x, z, ... (16 of 32 heads of P = 64 floats: 4 KiB of every 8 KiB).
  * Sums a 1 GiB buffer read in that pattern and prints the useful GB/s; `threads` 2 gives
  * each thread every other piece, as two threads with one head set each do. Optional software
