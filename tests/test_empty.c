@@ -382,6 +382,25 @@ int main(int argc, char **argv) {
     /* the OpenCL backend (host mode), where a device is found */
     mamba2_context_t *cl = NULL;
     if (mamba2_context_create(&cl, MAMBA2_BACKEND_OPENCL, 2) == MAMBA2_STATUS_OK) {
+        th_begin("empty_conv1d/opencl");
+        conv_cases(cl);
+        th_end();
+        th_begin("empty_ssd/opencl");
+        ssd_cases(cl);
+        th_end();
+        th_begin("empty_ssd_big_state/opencl");
+        ssd_empty_big_state(cl);
+        th_end();
+        for (int m = 0; m < 12; m++) {
+            static const char *const sn[3] = {"", " init+dfinal", " init only"};
+            th_begin("empty_ssd_passthrough/opencl %s%s%s", m & 1 ? "varlen" : "batch", sn[m / 4],
+                     m & 2 ? " D[H,P]" : "");
+            ssd_empty_passthrough(cl, m & 1, m / 4, (m & 2) != 0);
+            th_end();
+        }
+        th_begin("empty_rmsnorm/opencl");
+        rms_cases(cl);
+        th_end();
         th_begin("empty_huge_batch/opencl");
         huge_batch_cases(cl);
         th_end();

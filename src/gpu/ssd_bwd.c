@@ -122,7 +122,9 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
     if (!st) st = m2g_run_cumsum(d, &s);
     if (!st) st = m2g_run_bmm(d, &s);
     if (!st) st = m2g_run_state(d, &s);
-    if (!st) st = m2g_run_passing(d, &s);
+    /* without chunks (no tokens) the chunk-start states are never read: the passing kernel's
+     * grid is the state (P*N*H per sequence), not the tokens */
+    if (!st && nc > 0) st = m2g_run_passing(d, &s);
     if (!st && pr->z.p) { /* y before the gate, for dz */
         ssd_dev s2 = s;
         s2.z = (m2g_t){.mem = d->dummy};
@@ -159,7 +161,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         const size_t gg[3] = {(size_t)(m2g_cdiv(P, 16) * m2g_cdiv(N, 16)), (size_t)H, (size_t)nc};
         st = d->launch(d, M2G_K_m2_ssd_chunk_state_16x16, gg, L16x16, a.n, a.a);
     }
-    if (!st) { /* backward state passing: states buffer becomes dS, dinit */
+    if (!st && (nc > 0 || dinit.present)) { /* backward state passing: states -> dS, dinit */
         a.n = 0;
         m2g_arg_mem(&a, s.stab);
         m2g_arg_i64(&a, nc), m2g_arg_i64(&a, Q), m2g_arg_i64(&a, H), m2g_arg_i64(&a, P),

@@ -484,6 +484,10 @@ mamba2_status_t m2g_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr,
     if (!st) st = m2g_call_out_act(&c, &pr->out, 4, (int64_t[]){B, L, H, P}, pr->act_dtype, &s.out);
     if (!st) st = m2g_call_out_act(&c, &pr->out_x, 4, (int64_t[]){B, L, H, P}, pr->act_dtype, &s.outx);
     if (!st) st = m2g_call_out(&c, &pr->final, 4, (int64_t[]){S, H, P, N}, F4, &s.final);
+    if (!st && nc == 0) { /* no tokens: final_state = initial_state (or 0), nothing else */
+        if (s.final.present) st = m2g_run_passing(d, &s);
+        return m2g_call_end(&c, st);
+    }
     if (!st) st = m2g_run_cumsum(d, &s);
     if (!st && tc) { /* CUDA tensor cores (MAMBA2C_CUDA_TC=1): CB stays on chip */
         const int bf16 = pr->act_dtype == MAMBA2_DTYPE_BF16;
