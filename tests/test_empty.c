@@ -343,6 +343,32 @@ static void huge_batch_cases(mamba2_context_t *ctx) {
           mamba2_ssd_chunk_scan(ctx, &so, &CB, &sxx, &dto, &dac, &sBm, &st2, NULL));
 }
 
+/* Every case on one context; nm names the backend (and kernel set) in the unit names. */
+static void all_cases(mamba2_context_t *ctx, const char *nm) {
+    th_begin("empty_conv1d/%s", nm);
+    conv_cases(ctx);
+    th_end();
+    th_begin("empty_ssd/%s", nm);
+    ssd_cases(ctx);
+    th_end();
+    th_begin("empty_ssd_big_state/%s", nm);
+    ssd_empty_big_state(ctx);
+    th_end();
+    for (int m = 0; m < 12; m++) {
+        static const char *const sn[3] = {"", " init+dfinal", " init only"};
+        th_begin("empty_ssd_passthrough/%s %s%s%s", nm, m & 1 ? "varlen" : "batch", sn[m / 4],
+                 m & 2 ? " D[H,P]" : "");
+        ssd_empty_passthrough(ctx, m & 1, m / 4, (m & 2) != 0);
+        th_end();
+    }
+    th_begin("empty_rmsnorm/%s", nm);
+    rms_cases(ctx);
+    th_end();
+    th_begin("empty_huge_batch/%s", nm);
+    huge_batch_cases(ctx);
+    th_end();
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "-q")) th_set_verbose(0);
@@ -354,56 +380,13 @@ int main(int argc, char **argv) {
             mamba2_context_destroy(ctx);
             continue;
         }
-        const char *nm = k == 0 ? "ref" : isa[k];
-        th_begin("empty_conv1d/%s", nm);
-        conv_cases(ctx);
-        th_end();
-        th_begin("empty_ssd/%s", nm);
-        ssd_cases(ctx);
-        th_end();
-        th_begin("empty_ssd_big_state/%s", nm);
-        ssd_empty_big_state(ctx);
-        th_end();
-        for (int m = 0; m < 12; m++) {
-            static const char *const sn[3] = {"", " init+dfinal", " init only"};
-            th_begin("empty_ssd_passthrough/%s %s%s%s", nm, m & 1 ? "varlen" : "batch", sn[m / 4],
-                     m & 2 ? " D[H,P]" : "");
-            ssd_empty_passthrough(ctx, m & 1, m / 4, (m & 2) != 0);
-            th_end();
-        }
-        th_begin("empty_rmsnorm/%s", nm);
-        rms_cases(ctx);
-        th_end();
-        th_begin("empty_huge_batch/%s", nm);
-        huge_batch_cases(ctx);
-        th_end();
+        all_cases(ctx, k == 0 ? "ref" : isa[k]);
         mamba2_context_destroy(ctx);
     }
     /* the OpenCL backend (host mode), where a device is found */
     mamba2_context_t *cl = NULL;
     if (mamba2_context_create(&cl, MAMBA2_BACKEND_OPENCL, 2) == MAMBA2_STATUS_OK) {
-        th_begin("empty_conv1d/opencl");
-        conv_cases(cl);
-        th_end();
-        th_begin("empty_ssd/opencl");
-        ssd_cases(cl);
-        th_end();
-        th_begin("empty_ssd_big_state/opencl");
-        ssd_empty_big_state(cl);
-        th_end();
-        for (int m = 0; m < 12; m++) {
-            static const char *const sn[3] = {"", " init+dfinal", " init only"};
-            th_begin("empty_ssd_passthrough/opencl %s%s%s", m & 1 ? "varlen" : "batch", sn[m / 4],
-                     m & 2 ? " D[H,P]" : "");
-            ssd_empty_passthrough(cl, m & 1, m / 4, (m & 2) != 0);
-            th_end();
-        }
-        th_begin("empty_rmsnorm/opencl");
-        rms_cases(cl);
-        th_end();
-        th_begin("empty_huge_batch/opencl");
-        huge_batch_cases(cl);
-        th_end();
+        all_cases(cl, "opencl");
         mamba2_context_destroy(cl);
     }
     return th_finish();
