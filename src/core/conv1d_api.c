@@ -290,11 +290,14 @@ static mamba2_status_t validate(const conv_call *c, m2_conv1d_problem *pr) {
 
 static mamba2_status_t query(const conv_call *c, m2_conv1d_problem *pr, size_t *bytes) {
     M2_TRY(validate(c, pr));
-    /* A backward over batch rows without tokens (no cu_seqlens, L = 0) and without
-     * dinitial_conv_state to fill: the rows are all alike (dweight, dbias come out 0), so one
-     * stands for them and no backend loops over a huge B of empty tensors. */
-    if (c->kind == CALL_BACKWARD && !pr->cu_seqlens && pr->L == 0 && !(pr->dinit.p && pr->W > 1))
-        pr->B = pr->nseq = 1;
+    /* Batch rows without tokens (no cu_seqlens, L = 0) contribute nothing but their conv
+     * states: with no per-row state to write (forward: final_conv_state; backward:
+     * dinitial_conv_state; W = 1 makes both empty) they are all alike and one row stands for
+     * them, so no backend loops over a huge B of empty tensors (dweight, dbias come out 0). */
+    if (c->kind != CALL_STEP && !pr->cu_seqlens && pr->L == 0) {
+        const m2_view *st = c->kind == CALL_FORWARD ? &pr->final : &pr->dinit;
+        if (!(st->p && pr->W > 1)) pr->B = pr->nseq = 1;
+    }
     size_t b = 0;
     if (c->kind == CALL_BACKWARD) M2_TRY(c->ctx->ops->conv1d_backward_workspace(c->ctx, pr, &b));
     M2_TRY(m2_workspace_padded(b, bytes));
@@ -305,12 +308,8 @@ static mamba2_status_t run_locked(const conv_call *c, void *workspace, size_t wo
     m2_conv1d_problem pr;
     size_t need = 0;
     M2_TRY(query(c, &pr, &need));
-    /* Nothing to write, in O(1) however large B is: a forward without tokens (no cu_seqlens,
-     * L = 0) and without a final state to fill (none requested, or W = 1 and it is empty);
-     * a step without tokens (T = 0 leaves every cache slot as it is). */
-    const int fills_final = pr.final.p && pr.W > 1;
-    if (c->kind == CALL_FORWARD && !pr.cu_seqlens && pr.L == 0 && !fills_final)
-        return MAMBA2_STATUS_OK;
+    /* a step without tokens (T = 0) leaves every cache slot as it is: nothing to do, in O(1)
+     * however many rows there are */
     if (c->kind == CALL_STEP && pr.L == 0) return MAMBA2_STATUS_OK;
     if (c->kind == CALL_FORWARD) return c->ctx->ops->conv1d_forward(c->ctx, &pr);
     if (c->kind == CALL_STEP) return c->ctx->ops->conv1d_step(c->ctx, &pr);
