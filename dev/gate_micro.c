@@ -1,9 +1,9 @@
 /*
- * dev/gate_micro.c — the forward's epilogue kernel alone (`fwd_out`: y = E ŷ + D x, out =
- * y silu(z), non-temporal stores optional; docs/cpu_ssd_history.md, session 9): nanoseconds and
- * cycles per output vector for one block of T tokens of a set of heads, as fwd_range calls
- * it (one call per token for the set). A development probe, not a test or a benchmark of
- * the library's API; it links the static library for the private kernel table.
+ * dev/gate_micro.c — the forward's epilogue kernel alone (`fwd_out`: y = E ŷ + D x, out = y
+ * silu(z), non-temporal stores optional; docs/cpu_ssd_history.md, 2026-12-01 (Zen 5 host)):
+ * nanoseconds and cycles per output vector for one block of T tokens of a set of heads, as
+ * fwd_range calls it (one call per token for the set). A development probe, not a test or a
+ * benchmark of the library's API; it links the static library for the private kernel table.
  *
  *   cmake --build build --target mamba2c_static
  *   cc -O2 -Isrc -Iinclude dev/gate_micro.c build/libmamba2c.a -lm -lpthread -o /tmp/gate_micro

@@ -1,11 +1,11 @@
 /*
  * dev/stride_micro.c — how fast a core streams rows that cover only part of each token row
- * (docs/cpu_ssd_history.md, session 9): a set of heads that splits the H heads reads `piece` bytes
- * of every `row` bytes of x, z, ... (16 of 32 heads of P = 64 floats: 4 KiB of every 8 KiB).
- * Sums a 1 GiB buffer read in that pattern and prints the useful GB/s; `threads` 2 gives
- * each thread every other piece, as two threads with one head set each do. Optional software
- * prefetch `ahead` lines ahead in the pattern's own order. A development probe, not a test
- * or a benchmark of the library's API.
+ * (docs/cpu_ssd_history.md, 2026-12-01 (Zen 5 host)): a set of heads that splits the H heads
+ * reads `piece` bytes of every `row` bytes of x, z, ... (16 of 32 heads of P = 64 floats: 4 KiB
+ * of every 8 KiB). Sums a 1 GiB buffer read in that pattern and prints the useful GB/s;
+ * `threads` 2 gives each thread every other piece, as two threads with one head set each do.
+ * Optional software prefetch `ahead` lines ahead in the pattern's own order. A development
+ * probe, not a test or a benchmark of the library's API.
  *
  *   cc -O2 -mavx2 -fopenmp dev/stride_micro.c -o /tmp/stride_micro
  *   /tmp/stride_micro PIECE ROW [threads] [ahead]
