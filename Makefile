@@ -21,7 +21,10 @@ all:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 	cmake --build $(BUILD) -j $(JOBS)
 
-demo: all
+# The demo builds what it runs: the library and the demo program (test-fast builds the rest).
+demo:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(BUILD) -j $(JOBS) --target mamba2c mamba2c-demo
 	./$(BUILD)/examples/mamba2c-demo
 
 # The OpenCL tests need an OpenCL device: when `clinfo -l` lists none, install PoCL (OpenCL on
@@ -65,9 +68,21 @@ test-arm:
 	cd $(ARM_BUILD) && ctest --output-on-failure -j $(JOBS)
 	cd $(ARM_BUILD) && MAMBA2C_ISA=scalar ctest --output-on-failure -j $(JOBS)
 
+# The Python suite on the pinned environment (python/constraints.txt), then the tests that
+# use transformers again on its previous release (python/constraints-hf-prev.txt, installed
+# --no-deps into .venv/hf-prev and put first on PYTHONPATH).
+HF_TESTS = python/tests/test_hf_transformers.py \
+    python/tests/test_cold_compile.py::test_compile_hf_model_fullgraph_from_cold_start \
+    python/tests/test_step_layouts.py::test_hf_decode_takes_the_c_steps
+HF_PREV = $(shell sed -n 's/^transformers==//p' python/constraints-hf-prev.txt)
+HF_PIN = $(shell sed -n 's/^transformers==//p' python/constraints.txt)
 test-python: all opencl-device
 	MAMBA2C_SKIP_BUILD=1 bash python/setup_env.sh
-	MAMBA2C_LIBRARY=$(CURDIR)/$(BUILD)/libmamba2c.so .venv/bin/python -m pytest python/tests -q
+	MAMBA2C_EXPECT_TRANSFORMERS=$(HF_PIN) MAMBA2C_LIBRARY=$(CURDIR)/$(BUILD)/libmamba2c.so \
+	    .venv/bin/python -m pytest python/tests -q
+	@echo "test-python: the transformers tests again, on transformers $(HF_PREV)"
+	PYTHONPATH=$(CURDIR)/.venv/hf-prev MAMBA2C_EXPECT_TRANSFORMERS=$(HF_PREV) \
+	    MAMBA2C_LIBRARY=$(CURDIR)/$(BUILD)/libmamba2c.so .venv/bin/python -m pytest $(HF_TESTS) -q
 
 test-fuzz:
 	FUZZ_TIME=$(FUZZ_TIME) JOBS=$(JOBS) bash tests/fuzz/run_fuzz.sh $(CURDIR)/$(FUZZ_BUILD)
