@@ -10,7 +10,8 @@ active (and restores them afterwards):
                                           (HF's training path: conv + scan + norm + out_proj)
     mamba2_selective_state_update      -> mamba2c.selective_state_update
     causal_conv1d_fn / causal_conv1d_update -> mamba2c's
-    MambaRMSNormGated.forward          -> mamba2c.rmsnorm_fn(group_size=..., norm_before_gate=False)
+    Mamba2RMSNormGated.forward         -> mamba2c.rmsnorm_fn(group_size=..., norm_before_gate=False)
+                                          (MambaRMSNormGated before transformers 5.25)
 
     with mamba2c.hf.use_mamba2c_in_transformers():
         logits = model(input_ids).logits
@@ -77,29 +78,56 @@ def _norm_forward(self, hidden_states, gate=None):
                                 norm_before_gate=False)
 
 
+# The gated norm's class name by release: Mamba2RMSNormGated from 5.25, MambaRMSNormGated
+# before. The first one the module has is used.
+_NORM_NAMES = ("Mamba2RMSNormGated", "MambaRMSNormGated")
+_SWAPS = {
+    "mamba2_chunk_scan": _chunk_scan,
+    "mamba2_split_conv1d_scan_combined": _split_conv1d_scan,
+    "mamba2_selective_state_update": _state_update,
+    "causal_conv1d_fn": _conv1d_fn,
+    "causal_conv1d_update": _conv1d_update,
+}
+
+
+def _version() -> str:
+    try:
+        import transformers
+        return getattr(transformers, "__version__", "unknown")
+    except ImportError:  # pragma: no cover - the import of _MOD failed first
+        return "not installed"
+
+
+def _seam(mod):
+    """The gated-norm class of `mod`, or RuntimeError naming the transformers version and
+    every symbol of the seam that is missing."""
+    missing = [n for n in _SWAPS if not callable(getattr(mod, n, None))]
+    norm = next((getattr(mod, n) for n in _NORM_NAMES if isinstance(getattr(mod, n, None), type)),
+                None)
+    if norm is None:
+        missing.append(" or ".join(_NORM_NAMES))
+    if missing:
+        raise RuntimeError(f"mamba2c.hf: transformers {_version()} is not supported: {_MOD} "
+                           f"has no {', '.join(missing)} (mamba2c.hf swaps the five kernel "
+                           f"functions {', '.join(_SWAPS)} and the gated norm's forward)")
+    return norm
+
+
 @contextlib.contextmanager
 def use_mamba2c_in_transformers():
-    """Context manager: transformers' Mamba-2 uses mamba2c kernels inside the block."""
+    """Context manager: transformers' Mamba-2 uses mamba2c kernels inside the block.
+    Supported: transformers 5.24 and later releases with the same seam; any other raises
+    RuntimeError here, naming the version and the missing symbols."""
     mod = importlib.import_module(_MOD)
-    swaps = {
-        "mamba2_chunk_scan": _chunk_scan,
-        "mamba2_split_conv1d_scan_combined": _split_conv1d_scan,
-        "mamba2_selective_state_update": _state_update,
-        "causal_conv1d_fn": _conv1d_fn,
-        "causal_conv1d_update": _conv1d_update,
-    }
-    missing = [n for n in swaps if not hasattr(mod, n)]
-    if missing or not hasattr(mod, "MambaRMSNormGated"):
-        raise RuntimeError(f"{_MOD} does not have the expected kernels {missing}; this "
-                           f"transformers version is not supported by mamba2c.hf")
-    saved = {n: getattr(mod, n) for n in swaps}
-    saved_norm = mod.MambaRMSNormGated.forward
+    norm = _seam(mod)
+    saved = {n: getattr(mod, n) for n in _SWAPS}
+    saved_norm = norm.forward
     try:
-        for n, f in swaps.items():
+        for n, f in _SWAPS.items():
             setattr(mod, n, f)
-        mod.MambaRMSNormGated.forward = _norm_forward
+        norm.forward = _norm_forward
         yield
     finally:
         for n, f in saved.items():
             setattr(mod, n, f)
-        mod.MambaRMSNormGated.forward = saved_norm
+        norm.forward = saved_norm

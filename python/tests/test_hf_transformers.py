@@ -25,6 +25,47 @@ TOL = 1e-5
 transformers.logging.set_verbosity_error()
 
 
+def _hf_norm_class():
+    """The gated norm's class: Mamba2RMSNormGated from 5.25, MambaRMSNormGated in 5.24."""
+    for name in mamba2c.hf._NORM_NAMES:
+        if hasattr(modeling_mamba2, name):
+            return getattr(modeling_mamba2, name)
+    raise AssertionError(f"transformers {transformers.__version__} has no gated norm class")
+
+
+def test_expected_transformers_version():
+    """`make test-python` runs this file on two releases; MAMBA2C_EXPECT_TRANSFORMERS names the
+    one a run must import (so a PYTHONPATH that did not take effect fails, not passes twice)."""
+    want = os.environ.get("MAMBA2C_EXPECT_TRANSFORMERS")
+    print(f"\n[transformers {transformers.__version__} from {transformers.__file__}]")
+    if want:
+        assert transformers.__version__ == want
+
+
+def test_hook_names_version_and_missing_symbol(monkeypatch):
+    """A release that changes the seam fails at use_mamba2c_in_transformers(), with a message
+    naming the transformers version and each missing symbol; nothing is left swapped."""
+    for name in mamba2c.hf._NORM_NAMES:
+        monkeypatch.delattr(modeling_mamba2, name, raising=False)
+    monkeypatch.delattr(modeling_mamba2, "mamba2_chunk_scan")
+    conv = modeling_mamba2.causal_conv1d_fn
+    with pytest.raises(RuntimeError) as e:
+        with use_mamba2c_in_transformers():
+            pass
+    msg = str(e.value)
+    assert f"transformers {transformers.__version__} is not supported" in msg
+    assert "mamba2_chunk_scan" in msg and "Mamba2RMSNormGated or MambaRMSNormGated" in msg
+    assert modeling_mamba2.causal_conv1d_fn is conv
+
+
+def test_hook_swaps_and_restores_the_norm():
+    norm = _hf_norm_class()
+    before = norm.forward
+    with use_mamba2c_in_transformers():
+        assert norm.forward is mamba2c.hf._norm_forward
+    assert norm.forward is before
+
+
 def tiny_config(n_groups=1, **kw):
     base = dict(vocab_size=96, hidden_size=32, num_hidden_layers=2, state_size=16, expand=2,
                 head_dim=8, num_heads=8, n_groups=n_groups, conv_kernel=4, chunk_size=8,
@@ -117,14 +158,14 @@ def test_gated_norm_groups_follow_mamba_ssm():
     assert nerr(ours, grouped) <= TOL
     assert nerr(whole_row, grouped) > 1e-2  # the two conventions really differ
 
-    hf_norm = modeling_mamba2.MambaRMSNormGated(d_inner, group_size=d_inner // ngroups, eps=1e-5)
+    hf_norm = _hf_norm_class()(d_inner, group_size=d_inner // ngroups, eps=1e-5)
     with torch.no_grad():
         hf_norm.weight.copy_(w)
         hf = hf_norm(x, z)
     hf_is_grouped = nerr(hf, grouped) <= TOL
     hf_is_whole_row = nerr(hf, whole_row) <= TOL
     assert hf_is_grouped or hf_is_whole_row
-    print(f"\n[transformers {transformers.__version__}] MambaRMSNormGated is "
+    print(f"\n[transformers {transformers.__version__}] {_hf_norm_class().__name__} is "
           f"{'grouped (= mamba_ssm)' if hf_is_grouped else 'whole-row (differs from mamba_ssm)'}")
 
     # whole models with n_groups = 4: ours equals the torch path exactly when HF is grouped
