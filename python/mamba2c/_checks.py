@@ -20,6 +20,26 @@ def expect_min_rank(name: str, t, k: int, shape: str) -> None:
                          f"expected {shape}")
 
 
+def index_dtype(name: str, t) -> None:
+    """TypeError unless t (an index tensor: cu_seqlens, state_indices, cache_seqlens, ...)
+    is None or has an integer dtype the C library reads (int32 / int64)."""
+    if t is not None and str(t.dtype) not in ("torch.int32", "torch.int64"):
+        raise TypeError(f"mamba2c: {name} has dtype {t.dtype}; expected int32 or int64")
+
+
+def group_size(D: int, gs) -> None:
+    """ValueError unless gs is None, 0 (the whole row) or a positive divisor of D."""
+    if gs is None:
+        return
+    g = int(gs)
+    if g < 0:
+        raise ValueError(f"mamba2c: group_size is {g}; expected >= 1 (or None / 0 for the "
+                         f"whole row D={D})")
+    if g and D % g:
+        raise ValueError(f"mamba2c: group_size is {g}, which does not divide x's channel "
+                         f"count D={D}")
+
+
 def step_ranks(state, x, B, C) -> None:
     """ValueError naming the tensor when a decode step's ranks are wrong (SPEC §6)."""
     xr = x.dim()

@@ -15,7 +15,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _custom_ops, _dispatch, _torch_impl
+from . import _checks, _custom_ops, _dispatch, _torch_impl
 from ._checks import expect_min_rank, expect_rank
 from ._custom_ops import ssd as _ssd_c
 from ._dispatch import NATIVE_OPS, FallbackError, FallbackWarning, backend_of, set_strict
@@ -77,6 +77,7 @@ def rmsnorm_gated(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
     dim; None = the whole dim). Any leading shape; C op on CPU tensors."""
     expect_min_rank("x", x, 1, "[..., D]")
     D = x.shape[-1]
+    _checks.group_size(D, group_size)
     if _dispatch.rmsnorm_gated(x):
         x2 = x.reshape(-1, D)
         z2 = z.reshape(-1, D) if z is not None else None
@@ -131,6 +132,8 @@ def conv1d_step(x: Tensor, conv_state: Tensor, weight: Tensor, bias: Optional[Te
     backend_of("conv1d_step", x, conv_state, weight, ...) tells beforehand."""
     expect_rank("x", x, "[B,D]", "[B,D,T]")
     expect_rank("conv_state", conv_state, "[S,D,K]")
+    _checks.index_dtype("cache_seqlens", cache_seqlens)
+    _checks.index_dtype("state_indices", state_indices)
     if _dispatch.conv1d_step(x, conv_state, weight, bias, cache_seqlens):
         xs = x if x.dim() == 2 else x.transpose(1, 2)      # C takes [B,C] or [B,T,C]
         out = _custom_ops.conv1d_step(xs, conv_state, weight.reshape(weight.shape[0], -1), bias,

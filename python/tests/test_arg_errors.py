@@ -90,3 +90,31 @@ def test_set_backend_unavailable_fails_at_once():
         assert mamba2c.get_backend() == "ref"
     finally:
         mamba2c.set_backend(before)
+
+
+@pytest.mark.parametrize("gs", [-2, -1, 3])
+@pytest.mark.parametrize("device_path", ["C", "torch"])
+def test_rmsnorm_bad_group_size_is_our_error(gs, device_path, monkeypatch):
+    """A negative group size, or one that does not divide D, is mamba2c's ValueError on the C
+    path and on the torch path alike (not torch's "negative dimension" from sizing rstd)."""
+    x, z, w = torch.randn(3, 10), torch.randn(3, 10), torch.ones(10)
+    if device_path == "torch":
+        monkeypatch.setattr("mamba2c._dispatch.rmsnorm_gated", lambda x: False)
+    with pytest.raises(ValueError, match=r"mamba2c: group_size is " + str(gs)):
+        ops.rmsnorm_gated(x, w, None, z, 1e-6, group_size=gs)
+    with pytest.raises(ValueError, match=r"mamba2c: group_size is " + str(gs)):
+        mamba2c.rmsnorm_fn(x, w, None, z=z, group_size=gs)
+
+
+@pytest.mark.parametrize("name", ["cache_seqlens", "state_indices"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bool])
+def test_conv1d_step_float_index_is_a_type_error(name, dtype):
+    """A non-integer cache_seqlens is a TypeError naming it, as a float state_indices or
+    cu_seqlens is (it used to take the torch path and succeed, silently)."""
+    x, st, w = torch.randn(2, 4), torch.zeros(2, 4, 3), torch.randn(4, 4)
+    idx = torch.zeros(2, dtype=dtype)
+    with pytest.raises(TypeError, match=rf"mamba2c: {name} has dtype {dtype}; expected int32"):
+        mamba2c.causal_conv1d_update(x, st, w, None, None, **{
+            "cache_seqlens" if name == "cache_seqlens" else "conv_state_indices": idx})
+    with pytest.raises(TypeError, match=rf"mamba2c: {name} has dtype"):
+        ops.conv1d_step(x, st, w, **{name: idx})

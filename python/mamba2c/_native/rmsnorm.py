@@ -35,7 +35,7 @@ def rmsnorm_gated_forward(x, z, weight, bias, eps: float, group_size: int,
     M, D = x.shape
     gs = D if not group_size else int(group_size)
     out = torch.empty(M, D, dtype=cdtype, device=x.device)
-    rstd = torch.empty(M, D // gs if gs and D % gs == 0 else 1, dtype=cdtype, device=x.device)
+    rstd = torch.empty(M, D // gs if gs > 0 and D % gs == 0 else 1, dtype=cdtype, device=x.device)
     _out_desc(buf, F.out, out, code)
     _out_desc(buf, F.rstd, rstd, code)
     keep = [_desc(buf, F.x, "x", x, cdtype, code),
