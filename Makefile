@@ -71,7 +71,7 @@ test-arm:
 # The Python suite on the pinned environment (python/constraints.txt), then the tests that
 # use transformers again on its previous release (python/constraints-hf-prev.txt, installed
 # --no-deps into .venv/hf-prev and put first on PYTHONPATH).
-HF_TESTS = python/tests/test_hf_transformers.py \
+HF_TESTS = python/tests/test_hf_transformers.py python/tests/test_hf_families.py \
     python/tests/test_cold_compile.py::test_compile_hf_model_fullgraph_from_cold_start \
     python/tests/test_step_layouts.py::test_hf_decode_takes_the_c_steps
 HF_PREV = $(shell sed -n 's/^transformers==//p' python/constraints-hf-prev.txt)

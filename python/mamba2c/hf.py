@@ -1,6 +1,8 @@
-"""hf.py — run HuggingFace transformers' Mamba-2 (modeling_mamba2) on mamba2c.
+"""hf.py — run HuggingFace transformers' Mamba-2 mixers on mamba2c: the mamba2 family
+(Mamba2, Codestral) and the hybrids Bamba, FalconH1, GraniteMoeHybrid (Granite 4.0-H),
+NemotronH and Zamba2, whose modeling modules share one seam.
 
-transformers' Mamba2Mixer calls five module-level kernels (the mamba_ssm / causal-conv1d
+Each family's Mamba-2 mixer calls five module-level kernels (the mamba_ssm / causal-conv1d
 functions when those packages are installed, else its own torch code) and a gated RMSNorm
 module. `use_mamba2c_in_transformers()` swaps all of them for mamba2c while the context is
 active (and restores them afterwards):
@@ -73,13 +75,21 @@ def _conv1d_update(hidden_states, conv_state, weight, bias=None, activation=None
 
 
 def _norm_forward(self, hidden_states, gate=None):
+    """Every family's gated norm: statistics per group of `group_size` channels (Mamba2,
+    Bamba, GraniteMoeHybrid, NemotronH, Zamba2: the gate before the norm), or of
+    D / `n_groups` with the family's `norm_before_gate` (FalconH1)."""
+    gs = getattr(self, "group_size", None)
+    if gs is None:
+        gs = hidden_states.shape[-1] // int(getattr(self, "n_groups", 1))
     return interface.rmsnorm_fn(hidden_states, self.weight, None, z=gate,
-                                eps=self.variance_epsilon, group_size=self.group_size,
-                                norm_before_gate=False)
+                                eps=self.variance_epsilon, group_size=gs,
+                                norm_before_gate=bool(getattr(self, "norm_before_gate", False)))
 
 
-# The gated norm's class name by release: Mamba2RMSNormGated from 5.25, MambaRMSNormGated
-# before. The first one the module has is used.
+# The families whose modeling module carries the five-function seam (transformers 5.18 on);
+# any other imported transformers module with the same seam is taken too.
+FAMILIES = ("mamba2", "bamba", "falcon_h1", "granitemoehybrid", "nemotron_h", "zamba2")
+# mamba2's gated norm class by release: Mamba2RMSNormGated from 5.25, MambaRMSNormGated before.
 _NORM_NAMES = ("Mamba2RMSNormGated", "MambaRMSNormGated")
 _SWAPS = {
     "mamba2_chunk_scan": _chunk_scan,
@@ -88,46 +98,80 @@ _SWAPS = {
     "causal_conv1d_fn": _conv1d_fn,
     "causal_conv1d_update": _conv1d_update,
 }
+# FalconH1's training path calls the fused op with norm_before_gate=False whatever its
+# config's mamba_norm_before_gate, and with rmsnorm_weight=None when mamba_rms_norm is off;
+# its torch path (the fused function returns None) is the unfused one, which honours both.
+# The fused op is left to transformers there, so the unfused path runs on our kernels.
+_KEEP = {"falcon_h1": ("mamba2_split_conv1d_scan_combined",)}
 
 
 def _version() -> str:
     try:
         import transformers
         return getattr(transformers, "__version__", "unknown")
-    except ImportError:  # pragma: no cover - the import of _MOD failed first
+    except ImportError:  # pragma: no cover - the import of the module failed first
         return "not installed"
 
 
-def _seam(mod):
-    """The gated-norm class of `mod`, or RuntimeError naming the transformers version and
-    every symbol of the seam that is missing."""
-    missing = [n for n in _SWAPS if not callable(getattr(mod, n, None))]
-    norm = next((getattr(mod, n) for n in _NORM_NAMES if isinstance(getattr(mod, n, None), type)),
-                None)
-    if norm is None:
-        missing.append(" or ".join(_NORM_NAMES))
-    if missing:
-        raise RuntimeError(f"mamba2c.hf: transformers {_version()} is not supported: {_MOD} "
-                           f"has no {', '.join(missing)} (mamba2c.hf swaps the five kernel "
-                           f"functions {', '.join(_SWAPS)} and the gated norm's forward)")
-    return norm
+def _norm_classes(mod):
+    return [v for k, v in vars(mod).items() if isinstance(v, type) and k.endswith("RMSNormGated")
+            and v.__module__ == mod.__name__]
+
+
+def _seam_modules():
+    """(module, its gated-norm classes, the functions to swap) for every family module, and
+    any other imported transformers module with the seam; RuntimeError naming the
+    transformers version and each missing symbol when a family's module lacks it."""
+    import sys
+    mods, problems = [], []
+    for fam in FAMILIES:
+        name = f"transformers.models.{fam}.modeling_{fam}"
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            if fam == "mamba2":
+                raise
+            continue  # a family this release does not have
+        mods.append((fam, mod))
+    known = {m.__name__ for _, m in mods}
+    for name, mod in list(sys.modules.items()):
+        if (name.startswith("transformers.models.") and name not in known and mod is not None
+                and all(callable(getattr(mod, n, None)) for n in _SWAPS) and _norm_classes(mod)):
+            mods.append((name.rsplit(".", 1)[-1], mod))
+    out = []
+    for fam, mod in mods:
+        missing = [n for n in _SWAPS if not callable(getattr(mod, n, None))]
+        norms = _norm_classes(mod)
+        if not norms:
+            missing.append(" or ".join(_NORM_NAMES) if fam == "mamba2" else "a *RMSNormGated class")
+        if missing:
+            problems.append(f"{mod.__name__} has no {', '.join(missing)}")
+            continue
+        out.append((mod, norms, [n for n in _SWAPS if n not in _KEEP.get(fam, ())]))
+    if problems:
+        raise RuntimeError(f"mamba2c.hf: transformers {_version()} is not supported: "
+                           f"{'; '.join(problems)} (mamba2c.hf swaps the five kernel functions "
+                           f"{', '.join(_SWAPS)} and the gated norm's forward)")
+    return out
 
 
 @contextlib.contextmanager
 def use_mamba2c_in_transformers():
-    """Context manager: transformers' Mamba-2 uses mamba2c kernels inside the block.
-    Supported: transformers 5.24 and later releases with the same seam; any other raises
-    RuntimeError here, naming the version and the missing symbols."""
-    mod = importlib.import_module(_MOD)
-    norm = _seam(mod)
-    saved = {n: getattr(mod, n) for n in _SWAPS}
-    saved_norm = norm.forward
+    """Context manager: transformers' Mamba-2 mixers (every family of FAMILIES, and any other
+    imported module with the same seam) use mamba2c kernels inside the block. Supported:
+    transformers 5.24 and later releases with the same seam; any other raises RuntimeError
+    here, naming the version and the missing symbols, before anything is swapped."""
+    seams = _seam_modules()
+    saved = []
     try:
-        for n, f in _SWAPS.items():
-            setattr(mod, n, f)
-        norm.forward = _norm_forward
+        for mod, norms, names in seams:
+            for n in names:
+                saved.append((mod, n, getattr(mod, n)))
+                setattr(mod, n, _SWAPS[n])
+            for cls in norms:
+                saved.append((cls, "forward", cls.forward))
+                cls.forward = _norm_forward
         yield
     finally:
-        for n, f in saved.items():
-            setattr(mod, n, f)
-        norm.forward = saved_norm
+        for obj, n, f in reversed(saved):
+            setattr(obj, n, f)

@@ -1,0 +1,174 @@
+"""Every transformers family with a Mamba-2 mixer (mamba2, bamba, falcon_h1,
+granitemoehybrid, nemotron_h, zamba2) on mamba2c through use_mamba2c_in_transformers(),
+against the same model on transformers' own torch path: tiny random-weight configs built from
+each family's config class (2-3 layers, with the family's attention / MLP / MoE layer where it
+has one), logits and every parameter gradient in training mode (the fused path where the
+family takes it), eval logits, and greedy generation through the cache (the decode steps).
+The hook's functions are counted, so a family that silently stayed on torch fails."""
+from __future__ import annotations
+
+import collections
+import copy
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+transformers = pytest.importorskip("transformers")
+
+from mamba2c import hf  # noqa: E402
+from mamba2c.reference import normalized_error as nerr  # noqa: E402
+
+TOL = 1e-5
+transformers.logging.set_verbosity_error()
+
+# Mamba part in every config: d_inner 64 = 8 heads x 8, 2 groups, N 16, conv 4, chunk 8.
+_COMMON = dict(vocab_size=96, hidden_size=32, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+               tie_word_embeddings=False)
+_ATTN = dict(num_attention_heads=4, num_key_value_heads=2)
+_MAMBA = dict(mamba_n_heads=8, mamba_d_head=8, mamba_n_groups=2, mamba_d_state=16,
+              mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=8)
+
+
+def _configs():
+    t = transformers
+    return {
+        "mamba2": (t.Mamba2Config, t.Mamba2ForCausalLM, dict(
+            num_hidden_layers=2, state_size=16, expand=2, head_dim=8, num_heads=8, n_groups=2,
+            conv_kernel=4, chunk_size=8)),
+        "bamba": (t.BambaConfig, t.BambaForCausalLM, dict(
+            intermediate_size=64, num_hidden_layers=3, attn_layer_indices=[1], **_ATTN,
+            **_MAMBA)),
+        "falcon_h1": (t.FalconH1Config, t.FalconH1ForCausalLM, dict(
+            intermediate_size=64, num_hidden_layers=2, mamba_d_ssm=64, mamba_rms_norm=True,
+            mamba_norm_before_gate=True, **_ATTN, **_MAMBA)),
+        "falcon_h1_gate_first": (t.FalconH1Config, t.FalconH1ForCausalLM, dict(
+            intermediate_size=64, num_hidden_layers=2, mamba_d_ssm=64, mamba_rms_norm=True,
+            mamba_norm_before_gate=False, **_ATTN, **_MAMBA)),
+        "granitemoehybrid": (t.GraniteMoeHybridConfig, t.GraniteMoeHybridForCausalLM, dict(
+            intermediate_size=32, shared_intermediate_size=64, num_local_experts=4,
+            num_experts_per_tok=2, num_hidden_layers=3,
+            layer_types=["mamba", "attention", "mamba"], **_ATTN, **_MAMBA)),
+        "nemotron_h": (t.NemotronHConfig, t.NemotronHForCausalLM, dict(
+            layers_block_type=["mamba", "attention", "mlp"], intermediate_size=64, head_dim=8,
+            ssm_state_size=16, mamba_num_heads=8, mamba_head_dim=8, n_groups=2, conv_kernel=4,
+            expand=2, chunk_size=8, **_ATTN)),
+        "zamba2": (t.Zamba2Config, t.Zamba2ForCausalLM, dict(
+            num_hidden_layers=3, layers_block_type=["mamba", "hybrid", "mamba"],
+            mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, mamba_ngroups=2, n_mamba_heads=8,
+            chunk_size=8, intermediate_size=64, num_mem_blocks=1, adapter_rank=4, **_ATTN)),
+    }
+
+
+CASES = list(_configs())
+
+
+def _make(case, seed=0, **kw):
+    cfg_cls, model_cls, args = _configs()[case]
+    cfg = cfg_cls(**{**_COMMON, **args, **kw})
+    torch.manual_seed(seed)
+    a = model_cls(cfg)
+    with torch.no_grad():  # non-trivial D, gated-norm weights and dt_bias
+        for m in a.modules():
+            if hasattr(m, "A_log") and hasattr(m, "D"):
+                m.D.normal_(1.0, 0.5)
+                m.dt_bias.normal_(0.0, 0.5)
+            if type(m).__name__.endswith("RMSNormGated"):
+                m.weight.normal_(1.0, 0.3)
+    return cfg, a, copy.deepcopy(a)
+
+
+class _Counted:
+    """use_mamba2c_in_transformers() with every swapped function counted."""
+
+    def __init__(self, monkeypatch):
+        self.n = collections.Counter()
+        for name, f in list(hf._SWAPS.items()):
+            monkeypatch.setitem(hf._SWAPS, name, self._wrap(name, f))
+        monkeypatch.setattr(hf, "_norm_forward", self._wrap("norm", hf._norm_forward))
+
+    def _wrap(self, name, f):
+        def g(*a, **k):
+            self.n[name] += 1
+            return f(*a, **k)
+        return g
+
+    def __call__(self):
+        return hf.use_mamba2c_in_transformers()
+
+
+def _run(model, ids, ctx, train):
+    model.train(train)
+    model.zero_grad(set_to_none=True)
+    with ctx:
+        out = model(input_ids=ids, labels=ids, use_cache=False)
+        out.loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    return out.logits.detach(), grads
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("case", CASES)
+def test_family_logits_and_gradients(case, train, monkeypatch):
+    cfg, a, b = _make(case)
+    counted = _Counted(monkeypatch)
+    ids = torch.randint(3, cfg.vocab_size, (2, 21), generator=torch.Generator().manual_seed(1))
+    la, ga = _run(a, ids, _null(), train)
+    lb, gb = _run(b, ids, counted(), train)
+    assert set(ga) == set(gb)
+    errs = {"logits": nerr(lb, la)}
+    errs.update({n: nerr(gb[n], ga[n]) for n in ga})
+    worst = max(errs.items(), key=lambda kv: kv[1])
+    assert worst[1] <= TOL, f"{case}: worst normalised error {worst}"
+    fused = counted.n["mamba2_split_conv1d_scan_combined"]
+    if train and not case.startswith("falcon_h1"):
+        assert fused > 0, f"{case}: the fused training path did not reach mamba2c: {counted.n}"
+    else:
+        assert fused == 0
+        assert counted.n["mamba2_chunk_scan"] > 0 and counted.n["causal_conv1d_fn"] > 0, \
+            f"{case}: the scan / conv did not reach mamba2c: {counted.n}"
+        assert counted.n["norm"] > 0, f"{case}: the gated norm did not reach mamba2c"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_family_greedy_generation(case, monkeypatch):
+    """Prefill and recurrent decode through the family's cache: the same greedy tokens and
+    logits as the torch path, with the C decode steps taken."""
+    cfg, a, b = _make(case, seed=3, use_cache=True)
+    a.eval()
+    b.eval()
+    counted = _Counted(monkeypatch)
+    ids = torch.randint(3, cfg.vocab_size, (2, 7), generator=torch.Generator().manual_seed(2))
+    kw = dict(max_new_tokens=5, do_sample=False, output_logits=True, return_dict_in_generate=True,
+              pad_token_id=0)
+    with torch.no_grad():
+        ra = a.generate(ids, **kw)
+        with counted():
+            rb = b.generate(ids, **kw)
+    assert torch.equal(ra.sequences, rb.sequences), case
+    for x, y in zip(ra.logits, rb.logits):
+        assert nerr(y, x) <= TOL, case
+    assert counted.n["mamba2_selective_state_update"] > 0, f"{case}: {counted.n}"
+    assert counted.n["causal_conv1d_update"] > 0, f"{case}: {counted.n}"
+
+
+def test_every_family_module_has_the_seam():
+    """The installed transformers has each family's module with the seam (the hook raises
+    otherwise); the norm classes found are the family's own."""
+    seams = hf._seam_modules()
+    names = {mod.__name__.rsplit(".", 1)[-1]: [c.__name__ for c in norms]
+             for mod, norms, _ in seams}
+    for fam in hf.FAMILIES:
+        assert f"modeling_{fam}" in names, fam
+        assert len(names[f"modeling_{fam}"]) == 1, names
