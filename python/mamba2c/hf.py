@@ -98,11 +98,20 @@ _SWAPS = {
     "causal_conv1d_fn": _conv1d_fn,
     "causal_conv1d_update": _conv1d_update,
 }
+
+
+def _decline_fused(*_, **__):
+    """transformers' own fused function without a kernel: None, so the mixer takes its
+    unfused path (on our conv, scan and norm) — for packed sequences too, which the
+    original refuses."""
+    return None
+
+
 # FalconH1's training path calls the fused op with norm_before_gate=False whatever its
 # config's mamba_norm_before_gate, and with rmsnorm_weight=None when mamba_rms_norm is off;
 # its torch path (the fused function returns None) is the unfused one, which honours both.
-# The fused op is left to transformers there, so the unfused path runs on our kernels.
-_KEEP = {"falcon_h1": ("mamba2_split_conv1d_scan_combined",)}
+# There the fused op declines, so the unfused path runs on our kernels.
+_FAMILY_SWAPS = {"falcon_h1": {"mamba2_split_conv1d_scan_combined": _decline_fused}}
 
 
 def _version() -> str:
@@ -119,7 +128,7 @@ def _norm_classes(mod):
 
 
 def _seam_modules():
-    """(module, its gated-norm classes, the functions to swap) for every family module, and
+    """(module, its gated-norm classes, {name: function to swap in}) for every family module, and
     any other imported transformers module with the seam; RuntimeError naming the
     transformers version and each missing symbol when a family's module lacks it."""
     import sys
@@ -147,7 +156,7 @@ def _seam_modules():
         if missing:
             problems.append(f"{mod.__name__} has no {', '.join(missing)}")
             continue
-        out.append((mod, norms, [n for n in _SWAPS if n not in _KEEP.get(fam, ())]))
+        out.append((mod, norms, {n: _FAMILY_SWAPS.get(fam, {}).get(n, _SWAPS[n]) for n in _SWAPS}))
     if problems:
         raise RuntimeError(f"mamba2c.hf: transformers {_version()} is not supported: "
                            f"{'; '.join(problems)} (mamba2c.hf swaps the five kernel functions "
@@ -165,9 +174,9 @@ def use_mamba2c_in_transformers():
     saved = []
     try:
         for mod, norms, names in seams:
-            for n in names:
+            for n, f in names.items():
                 saved.append((mod, n, getattr(mod, n)))
-                setattr(mod, n, _SWAPS[n])
+                setattr(mod, n, f)
             for cls in norms:
                 saved.append((cls, "forward", cls.forward))
                 cls.forward = _norm_forward
