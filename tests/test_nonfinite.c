@@ -34,6 +34,94 @@ static mamba2_context_t *kind_ctx(int k, const char **name) {
     return ctx;
 }
 
+/* The contexts of the cases that cover the GPU kernels too: kind_ctx's, then OpenCL (one
+ * context, created once: it compiles the kernels) where a device exists. kind_done releases
+ * what kind_gpu_ctx gave. */
+#define NKIND_GPU (NKIND + 1)
+static mamba2_context_t *gpu_ctx;
+static int gpu_tried;
+static mamba2_context_t *kind_gpu_ctx(int k, const char **name) {
+    if (k < NKIND) return kind_ctx(k, name);
+    if (!gpu_tried) {
+        gpu_tried = 1;
+        if (mamba2_context_create(&gpu_ctx, MAMBA2_BACKEND_OPENCL, 1) != MAMBA2_STATUS_OK) {
+            printf("note: no OpenCL device (%s): the GPU cases are not run\n", mamba2_last_error());
+            gpu_ctx = NULL;
+        }
+    }
+    *name = "opencl";
+    return gpu_ctx;
+}
+static void kind_done(int k, mamba2_context_t *ctx) {
+    if (k < NKIND) mamba2_context_destroy(ctx);
+}
+
+/* got vs the reference's ref[n] on the elements where ref is finite: finite there, and
+ * within TH_TOL_F32 in normalised error over them */
+static void cmp_finite(const char *what, const float *got, const double *ref, int64_t n) {
+    double g[16], r[16];
+    int64_t m = 0;
+    for (int64_t i = 0; i < n && m < 16; i++)
+        if (isfinite(ref[i])) {
+            g[m] = got[i];
+            r[m++] = ref[i];
+        }
+    if (m < n) th_note("%s: %lld of %lld non-finite in the reference", what, (long long)(n - m), (long long)n);
+    th_metric(what, th_nerr(g, r, m), TH_TOL_F32);
+}
+
+/* [1,L,1,1] (L <= 8), Bm = Cm = dout = 1, dt_limit (lo, hi): the fused forward (out, final
+ * state, and the states after every token) and backward (dx, ddt, dA, dBm, dCm) of every
+ * backend against the reference where it is finite; want_out[L] (if given) on all of them. */
+static void ssd_small_case(const char *label, int64_t L, const float *x, const float *dt,
+                           float A, double lo, double hi, const double *want_out) {
+    double ref[8][8];
+    int have_ref = 0;
+    for (int k = 0; k < NKIND_GPU; k++) {
+        const char *kn;
+        mamba2_context_t *ctx = kind_gpu_ctx(k, &kn);
+        if (!ctx) continue;
+        th_begin("ssd_%s/%s", label, kn);
+        float xv[8], dtv[8], Av[1] = {A}, one[8], out[8], fin[1], ps[8], dx[8], ddt[8], dA[1],
+                                dB[8], dC[8];
+        int64_t pos[8];
+        for (int64_t t = 0; t < L; t++) xv[t] = x[t], dtv[t] = dt[t], one[t] = 1, pos[t] = t;
+        mamba2_tensor_t tx = tn(xv, 4, 1, L, 1, 1), tdt = tn(dtv, 3, 1, L, 1, 0), tA = t1(Av, 1),
+                        tB = tn(one, 4, 1, L, 1, 1), to = tn(out, 4, 1, L, 1, 1),
+                        tf = tn(fin, 4, 1, 1, 1, 1), tps = tn(ps, 4, L, 1, 1, 1),
+                        tdx = tn(dx, 4, 1, L, 1, 1), tddt = tn(ddt, 3, 1, L, 1, 0),
+                        tdA = t1(dA, 1), tdB = tn(dB, 4, 1, L, 1, 1), tdC = tn(dC, 4, 1, L, 1, 1);
+        mamba2_tensor_t tpos = mamba2_tensor_make(pos, MAMBA2_DTYPE_I64, 1, &L);
+        mamba2_ssd_options_t o = mamba2_ssd_options_default();
+        o.chunk_size = 2;
+        o.dt_limit_lo = lo;
+        o.dt_limit_hi = hi;
+        mamba2_ssd_options_t op = o;
+        op.state_positions = &tpos;
+        mamba2_ssd_grads_t g;
+        memset(&g, 0, sizeof g);
+        g.dx = &tdx, g.ddt = &tddt, g.dA = &tdA, g.dBm = &tdB, g.dCm = &tdC;
+        mamba2_status_t st =
+            mamba2_ssd_forward_states(ctx, &to, NULL, &tf, &tps, &tx, &tdt, &tA, &tB, &tB, &op, NULL, 0);
+        if (!st) st = mamba2_ssd_backward(ctx, &g, &tB, NULL, &tx, &tdt, &tA, &tB, &tB, NULL, &o, NULL, 0);
+        if (th_expect(st == MAMBA2_STATUS_OK, "%s", mamba2_last_error())) {
+            const float *got[8] = {out, fin, ps, dx, ddt, dA, dB, dC};
+            static const char *nm[8] = {"out", "final", "pos_states", "dx", "ddt", "dA", "dBm", "dCm"};
+            const int64_t n[8] = {L, 1, L, L, L, 1, L, L};
+            if (want_out) cmp_finite("out:want", out, want_out, L);
+            for (int i = 0; i < 8; i++) {
+                if (!have_ref)
+                    for (int64_t j = 0; j < n[i]; j++) ref[i][j] = got[i][j];
+                else
+                    cmp_finite(nm[i], got[i], ref[i], n[i]);
+            }
+            have_ref = 1;
+        }
+        th_end();
+        kind_done(k, ctx);
+    }
+}
+
 /* ok: v has the expected class: NaN for want = NaN, non-finite (NaN or ±inf, SPEC §9) for
  * want = ±inf, else about the value want */
 static int same_class(float v, float want) {
@@ -181,9 +269,9 @@ static void ssd_nan_pattern(const char *label, int64_t L, int64_t H, int64_t P, 
 /* Gated RMSNorm of a [1,16] row of ones with one element `big`: out = v r w, r from the mean
  * square in a range float32 cannot square. */
 static void rms_big(float big, int gated, int nbg) {
-    for (int k = 0; k < NKIND; k++) {
+    for (int k = 0; k < NKIND_GPU; k++) {
         const char *kn;
-        mamba2_context_t *ctx = kind_ctx(k, &kn);
+        mamba2_context_t *ctx = kind_gpu_ctx(k, &kn);
         if (!ctx) continue;
         th_begin("rmsnorm_big_%g_%s%s/%s", (double)big, gated ? "z" : "noz", nbg ? "_nbg" : "", kn);
         float x[16], z[16], w[16], out[16], rstd[1], dout[16], dx[16], dw[16];
@@ -224,7 +312,42 @@ static void rms_big(float big, int gated, int nbg) {
                       "dweight[5] = %g; expected %g", dw[5], (double)big * rr);
         }
         th_end();
-        mamba2_context_destroy(ctx);
+        kind_done(k, ctx);
+    }
+}
+
+/* The issue's pair: x = [[3e38, 1]], weight = [1, 1], one group: out = [1.41421, 4.714e-39]
+ * (r = 1/sqrt((9e76 + 1)/2), below float32's normal range), and the backward finite. */
+static void rms_pair(void) {
+    for (int k = 0; k < NKIND_GPU; k++) {
+        const char *kn;
+        mamba2_context_t *ctx = kind_gpu_ctx(k, &kn);
+        if (!ctx) continue;
+        th_begin("rmsnorm_pair_3e38/%s", kn);
+        float x[2] = {3e38f, 1}, w[2] = {1, 1}, out[2] = {7, 7}, dout[2] = {1, 1}, dx[2], dw[2];
+        mamba2_tensor_t tx = tn(x, 2, 1, 2, 0, 0), tw = t1(w, 2), to = tn(out, 2, 1, 2, 0, 0),
+                        tdo = tn(dout, 2, 1, 2, 0, 0), tdx = tn(dx, 2, 1, 2, 0, 0), tdw = t1(dw, 2);
+        mamba2_rmsnorm_gated_options_t o = mamba2_rmsnorm_gated_options_default();
+        const double r = 1.0 / sqrt(((double)x[0] * x[0] + 1.0) / 2.0 + o.eps);
+        const double want[2] = {(double)x[0] * r, r}, dwant[2] = {(double)x[0] * r, r};
+        mamba2_status_t st =
+            mamba2_rmsnorm_gated_forward(ctx, &to, NULL, &tx, NULL, &tw, NULL, &o, NULL, 0);
+        if (th_expect(st == MAMBA2_STATUS_OK, "forward: %s", mamba2_last_error()))
+            th_expect(fabs(out[0] - want[0]) <= 1e-5 * want[0] &&
+                          fabs(out[1] - want[1]) <= 1e-5 * want[1],
+                      "out = [%g, %g]; expected [%g, %g]", out[0], out[1], want[0], want[1]);
+        mamba2_rmsnorm_gated_grads_t g;
+        memset(&g, 0, sizeof g);
+        g.dx = &tdx;
+        g.dweight = &tdw;
+        st = mamba2_rmsnorm_gated_backward(ctx, &g, &tdo, &tx, NULL, &tw, NULL, NULL, &o, NULL, 0);
+        if (th_expect(st == MAMBA2_STATUS_OK, "backward: %s", mamba2_last_error()))
+            th_expect(isfinite(dx[0]) && isfinite(dx[1]) && fabs(dw[0] - dwant[0]) <= 1e-5 * dwant[0] &&
+                          fabs(dw[1] - dwant[1]) <= 1e-5 * dwant[1],
+                      "dx = [%g, %g], dweight = [%g, %g]; expected dweight [%g, %g]", dx[0], dx[1],
+                      dw[0], dw[1], dwant[0], dwant[1]);
+        th_end();
+        kind_done(k, ctx);
     }
 }
 
@@ -247,9 +370,22 @@ int main(int argc, char **argv) {
         snprintf(lab, sizeof lab, "%s_P64_N64", what[w]);
         ssd_nan_pattern(lab, 130, 4, 64, 64, w, 77);
     }
+    /* A = -inf (and d A overflowing to -inf): the full decay, y_t = d_t x_t, as the
+     * recurrence gives, on the chunked GPU kernels too (exp(-inf - -inf) would be NaN) */
+    const float x3[3] = {1, 2, 3}, dt05[3] = {0.5f, 0.5f, 0.5f}, dtbig[3] = {1e30f, 1e30f, 1e30f};
+    const double want_ninf[3] = {0.5, 1, 1.5}, want_big[3] = {1e30, 2e30, 3e30};
+    ssd_small_case("A_ninf", 3, x3, dt05, -INFINITY, 0.0, INFINITY, want_ninf);
+    ssd_small_case("dtA_overflow", 3, x3, dtbig, -1e10f, 0.0, INFINITY, want_big);
+    /* ddt at the dt_limit edges: d = 0.4f is above hi = 0.4 and 0.7f below lo = 0.7 (as
+     * doubles), so the clamp's derivative is 0 there (token 0); token 1 is inside */
+    const float dthi[2] = {0.4f, 0.2f}, dtlo[2] = {0.7f, 0.9f};
+    ssd_small_case("ddt_edge_hi", 2, x3, dthi, -1.0f, 0.0, 0.4, NULL);
+    ssd_small_case("ddt_edge_lo", 2, x3, dtlo, -1.0f, 0.7, 1.0, NULL);
     rms_big(2e19f, 0, 0);
     rms_big(2e19f, 1, 0);
     rms_big(2e19f, 1, 1);
     rms_big(3e38f, 0, 0);
+    rms_pair();
+    if (gpu_ctx) mamba2_context_destroy(gpu_ctx);
     return th_finish();
 }

@@ -20,11 +20,11 @@
  * rounding of a too-large value), finite values elsewhere, and status OK: the op does not
  * check or clamp the range of its half outputs.
  *
- * Usage: test_ssd_half [--backend ref|cpu|all|opencl] [-q] [name-substring]
+ * Usage: test_ssd_half [--backend ref|cpu|all|opencl|cuda] [-q] [name-substring]
  * (cpu runs the CPU backend with its default kernel set, the forced "avx2" one where the default
  * is "avx512", and the forced portable "scalar" one; opencl the OpenCL backend, run only when
  * asked: exit code 77 when no OpenCL device exists, and its three contexts stand in for the
- * thread counts, so the bitwise checks are run to run)
+ * thread counts, so the bitwise checks are run to run; cuda likewise for the CUDA backend)
  */
 #include <math.h>
 #include <stdio.h>
@@ -326,7 +326,7 @@ static int outputs_equal(const inst *a, const inst *b, char *msg, size_t n) {
 
 /* ---- worst errors per (backend, dtype, tensor), for the summary ----------------------------- */
 
-static double worst[5][2][TH_NT]; /* -1: nothing measured */
+static double worst[6][2][TH_NT]; /* -1: nothing measured */
 
 /* ---- one case on one backend and dtype --------------------------------------------------- */
 
@@ -521,13 +521,15 @@ int main(int argc, char **argv) {
         else filter = argv[i];
     }
     if (strcmp(which, "ref") && strcmp(which, "cpu") && strcmp(which, "all") &&
-        strcmp(which, "opencl")) {
-        printf("usage: test_ssd_half [--backend ref|cpu|all|opencl] [-q] [name-substring]\n");
+        strcmp(which, "opencl") && strcmp(which, "cuda")) {
+        printf("usage: test_ssd_half [--backend ref|cpu|all|opencl|cuda] [-q] [name-substring]\n");
         return 2;
     }
-    if (!strcmp(which, "opencl")) { /* skip (77) only when there is no OpenCL device */
+    const int gpu = !strcmp(which, "opencl") || !strcmp(which, "cuda");
+    if (gpu) { /* skip (77) only when there is no such device */
         mamba2_context_t *cl = NULL;
-        if (mamba2_context_create(&cl, MAMBA2_BACKEND_OPENCL, 1) == MAMBA2_STATUS_BACKEND_UNAVAILABLE) {
+        if (mamba2_context_create(&cl, strcmp(which, "cuda") ? MAMBA2_BACKEND_OPENCL : MAMBA2_BACKEND_CUDA,
+                                  1) == MAMBA2_STATUS_BACKEND_UNAVAILABLE) {
             printf("SKIP: %s\n", mamba2_last_error());
             return 77;
         }
@@ -535,13 +537,14 @@ int main(int argc, char **argv) {
     }
     /* the CPU backend runs with its default kernel set, the AVX2 one forced where the default
      * is wider (AVX-512), and the portable scalar one */
-    static const char *blabel[5] = {"ref", "cpu", "cpu-avx2", "cpu-scalar", "opencl"};
-    static const char *bname[5] = {"ref", "cpu", "cpu", "cpu", "opencl"};
-    static const char *bisa[5] = {NULL, NULL, "avx2", "scalar", NULL};
-    static const mamba2_backend_t bk[5] = {MAMBA2_BACKEND_REF, MAMBA2_BACKEND_CPU, MAMBA2_BACKEND_CPU,
-                                           MAMBA2_BACKEND_CPU, MAMBA2_BACKEND_OPENCL};
+    static const char *blabel[6] = {"ref", "cpu", "cpu-avx2", "cpu-scalar", "opencl", "cuda"};
+    static const char *bname[6] = {"ref", "cpu", "cpu", "cpu", "opencl", "cuda"};
+    static const char *bisa[6] = {NULL, NULL, "avx2", "scalar", NULL, NULL};
+    static const mamba2_backend_t bk[6] = {MAMBA2_BACKEND_REF, MAMBA2_BACKEND_CPU, MAMBA2_BACKEND_CPU,
+                                           MAMBA2_BACKEND_CPU, MAMBA2_BACKEND_OPENCL,
+                                           MAMBA2_BACKEND_CUDA};
     static const mamba2_dtype_t dts[2] = {MAMBA2_DTYPE_BF16, MAMBA2_DTYPE_F16};
-    for (int bi = 0; bi < 5; bi++)
+    for (int bi = 0; bi < 6; bi++)
         for (int di = 0; di < 2; di++)
             for (int id = 0; id < TH_NT; id++) worst[bi][di][id] = -1.0;
     mamba2_context_t *probe = th_ctx(MAMBA2_BACKEND_CPU, 1, NULL);
@@ -549,8 +552,8 @@ int main(int argc, char **argv) {
     mamba2_context_destroy(probe);
     const int default_scalar = th_cpu_default_isa_is("scalar");
     mamba2_context_t *ref_ctx = th_ctx(MAMBA2_BACKEND_REF, 1, NULL);
-    for (int bi = 0; bi < 5; bi++) {
-        if (strcmp(which, "all") ? strcmp(which, bname[bi]) != 0 : bi == 4) continue;
+    for (int bi = 0; bi < 6; bi++) {
+        if (strcmp(which, "all") ? strcmp(which, bname[bi]) != 0 : bi >= 4) continue;
         if (bi == 2 && !wide) continue; /* the AVX2 set is the default there */
         if (bi == 3 && default_scalar) continue; /* the default run ("cpu") is scalar */
         mamba2_context_t *c1 = th_ctx(bk[bi], 1, bisa[bi]), *c2 = th_ctx(bk[bi], 2, bisa[bi]);

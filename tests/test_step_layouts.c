@@ -22,9 +22,9 @@
  * dtype / shape / sign / overlapping the cache, a struct_size that does not cover
  * cache_seqlens (the field is then not read), state_cache and all_states dtypes.
  *
- * Usage: test_step_layouts [--backend cpu|opencl] [-q]. With --backend opencl the candidate
- * is the OpenCL backend (exit 77 when no OpenCL device exists) and a subset of the conv cases
- * runs.
+ * Usage: test_step_layouts [--backend cpu|opencl|cuda] [-q]. With --backend opencl (cuda) the
+ * candidate is the OpenCL (CUDA) backend (exit 77 when no such device exists) and a subset of
+ * the conv cases runs.
  */
 #include <math.h>
 #include <stddef.h>
@@ -736,14 +736,15 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "-q")) th_set_verbose(0);
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc) which = argv[++i];
     }
-    const int opencl = !strcmp(which, "opencl");
-    if (!opencl && strcmp(which, "cpu")) {
-        printf("usage: test_step_layouts [--backend cpu|opencl] [-q]\n");
+    const int gpu = !strcmp(which, "opencl") || !strcmp(which, "cuda");
+    const mamba2_backend_t gk = strcmp(which, "cuda") ? MAMBA2_BACKEND_OPENCL : MAMBA2_BACKEND_CUDA;
+    if (!gpu && strcmp(which, "cpu")) {
+        printf("usage: test_step_layouts [--backend cpu|opencl|cuda] [-q]\n");
         return 2;
     }
-    if (opencl) { /* skip (77) only when there is no OpenCL device */
+    if (gpu) { /* skip (77) only when there is no such device */
         mamba2_context_t *cl = NULL;
-        if (mamba2_context_create(&cl, MAMBA2_BACKEND_OPENCL, 1) == MAMBA2_STATUS_BACKEND_UNAVAILABLE) {
+        if (mamba2_context_create(&cl, gk, 1) == MAMBA2_STATUS_BACKEND_UNAVAILABLE) {
             printf("SKIP: %s\n", mamba2_last_error());
             return 77;
         }
@@ -751,9 +752,9 @@ int main(int argc, char **argv) {
     }
     th_rng_seed(&g_rng, 0x5eed18u);
     mamba2_context_t *ref = th_ctx(MAMBA2_BACKEND_REF, 1, NULL);
-    mamba2_context_t *cand = th_ctx(opencl ? MAMBA2_BACKEND_OPENCL : MAMBA2_BACKEND_CPU, 2, NULL);
-    conv_cases(cand, ref, opencl ? "opencl" : "cpu", opencl ? 5 : 1);
-    if (!opencl) {
+    mamba2_context_t *cand = th_ctx(gpu ? gk : MAMBA2_BACKEND_CPU, 2, NULL);
+    conv_cases(cand, ref, which, gpu ? 5 : 1);
+    if (!gpu) {
         mamba2_context_t *sc = th_ctx(MAMBA2_BACKEND_CPU, 1, "scalar");
         conv_cases(sc, ref, "cpu-scalar", 7);
         mamba2_context_destroy(sc);
@@ -769,7 +770,7 @@ int main(int argc, char **argv) {
                     ssd_case k = {.B = 3, .S = 4, .T = ti ? 4 : 1, .H = 4, .G = 2, .P = Ps[pi],
                                   .N = Ns[ni], .sdt = di ? MAMBA2_DTYPE_F16 : MAMBA2_DTYPE_BF16,
                                   .with_all = idx % 2, .slots = (idx / 2) % 2, .opts = (idx / 3) % 2};
-                    ssd_half_case(cand, ref, &k, opencl ? "opencl" : "cpu");
+                    ssd_half_case(cand, ref, &k, which);
                 }
     ssd_bad_args(cand, ref);
     mamba2_context_destroy(cand);

@@ -261,9 +261,9 @@ M2_INLINE void p2_vec(int64_t j, const bwd_rowc *k, m2v wv, m2v bv, m2v *gw, m2v
     }
 }
 
-/* p2_vec for one element (the scalar tail) */
+/* p2_vec for one element (the scalar tail); dv_in, when given, replaces its dv */
 M2_INLINE void p2_one(int64_t j, const bwd_rowc *k, float wv, float bv, float *gw, float *gb,
-                      const int mode) {
+                      const float *dv_in, const int mode) {
     const m2_rms_row *R = k->R;
     const float xv = R->x[j];
     float v = xv, sl = 0.0f;
@@ -275,7 +275,7 @@ M2_INLINE void p2_one(int64_t j, const bwd_rowc *k, float wv, float bv, float *g
     const float xh = v * k->r;
     *gw = dy * xh + *gw;
     *gb = *gb + dy;
-    const float dv = (wv * dy - xh * k->c1) * k->r;
+    const float dv = dv_in ? *dv_in : (wv * dy - xh * k->c1) * k->r;
     if (mode == GATE_FIRST) {
         if (R->dx) R->dx[j] = dv * sl;
         if (R->dz) R->dz[j] = (dv * xv) * k->s1[j];
@@ -302,7 +302,50 @@ M2_INLINE void bwd_pass2(int64_t n, const bwd_rowc *k, const float *w, const flo
     for (; i < n; i++) {
         const float wv = w[i], bv = b ? b[i] : 0.0f;
         float gw = dw ? dw[i] : 0.0f, gb = db ? db[i] : 0.0f;
-        for (int q = 0; q < NR; q++) p2_one(i, &k[q], wv, bv, &gw, &gb, mode);
+        for (int q = 0; q < NR; q++) p2_one(i, &k[q], wv, bv, &gw, &gb, NULL, mode);
+        if (dw) dw[i] = gw;
+        if (db) db[i] = gb;
+    }
+}
+
+/*
+ * Groups of at most M2_RMS_SMALL channels: dv = (u - xh c1) r with u = w dy cancels there
+ * (for n = 1 it is u r (1 - xh²), and 1 - xh² = eps r² is far below float32's rounding of
+ * xh²), so dv takes the form with no cancelling terms, from 1 = mean(xh²) + eps r²:
+ *   dv_k = r (eps r² u_k + Σ_{j != k} xh_j (xh_j u_k - xh_k u_j) / n)
+ * dv[q][i] for row q; the rest of pass 2 (dx, dz, dw, db) is bwd_pass2's scalar tail.
+ */
+#define M2_RMS_SMALL 4
+
+M2_INLINE void small_dv(int64_t n, double eps, const bwd_rowc *k, const float *w, float *dv,
+                        const int mode) {
+    const m2_rms_row *R = k->R;
+    float xh[M2_RMS_SMALL], u[M2_RMS_SMALL];
+    for (int64_t i = 0; i < n; i++) {
+        const float v = mode == GATE_FIRST ? R->x[i] * k->s0[i] : R->x[i];
+        const float dy = mode == GATE_AFTER ? k->s0[i] : R->dout[i];
+        xh[i] = v * k->r;
+        u[i] = w[i] * dy;
+    }
+    const float er2 = (float)(eps * (double)k->r * (double)k->r);
+    for (int64_t i = 0; i < n; i++) {
+        float t = 0.0f;
+        for (int64_t j = 0; j < n; j++)
+            if (j != i) t += xh[j] * (xh[j] * u[i] - xh[i] * u[j]);
+        dv[i] = (er2 * u[i] + t / (float)n) * k->r;
+    }
+}
+
+/* bwd_pass2 for n <= M2_RMS_SMALL: its scalar tail, with dv from small_dv */
+M2_INLINE void bwd_pass2_small(int64_t n, double eps, const bwd_rowc *k, const float *w,
+                               const float *b, float *dw, float *db, const int NR,
+                               const int mode) {
+    float dv[2][M2_RMS_SMALL];
+    for (int q = 0; q < NR; q++) small_dv(n, eps, &k[q], w, dv[q], mode);
+    for (int64_t i = 0; i < n; i++) {
+        const float wv = w[i], bv = b ? b[i] : 0.0f;
+        float gw = dw ? dw[i] : 0.0f, gb = db ? db[i] : 0.0f;
+        for (int q = 0; q < NR; q++) p2_one(i, &k[q], wv, bv, &gw, &gb, &dv[q][i], mode);
         if (dw) dw[i] = gw;
         if (db) db[i] = gb;
     }
@@ -332,7 +375,9 @@ M2_INLINE void bwd_mode(int64_t n, double eps, int nrows, const m2_rms_row *rows
             k[q].c1 = k[q].r * svd / (float)n; /* Σ xh w dy / n */
         }
     }
-    if (nrows == 2)
+    if (n <= M2_RMS_SMALL)
+        bwd_pass2_small(n, eps, k, w, b, dw, db, nrows, mode);
+    else if (nrows == 2)
         bwd_pass2(n, k, w, b, dw, db, 2, mode);
     else
         bwd_pass2(n, k, w, b, dw, db, 1, mode);

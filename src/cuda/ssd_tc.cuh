@@ -234,7 +234,7 @@ __device__ __forceinline__ void scan_seq(
     float *ox, m2_i64 ox_o, m2_i64 ox_s0, m2_i64 ox_s1, m2_i64 ox_s2, m2_i32 has_ox,
     float *fin, m2_i64 fin_o, m2_i64 fin_s0, m2_i64 fin_s1, m2_i64 fin_s2, m2_i32 has_final) {
     typedef typename ty<BF>::T T;
-    extern __shared__ __align__(128) unsigned char smd[];
+    M2K_DYNAMIC_SHARED(unsigned char, smd);
     m2tc_seq_layout L;
     m2tc_seq_layout_of(BF, (int)N, &L);
     const int tid = (int)threadIdx.x, w = tid >> 5, lds = L.lds, npad = L.npad;

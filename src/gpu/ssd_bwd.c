@@ -4,6 +4,7 @@
  * ssd_bwd.cl in dependency order. Every gradient SPEC §2 lists, any subset requested; the
  * saved out_x is not needed (y is recomputed when z needs it).
  */
+#include <math.h>
 #include <string.h>
 
 #include "gpu/gpu.h"
@@ -26,6 +27,20 @@ mamba2_status_t m2g_ssd_backward_workspace(const mamba2_context_t *ctx,
     *bytes = 0; /* device scratch: see m2g_ssd_forward_workspace */
     if (pr->npos) return no_positions((const m2g_dev *)ctx->gpu);
     return MAMBA2_STATUS_OK;
+}
+
+/* The dt clamp's derivative is 0 where the float d lies outside [lo, hi] compared in double
+ * (CPU and REF); for a float d, d < lo <=> d < f32_up(lo) and d > hi <=> d > f32_down(hi), so
+ * the kernel compares in float with these (dt = 0.4f is above dt_limit hi = 0.4). */
+static float f32_up(double v) {
+    float f = (float)v;
+    if ((double)f < v) f = nextafterf(f, INFINITY);
+    return f;
+}
+static float f32_down(double v) {
+    float f = (float)v;
+    if ((double)f > v) f = nextafterf(f, -INFINITY);
+    return f;
 }
 
 static void g64(size_t g[3], int64_t n) {
@@ -51,6 +66,8 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
     s.softplus = pr->dt_softplus;
     s.lo = (float)pr->dt_lo;
     s.hi = (float)pr->dt_hi;
+    s.lo_up = f32_up(pr->dt_lo);
+    s.hi_dn = f32_down(pr->dt_hi);
     s.D_mode = !pr->D.p ? 0 : pr->D_per_channel ? 2 : 1;
     m2g_call c;
     m2g_call_begin(&c, d);
@@ -275,8 +292,8 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         m2g_arg_t(&a, &s.bias, 0);
         m2g_arg_i32(&a, s.bias.present);
         m2g_arg_i32(&a, s.softplus);
-        m2g_arg_f32(&a, s.lo);
-        m2g_arg_f32(&a, s.hi);
+        m2g_arg_f32(&a, s.lo_up);
+        m2g_arg_f32(&a, s.hi_dn);
         m2g_arg_t(&a, &ddt, 2);
         m2g_arg_i32(&a, ddt.present);
         m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_PA));

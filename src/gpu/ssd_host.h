@@ -17,7 +17,8 @@ typedef struct ssd_dev {
     int64_t nc, nseq, Q, H, G, P, N;
     m2g_t x, dt, A, Bm, Cm, D, z, bias, init;
     int D_mode, softplus;
-    float lo, hi;
+    float lo, hi;       /* the dt limits rounded to nearest: the clamp's values          */
+    float lo_up, hi_dn; /* the least float >= lo, the greatest <= hi: its compares       */
     m2g_t dto, dac, CB, states, start, final, out, outx;
 } ssd_dev;
 

@@ -114,21 +114,26 @@ mamba2_status_t m2_ref_rmsnorm_backward(mamba2_context_t *ctx, const m2_rmsnorm_
                 }
             }
             /* y = xh w + b, xh = v r  =>  dw += dy xh, db += dy;
-             * c1 = Σ_k xh_k w_k dy_k / S  (through r = (mean(v²)+eps)^-1/2) */
-            double c1 = 0.0;
+             * c1 = Σ_k xh_k w_k dy_k / S  (through r = (mean(v²)+eps)^-1/2);
+             * one = mean(xh²) + eps r², which is 1 */
+            double c1 = 0.0, one = 0.0;
             for (int64_t k = 0; k < S; k++) {
                 const int64_t c = g * S + k;
                 const double xh = v[k] * r;
                 dw[c] += dy[k] * xh;
                 db[c] += dy[k];
                 c1 += xh * m2r_load(pr->weight.p, pt, c) * dy[k];
+                one += xh * xh;
             }
             c1 /= (double)S;
-            /* dv = (w dy - xh c1) r */
+            one = one / (double)S + pr->eps * r * r;
+            /* dv = (w dy - xh c1) r, written (w dy one - xh c1) r: for a small group the
+             * difference is about eps r² w dy, and a stored float32 r (rstd_in) rounds
+             * 1 - mean(xh²) to its own error, while "one" keeps that rounding out of it */
             for (int64_t k = 0; k < S; k++) {
                 const int64_t c = g * S + k;
                 const double xh = v[k] * r;
-                const double dv = (m2r_load(pr->weight.p, pt, c) * dy[k] - xh * c1) * r;
+                const double dv = (m2r_load(pr->weight.p, pt, c) * dy[k] * one - xh * c1) * r;
                 double dx = dv;
                 if (gate_first) {
                     /* v = x silu(z)  =>  dx = dv silu(z),  dz = dv x silu'(z) */

@@ -91,6 +91,7 @@ static void free_res(double **res, int n) {
 }
 
 static mamba2_context_t *gpu, *ref, *cpu;
+static const char *gpu_name = "opencl"; /* the backend's name in messages: opencl or cuda */
 
 /* The three comparisons of one case, over every output. */
 static void compare_all(spec *s, int n, int pad, call_fn fn, const void *cs) {
@@ -241,6 +242,12 @@ static int rn_specs(const rn_case *c, spec *s, uint64_t seed) {
     const int64_t md[2] = {c->M, c->D}, d1[1] = {c->D}, mg[2] = {c->M, c->D / c->S};
     fill(&r, add(s, RX, "x", 2, md, 0), 1, 0);
     if (c->z) fill(&r, add(s, RZ, "z", 2, md, 0), 1, 0);
+    /* groups of 1..4: |v| away from 0, where 1 - mean(xh²) = eps r² is smallest */
+    for (int64_t i = 0; c->S <= 4 && i < c->M * c->D; i++) {
+        double *xv = &s[RX].vals[i];
+        *xv = (double)(float)(*xv < 0 ? *xv - 0.5 : *xv + 0.5);
+        if (c->z) s[RZ].vals[i] = (double)(float)(fabs(s[RZ].vals[i]) + 1.0);
+    }
     fill(&r, add(s, RW, "weight", 1, d1, 0), 0.5, 1);
     if (c->bias) fill(&r, add(s, RB, "bias", 1, d1, 0), 0.5, 0);
     fill(&r, add(s, RDO, "dout", 2, md, 0), 1, 0);
@@ -266,6 +273,10 @@ static const rn_case rn_cases[] = {
     {"group1",             4,    3,    1, 1, 1,  1,   0,  0, 1e-3}, /* S=1: dx ~ eps */
     {"mamba2_ng8",        24, 5120,  640, 1, 0,  0,   0,  0, 1e-5},
     {"M0",                 0,   24,    8, 1, 0,  1,   0,  0, 1e-5},
+    {"group1_eps1e-5",    16,    8,    1, 1, 0,  0,   0,  0, 1e-5}, /* 1 - mean(v²) r² = */
+    {"group2_nbg_b",      16,    8,    2, 1, 1,  1,   1,  1, 1e-5}, /* eps r² must not    */
+    {"group3_noz",        16,    9,    3, 0, 0,  0,   0,  0, 1e-5}, /* cancel             */
+    {"group4_b",          16,    8,    4, 1, 0,  1,   1,  0, 1e-6},
 };
 
 /* ============================================================ conv1d_step === */
@@ -486,7 +497,7 @@ static void nan_checks(void) {
 
 /* Bad arguments reach the OpenCL context's checks: status, and outputs untouched. */
 static void error_checks(void) {
-    th_begin("errors: F64 activations are UNSUPPORTED on opencl");
+    th_begin("errors: F64 activations are UNSUPPORTED on %s", gpu_name);
     {
         double x[8] = {0}, w[4] = {0}, out[8];
         for (int i = 0; i < 8; i++) out[i] = 7.0;
@@ -494,7 +505,7 @@ static void error_checks(void) {
         mamba2_tensor_t tw = mamba2_tensor_make(w, MAMBA2_DTYPE_F64, 2, (int64_t[]){2, 2});
         mamba2_tensor_t to = mamba2_tensor_make(out, MAMBA2_DTYPE_F64, 3, (int64_t[]){1, 4, 2});
         mamba2_status_t st = mamba2_conv1d_forward(gpu, &to, NULL, &tx, &tw, NULL);
-        gt_expect_err(st, MAMBA2_STATUS_UNSUPPORTED, "opencl", NULL);
+        gt_expect_err(st, MAMBA2_STATUS_UNSUPPORTED, gpu_name, NULL);
         th_expect(out[0] == 7.0 && out[7] == 7.0, "out was written");
     }
     th_end();
@@ -688,6 +699,7 @@ int main(int argc, char **argv) {
                 return 2;
             }
             cuda = !strcmp(b, "cuda");
+            gpu_name = b;
         }
     }
     const char *api = cuda ? "CUDA" : "OpenCL";

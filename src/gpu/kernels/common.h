@@ -11,6 +11,8 @@
  *   M2K_FN                a device helper function (static inline / static __device__)
  *   M2K_GLOBAL            global-memory pointer qualifier (empty in CUDA)
  *   M2K_LOCAL_ARRAY(t,n,d) a work-group (shared-memory) array declared in a kernel body
+ *   M2K_DYNAMIC_SHARED(t,n) CUDA only: `t *n`, the launch's dynamic shared block (128-aligned);
+ *                         the host emulator of tests/cuda_emu defines its own before this header
  *   M2K_BARRIER()         work-group barrier with local-memory fence
  *   M2K_GROUP_ID(d), M2K_LOCAL_ID(d), M2K_NUM_GROUPS(d)   ids, d = 0, 1, 2
  *   m2_i64, m2_i32, m2_u32, m2_u16                     fixed-width integers
@@ -61,6 +63,9 @@ typedef ushort m2_u16;
 #define M2K_FN static __device__ __forceinline__
 #define M2K_GLOBAL
 #define M2K_LOCAL_ARRAY(type, name, dims) __shared__ type name dims
+#ifndef M2K_DYNAMIC_SHARED
+#define M2K_DYNAMIC_SHARED(type, name) extern __shared__ __align__(128) type name[]
+#endif
 #define M2K_BARRIER() __syncthreads()
 #define M2K_GROUP_ID(d) ((m2_i64)((d) == 0 ? blockIdx.x : (d) == 1 ? blockIdx.y : blockIdx.z))
 #define M2K_NUM_GROUPS(d) ((m2_i64)((d) == 0 ? gridDim.x : (d) == 1 ? gridDim.y : gridDim.z))

@@ -11,11 +11,14 @@
  *   m2_rmsnorm_fwd_wg128        one group of 128 work-items per (row, group): Σ v² per item
  *                               in channel order, a tree in local memory (fixed order, no
  *                               subgroups), then the outputs (~6, + 2 SiLU with z)
- *   m2_rmsnorm_bwd_wg128        same groups: dx, dz, and r into rbuf[M*G] (~14, + SiLU')
+ *   m2_rmsnorm_bwd_wg128        same groups: dx, dz, and r into rbuf[M*G] (~14, + SiLU';
+ *                               groups of <= RN_SMALL channels ~6 S more, see there)
  *   m2_rmsnorm_bwd_dw_r64_wi64  one item per (channel, block of 64 rows): partial sums of
  *                               dweight and dbias over the block's rows
  *   m2_rmsnorm_bwd_reduce_wi64  one item per channel: the partials in block order
  * Tensors arrive as (pointer, element offset, row stride); optional ones with a flag.
+ * A group whose float Σ v² overflows is summed again, scaled (RN_RSTD), as the CPU backend
+ * falls back to double: large finite inputs keep a finite result (SPEC §9).
  */
 
 #define RMSNORM_RB 64 /* rows per dweight/dbias partial sum */
@@ -40,6 +43,49 @@ M2K_FN float rn_dsilu(float v) {
 /* v_c of row m (gate first applies silu(z)) */
 #define RN_V(c) (gate == 1 ? x[m * x_s + (c)] * m2k_silu(z[m * z_s + (c)]) : x[m * x_s + (c)])
 
+/* 2^-100: a group whose float Σ v² overflowed (|v| beyond about 1.8e19; SPEC §9) is summed
+ * again as Σ (v 2^-100)², which cannot overflow (|v 2^-100| < 2.7e8) and loses only terms
+ * below 2^-26 against a sum above 3.4e38 (the CPU's double fallback, in float32). eps, under
+ * 2^-200 of the mean square there, is dropped. Finite sums keep their bits. */
+#define RN_SC 7.8886090522101181e-31f
+
+/* r = 1 / sqrt(Σ v² / S + eps) of the work-group's (row, group), uniform over its items */
+#define RN_RSTD(r)                                                                         \
+    do {                                                                                   \
+        float ss_ = 0.0f;                                                                  \
+        for (m2_i64 k_ = lid; k_ < S; k_ += 128) {                                         \
+            const float v_ = RN_V(c0 + k_);                                                \
+            ss_ += v_ * v_;                                                                \
+        }                                                                                  \
+        red[lid] = ss_;                                                                    \
+        RN_TREE128(ss_);                                                                   \
+        if (ss_ > 3.402823466e38f) { /* +inf: uniform, so the barriers are too */          \
+            ss_ = 0.0f;                                                                    \
+            for (m2_i64 k_ = lid; k_ < S; k_ += 128) {                                     \
+                const float v_ = RN_V(c0 + k_) * RN_SC;                                    \
+                ss_ += v_ * v_;                                                            \
+            }                                                                              \
+            red[lid] = ss_;                                                                \
+            RN_TREE128(ss_);                                                               \
+            (r) = RN_SC * (1.0f / m2k_sqrt(ss_ / (float)S));                               \
+        } else {                                                                           \
+            (r) = 1.0f / m2k_sqrt(ss_ / (float)S + eps);                                   \
+        }                                                                                  \
+    } while (0)
+
+/* Groups of at most RN_SMALL channels: dv = (u - xh c1) r, u = w dy, cancels there (for S = 1
+ * it is u r (1 - xh²), and 1 - xh² = eps r² lies below float32's rounding of xh²); the form
+ * with no cancelling terms, from 1 = mean(xh²) + eps r², as the CPU backend computes it:
+ *   dv_k = r (eps r² u_k + Σ_{j != k} xh_j (xh_j u_k - xh_k u_j) / S)                    */
+#define RN_SMALL 4
+M2K_FN float rn_u(M2K_GLOBAL const float *dout, M2K_GLOBAL const float *z,
+                  M2K_GLOBAL const float *w, m2_i64 m, m2_i64 d_s, m2_i64 z_s, m2_i64 c,
+                  m2_i32 gate) {
+    float dy = dout[m * d_s + c];
+    if (gate == 2) dy *= m2k_silu(z[m * z_s + c]);
+    return w[c] * dy;
+}
+
 /* out[M,D]; rstd[M,G] (has_rstd); x, z (gate != 0) [M,D]; weight[D]; bias[D] (has_bias) */
 M2K_KERNEL void m2_rmsnorm_fwd_wg128(
     M2K_GLOBAL float *out, m2_i64 o_o, m2_i64 o_s,
@@ -55,14 +101,8 @@ M2K_KERNEL void m2_rmsnorm_fwd_wg128(
     if (grp >= M * G) return; /* uniform over the work-group */
     out += o_o; rstd += r_o; x += x_o; z += z_o; w += w_o; bias += b_o;
     const m2_i64 m = grp / G, c0 = (grp % G) * S;
-    float ss = 0.0f;
-    for (m2_i64 k = lid; k < S; k += 128) {
-        const float v = RN_V(c0 + k);
-        ss += v * v;
-    }
-    red[lid] = ss;
-    RN_TREE128(ss);
-    const float r = 1.0f / m2k_sqrt(ss / (float)S + eps);
+    float r;
+    RN_RSTD(r);
     for (m2_i64 k = lid; k < S; k += 128) {
         const m2_i64 c = c0 + k;
         float y = RN_V(c) * r * w[c];
@@ -102,14 +142,7 @@ M2K_KERNEL void m2_rmsnorm_bwd_wg128(
     if (has_rin) {
         r = rin[m * ri_s + grp % G];
     } else {
-        float ss = 0.0f;
-        for (m2_i64 k = lid; k < S; k += 128) {
-            const float v = RN_V(c0 + k);
-            ss += v * v;
-        }
-        red[lid] = ss;
-        RN_TREE128(ss);
-        r = 1.0f / m2k_sqrt(ss / (float)S + eps);
+        RN_RSTD(r);
     }
     float c1 = 0.0f;
     for (m2_i64 k = lid; k < S; k += 128) {
@@ -135,7 +168,19 @@ M2K_KERNEL void m2_rmsnorm_bwd_wg128(
             if (has_dz) dz[m * dz_s + c] = d * y * rn_dsilu(zv);
             dy = d * m2k_silu(zv);
         }
-        const float dv = (w[c] * dy - xh * c1) * r;
+        float dv;
+        if (S <= RN_SMALL) {
+            const float uk = w[c] * dy, er2 = eps * r * r;
+            float t = 0.0f;
+            for (m2_i64 j = c0; j < c0 + S; j++) {
+                if (j == c) continue;
+                const float xj = RN_V(j) * r;
+                t += xj * (xj * uk - xh * rn_u(dout, z, w, m, d_s, z_s, j, gate));
+            }
+            dv = (er2 * uk + t / (float)S) * r;
+        } else {
+            dv = (w[c] * dy - xh * c1) * r;
+        }
         float dxv = dv;
         if (gate == 1) {
             dxv = dv * m2k_silu(zv);

@@ -16,6 +16,9 @@
  *   da_s = F_s + sum_{i>=s} e^(cs_i) u_i + sum_{j<s} e^(cs_last-cs_j) d_j g_j
  *          + e^(cs_last) S0 . dS,   F_s = sum_{i>=s>j} CB[i,j] E[i,j] d_j
  *   dd_s = q_s + e^(cs_last-cs_s) g_s + A da_s; ddt = dd * d'(raw)
+ * Every e^(ci-cj) with j <= i is ssd_decay (ssd_chunked.cl): the full decay where both sums
+ * are -inf. d'(raw) is 0 outside [lo, hi], compared as CPU/REF compare the float d with the
+ * double limits: lo_up = the least float >= lo, hi_dn = the greatest float <= hi (host side).
  * Sums over heads (dB, dC) run over the heads of a group in order inside one work-item;
  * per-head parameter gradients are per-chunk partials summed over chunks in chunk order by
  * the last kernel: no atomics, bitwise reproducible.
@@ -103,7 +106,7 @@ M2K_KERNEL void m2_ssd_bwd_dx_16x16(
     for (m2_i64 i0 = (j0 / 16) * 16; i0 < len; i0 += 16) {
         const m2_i64 iw = i0 + lx, iy = i0 + ly;
         float w = 0.0f; /* ws[j][i] = CB[i,j] e^(cs_i - cs_j) */
-        if (j < len && iw < len && iw >= j) w = CB[ocb + iw * Q + j] * m2k_exp(dac[oc + iw] - cs_j);
+        if (j < len && iw < len && iw >= j) w = CB[ocb + iw * Q + j] * ssd_decay(dac[oc + iw], cs_j, iw == j);
         ws[ly][lx] = w;
         vs[ly][lx] = (iy < len && p < P) ? dy[dy_o + b * dy_s0 + (t0 + iy) * dy_s1 + h * dy_s2 + p] : 0.0f;
         M2K_BARRIER();
@@ -124,7 +127,7 @@ M2K_KERNEL void m2_ssd_bwd_dx_16x16(
         const float dyj = dy[dy_o + b * dy_s0 + (t0 + j) * dy_s1 + h * dy_s2 + p];
         const float dv = D_mode == 2 ? D[D_o + h * D_s0 + p] : D_mode == 1 ? D[D_o + h] : 0.0f;
         dx[dx_o + b * dx_s0 + (t0 + j) * dx_s1 + h * dx_s2 + p] =
-            d * acc + m2k_exp(cs_last - cs_j) * d * acc2 + dv * dyj;
+            d * acc + ssd_decay(cs_last, cs_j, j == len - 1) * d * acc2 + dv * dyj;
     }
 }
 
@@ -159,7 +162,7 @@ M2K_KERNEL void m2_ssd_bwd_E_16x16(
     if (i < Q && j < Q) {
         const m2_i64 oc = dac_o + (h * nc + c) * Q;
         float v = 0.0f;
-        if (i < len && j <= i) v = m2k_exp(dac[oc + i] - dac[oc + j]) * acc;
+        if (i < len && j <= i) v = ssd_decay(dac[oc + i], dac[oc + j], i == j) * acc;
         E[E_o + ((c * H + h) * Q + i) * Q + j] = v;
     }
 }
@@ -238,7 +241,8 @@ M2K_KERNEL void m2_ssd_bwd_dbc_16x16(
         const m2_i64 oc = dac_o + (h * nc + c) * Q, od = dto_o + (h * nc + c) * Q;
         float wi = 0.0f;
         if (i < len)
-            wi = mode ? m2k_exp(dac[oc + len - 1] - dac[oc + i]) * dto[od + i] : m2k_exp(dac[oc + i]);
+            wi = mode ? ssd_decay(dac[oc + len - 1], dac[oc + i], i == len - 1) * dto[od + i]
+                       : m2k_exp(dac[oc + i]);
         const m2_i64 so = St_o + (c * H + h) * P * N;
         float part = 0.0f;
         for (m2_i64 p0 = 0; p0 < P; p0 += 16) {
@@ -303,8 +307,8 @@ M2K_KERNEL void m2_ssd_bwd_dt_wi64(
     M2K_GLOBAL const float *dec, m2_i64 dec_o,
     M2K_GLOBAL const float *A, m2_i64 A_o,
     M2K_GLOBAL const float *dt, m2_i64 dt_o, m2_i64 dt_s0, m2_i64 dt_s1,
-    M2K_GLOBAL const float *bias, m2_i64 bias_o, m2_i32 has_bias, m2_i32 softplus, float lo,
-    float hi, M2K_GLOBAL float *ddt, m2_i64 ddt_o, m2_i64 ddt_s0, m2_i64 ddt_s1, m2_i32 has_ddt,
+    M2K_GLOBAL const float *bias, m2_i64 bias_o, m2_i32 has_bias, m2_i32 softplus, float lo_up,
+    float hi_dn, M2K_GLOBAL float *ddt, m2_i64 ddt_o, m2_i64 ddt_s0, m2_i64 ddt_s1, m2_i32 has_ddt,
     M2K_GLOBAL float *pA, m2_i64 pA_o, M2K_GLOBAL float *pb, m2_i64 pb_o) {
     const m2_i64 e = M2K_GROUP_ID(0) * 64 + M2K_LOCAL_ID(0);
     if (e >= nc * H) return;
@@ -323,7 +327,7 @@ M2K_KERNEL void m2_ssd_bwd_dt_wi64(
     }
     float pre = 0.0f, sA = 0.0f, sb = 0.0f; /* pre = sum_{j<s} e^(cs_last-cs_j) d_j g_j */
     for (m2_i64 s = 0; s < len; s++) {
-        const float d = dto[od + s], el = m2k_exp(cs_last - dac[oc + s]), gs = gv[g_o + ov + s];
+        const float d = dto[od + s], el = ssd_decay(cs_last, dac[oc + s], s == len - 1), gs = gv[g_o + ov + s];
         const float da = r[r_o + ov + s] + suf[s] + pre + edec;
         const float dd = q[q_o + ov + s] + el * gs + a * da;
         sA += d * da;
@@ -335,7 +339,7 @@ M2K_KERNEL void m2_ssd_bwd_dt_wi64(
             pv = m2k_softplus(v);
             dv = m2k_sigmoid(v);
         }
-        if (pv < lo || pv > hi) dv = 0.0f;
+        if (pv < lo_up || pv > hi_dn) dv = 0.0f; /* pv < lo, pv > hi in double */
         const float draw = dd * dv;
         sb += draw;
         if (has_ddt) ddt[ddt_o + b * ddt_s0 + (t0 + s) * ddt_s1 + h] = draw;

@@ -17,6 +17,17 @@
  * bitwise reproducible run to run.
  */
 
+/* The decay exp(ci - cj) from token j to token i >= j of a chunk (diag: i == j). Where both
+ * cumulative sums are -inf (A = -inf, or d A overflowed to -inf) the difference is NaN; the
+ * recurrence (src/ref: S_t = exp(d_t A) S_{t-1} + d_t x_t B_t, and the CPU's segment
+ * restarts) gives the full decay there: 0 for j < i, 1 (a token's own input, undecayed) for
+ * i == j. Finite and NaN sums keep exp's bits. Used by ssd_bwd.cl too (one translation unit
+ * under CUDA, one program under OpenCL). */
+M2K_FN float ssd_decay(float ci, float cj, int diag) {
+    if (ci == cj && ci < 0.0f && ci * 0.5f == ci) return diag ? 1.0f : 0.0f; /* both -inf */
+    return m2k_exp(ci - cj);
+}
+
 /* ---- chunk_cumsum: one work-item per (chunk, head), 64 per group --------------------------
  * d_i = clamp(softplus(dt + bias), lo, hi), cs_i = sum_{j<=i} d_j A[h]; O(Q) serial adds.   */
 M2K_KERNEL void m2_ssd_chunk_cumsum_wi64(
@@ -46,7 +57,7 @@ M2K_KERNEL void m2_ssd_chunk_cumsum_wi64(
             if (d < lo) d = lo;
             if (d > hi) d = hi;
         }
-        cs += d * a;
+        if (i < len) cs += d * a; /* the padding stays flat (0 * -inf would be NaN) */
         dto[o1 + i] = d;
         dac[o2 + i] = cs;
     }
@@ -111,7 +122,9 @@ M2K_KERNEL void m2_ssd_chunk_state_16x16(
     for (m2_i64 j0 = 0; j0 < len; j0 += 16) {
         const m2_i64 j = j0 + ly;
         float w = 0.0f;
-        if (j < len) w = mode ? m2k_exp(dac[oc + j]) : m2k_exp(cs_last - dac[oc + j]) * dto[od + j];
+        if (j < len)
+            w = mode ? m2k_exp(dac[oc + j])
+                     : ssd_decay(cs_last, dac[oc + j], j == len - 1) * dto[od + j];
         xs[ly][lx] = (j < len && p0 + lx < P) ? w * x[xb + (t0 + j) * x_s1 + p0 + lx] : 0.0f;
         bs[ly][lx] = (j < len && n0 + lx < N) ? Bm[bb + (t0 + j) * B_s1 + n0 + lx] : 0.0f;
         M2K_BARRIER();
@@ -186,7 +199,7 @@ M2K_KERNEL void m2_ssd_chunk_scan_16x16(
         const m2_i64 jw = j0 + lx, jx = j0 + ly;
         float w = 0.0f;
         if (i < len && jw <= i)
-            w = CB[ocb + i * CB_s3 + jw] * m2k_exp(cs_i - dac[oc + jw]) * dto[od + jw];
+            w = CB[ocb + i * CB_s3 + jw] * ssd_decay(cs_i, dac[oc + jw], jw == i) * dto[od + jw];
         ws[ly][lx] = w;
         xs[ly][lx] = (jx < len && p < P) ? x[xb + (t0 + jx) * x_s1 + p] : 0.0f;
         M2K_BARRIER();
@@ -244,7 +257,7 @@ M2K_KERNEL void m2_ssd_pos_state_16x16(
     for (m2_i64 j0 = 0; j0 <= m; j0 += 16) {
         const m2_i64 j = j0 + ly;
         float w = 0.0f;
-        if (j <= m) w = m2k_exp(cs_m - dac[oc + j]) * dto[od + j];
+        if (j <= m) w = ssd_decay(cs_m, dac[oc + j], j == m) * dto[od + j];
         xs[ly][lx] = (j <= m && p0 + lx < P) ? w * x[xb + (t0 + j) * x_s1 + p0 + lx] : 0.0f;
         bs[ly][lx] = (j <= m && n0 + lx < N) ? Bm[bb + (t0 + j) * B_s1 + n0 + lx] : 0.0f;
         M2K_BARRIER();
@@ -314,7 +327,7 @@ M2K_KERNEL void m2_ssd_scan_seq_16x16(
                 const m2_i64 jw = j0 + lx, jx = j0 + ly;
                 float w = 0.0f;
                 if (i < len && jw <= i)
-                    w = CB[ocb + i * CB_s3 + jw] * m2k_exp(cs_i - dac[oc + jw]) * dto[od + jw];
+                    w = CB[ocb + i * CB_s3 + jw] * ssd_decay(cs_i, dac[oc + jw], jw == i) * dto[od + jw];
                 ws[ly][lx] = w;
                 xs[ly][lx] = (jx < len && p < P) ? x[xb + (t0 + jx) * x_s1 + p] : 0.0f;
                 M2K_BARRIER();
@@ -345,7 +358,7 @@ M2K_KERNEL void m2_ssd_scan_seq_16x16(
         for (m2_i64 j0 = 0; j0 < len; j0 += 16) {
             const m2_i64 j = j0 + ly;
             float w = 0.0f;
-            if (j < len) w = m2k_exp(cs_last - dac[oc + j]) * dto[od + j];
+            if (j < len) w = ssd_decay(cs_last, dac[oc + j], j == len - 1) * dto[od + j];
             xs[ly][lx] = (j < len && p < P) ? w * x[xb + (t0 + j) * x_s1 + p] : 0.0f;
             for (m2_i64 n = lx; n < N; n += 16)
                 bs[ly][n] = j < len ? Bm[bbase + (t0 + j) * B_s1 + n] : 0.0f;
