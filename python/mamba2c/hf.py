@@ -28,7 +28,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 
-from . import interface
+import torch
+
+from . import _dispatch, interface
 
 __all__ = ["use_mamba2c_in_transformers"]
 
@@ -164,22 +166,47 @@ def _seam_modules():
     return out
 
 
+def _served(t) -> bool:
+    """Whether mamba2c computes on t's device: CPU tensors, and CUDA tensors when the CUDA
+    backend is loaded. Any other device is left to transformers' own function."""
+    return not isinstance(t, torch.Tensor) or t.is_cpu or (t.is_cuda and _dispatch.cuda_library())
+
+
+def _routed(ours, theirs):
+    def call(*args, **kwargs):
+        first = args[0] if args else next(iter(kwargs.values()), None)
+        return ours(*args, **kwargs) if _served(first) else theirs(*args, **kwargs)
+    call.__name__ = getattr(theirs, "__name__", "mamba2c_hf")
+    call.__wrapped_by_mamba2c__ = ours
+    return call
+
+
+def _routed_norm(ours, theirs):
+    def forward(self, hidden_states, gate=None):
+        return (ours(self, hidden_states, gate) if _served(hidden_states)
+                else theirs(self, hidden_states, gate))
+    forward.__wrapped_by_mamba2c__ = ours
+    return forward
+
+
 @contextlib.contextmanager
 def use_mamba2c_in_transformers():
     """Context manager: transformers' Mamba-2 mixers (every family of FAMILIES, and any other
     imported module with the same seam) use mamba2c kernels inside the block. Supported:
     transformers 5.24 and later releases with the same seam; any other raises RuntimeError
-    here, naming the version and the missing symbols, before anything is swapped."""
+    here, naming the version and the missing symbols, before anything is swapped. Tensors
+    on a device mamba2c has no backend for (neither the CPU nor, with the CUDA backend, CUDA)
+    go to transformers' own functions, as without the hook."""
     seams = _seam_modules()
     saved = []
     try:
         for mod, norms, names in seams:
             for n, f in names.items():
                 saved.append((mod, n, getattr(mod, n)))
-                setattr(mod, n, f)
+                setattr(mod, n, _routed(f, getattr(mod, n)))
             for cls in norms:
                 saved.append((cls, "forward", cls.forward))
-                cls.forward = _norm_forward
+                cls.forward = _routed_norm(_norm_forward, cls.forward)
         yield
     finally:
         for obj, n, f in reversed(saved):

@@ -235,3 +235,19 @@ def test_family_bf16_prefill(case):
             lh = b(input_ids=ids, use_cache=False).logits.float()
     e_torch, e_hook = nerr(lt, l32), nerr(lh, l32)
     assert e_hook <= 1.25 * e_torch + 1e-3 and e_hook <= 2e-2, (case, e_hook, e_torch)
+
+
+@pytest.mark.parametrize("case", ["mamba2", "bamba"])
+def test_family_other_device_left_to_transformers(case, monkeypatch):
+    """Tensors on a device mamba2c has no backend for (here "meta") go to transformers' own
+    functions inside the hook: the same result as without it, none of ours called."""
+    cfg, a, _ = _make(case)
+    a = a.to("meta").eval()
+    counted = _Counted(monkeypatch)
+    ids = torch.randint(3, cfg.vocab_size, (2, 9)).to("meta")
+    with torch.no_grad():
+        ref = a(input_ids=ids, use_cache=False).logits
+        with counted():
+            out = a(input_ids=ids, use_cache=False).logits
+    assert out.device.type == "meta" and out.shape == ref.shape and out.dtype == ref.dtype
+    assert sum(counted.n.values()) == 0, counted.n
