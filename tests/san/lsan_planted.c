@@ -1,19 +1,26 @@
 /* lsan_planted.c — LeakSanitizer still sees our leaks with tests/san/lsan.supp active.
  * Runs one SSD forward on the OpenCL backend (PoCL compiles its kernels, and leaks inside
  * libpocl / libLLVM while it does: suppressed), then, with --plant, loses a block of its
- * own. tests/san/lsan_check.sh runs it both ways and expects exit 0 without --plant and a
- * leak report naming plant_leak with it. Exit 77 when there is no OpenCL device. */
+ * own: NPLANT blocks of 4096 bytes. tests/san/lsan_check.sh runs it both ways and expects
+ * exit 0 without --plant and, with it, a leak report naming plant_leak for most of them.
+ * Not for all: LeakSanitizer scans memory conservatively, and after PoCL's compile a word
+ * somewhere in its reachable memory can hold a planted block's address (in a cold-cache run
+ * one block of 16 was seen reachable that way; a single planted block went unreported). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mamba2c.h"
 
+enum { NPLANT = 16 };
+
 /* noinline: the report must show this frame, not main's */
 __attribute__((noinline)) static void plant_leak(void) {
-    volatile char *p = malloc(4096);
-    if (p) p[0] = 1;
-    p = NULL;
+    for (int i = 0; i < NPLANT; i++) {
+        char *volatile p = malloc(4096);
+        if (p) p[0] = 1;
+        p = NULL;
+    }
 }
 
 int main(int argc, char **argv) {
@@ -51,6 +58,6 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (plant) plant_leak();
-    printf("lsan_planted: OpenCL SSD forward ran%s\n", plant ? "; a 4096-byte block lost" : "");
+    printf("lsan_planted: OpenCL SSD forward ran%s\n", plant ? "; 16 blocks of 4096 bytes lost" : "");
     return 0;
 }
