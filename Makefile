@@ -70,7 +70,8 @@ test-arm:
 
 # The Python suite on the pinned environment (python/constraints.txt), then the tests that
 # use transformers again on its previous release (python/constraints-hf-prev.txt, installed
-# --no-deps into .venv/hf-prev and put first on PYTHONPATH).
+# --no-deps into .venv/hf-prev and put first on PYTHONPATH); first, the dry run of the one-shot
+# GPU check (its plumbing on the CPU: bench/gpu_check.sh, bench/gpu_compare.py).
 HF_TESTS = python/tests/test_hf_transformers.py python/tests/test_hf_families.py \
     python/tests/test_cold_compile.py::test_compile_hf_model_fullgraph_from_cold_start \
     python/tests/test_step_layouts.py::test_hf_decode_takes_the_c_steps
@@ -78,6 +79,9 @@ HF_PREV = $(shell sed -n 's/^transformers==//p' python/constraints-hf-prev.txt)
 HF_PIN = $(shell sed -n 's/^transformers==//p' python/constraints.txt)
 test-python: all opencl-device
 	MAMBA2C_SKIP_BUILD=1 bash python/setup_env.sh
+	@echo "test-python: the one-shot GPU check's dry run (bench/gpu_check.sh --cpu-dry-run)"
+	bash bench/gpu_check.sh --cpu-dry-run --skip-build --build-dir $(BUILD) \
+	    --python .venv/bin/python --out $(BUILD)/gpu_check_dry
 	MAMBA2C_EXPECT_TRANSFORMERS=$(HF_PIN) MAMBA2C_LIBRARY=$(CURDIR)/$(BUILD)/libmamba2c.so \
 	    .venv/bin/python -m pytest python/tests -q
 	@echo "test-python: the transformers tests again, on transformers $(HF_PREV)"

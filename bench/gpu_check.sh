@@ -1,43 +1,48 @@
 #!/usr/bin/env bash
-# gpu_check.sh — the prepared check for a machine with an NVIDIA GPU (docs/gpu.md "The GPU
-# check"). Needs CMake, a C compiler, nvcc, the NVIDIA driver, and Python 3 with a CUDA
-# build of torch; downloads nothing. In order:
-#   1. builds the library (Release, CUDA on) and the GPU programs into a scratch build dir;
-#   2. runs the GPU test suite on the CUDA backend (tests/gpu: test_cuda_device, test_opencl_ssd
-#      --backend cuda, test_opencl_ops --backend cuda, test_ssd_half --backend cuda; the
-#      fat-binary kernel check; the host emulation of the tensor-core tiles), then the SSD
-#      tests again with the tensor-core forward on (MAMBA2C_CUDA_TC=1: a separate mode, tf32
-#      checked against 2e-3, bf16 against SPEC §8's bf16 tolerance), and
-#      python/tests/test_cuda_tensors.py when that file exists; each test's seconds;
-#   3. times SSD forward and forward + backward on the 52-case matrix with CUDA events
-#      (bench/gpu_bench.c on the CUDA device mode; medians), portable kernels and again with
-#      the tensor-core forward, then PyTorch's chunked SSD (bench/side_by_side.py's
-#      ssd_minimal, the Mamba-2 paper's listing) on the same GPU and inputs of the same
-#      distributions, and a short matmul / copy probe of the device's peaks;
-#   4. prints one table: case, shape, ms (ours, ours tc, torch), torch/ours, torch/tc,
-#      TFLOP/s, GB/s and the fractions of the measured peaks.
-# Every phase has a time budget so that the whole run stays under 8 minutes; cases that do
-# not fit in memory or in the budget are listed as skipped, with the reason.
+# gpu_check.sh — the one-shot check for a machine with an NVIDIA GPU (docs/gpu.md §5a). Needs
+# CMake, a C compiler, nvcc, the driver, Python 3 with a CUDA build of torch (and Triton for
+# mamba_ssm); downloads nothing; ends within ~570 s. In order, each phase with a deadline:
+#   0. preflight: GPU, driver, clocks, nvcc, torch and Triton versions (preflight.txt);
+#   1. build (Release, CUDA on) into a scratch build dir                          (until 120 s);
+#   2. the CUDA test suite under CUDA_LAUNCH_BLOCKING=1: test_cuda_device, test_opencl_ssd,
+#      test_opencl_ops, test_ssd_half, test_step_layouts (--backend cuda), the fat-binary kernel
+#      list check, the tile emulation; the device and SSD tests again with the tensor-core
+#      path (MAMBA2C_CUDA_TC=1); python/tests/test_cuda_tensors.py               (until 250 s);
+#   3. compute-sanitizer memcheck, racecheck and synccheck on test_cuda_device, without and with
+#      the tensor-core path                                                      (until 340 s);
+#   4. gpu-bench (C, CUDA device mode, CUDA events): portable kernels, then tensor cores
+#      (until 400 s);
+#   5. bench/gpu_compare.py: mamba2c's Python op vs mamba_ssm's Triton (from --mamba-ssm DIR)
+#      vs torch, f32 and bf16, fwd and fwdbwd, varlen rows, ratios, roofline, geometric means
+#      (until 570 s).
+# An exit trap writes $OUT/summary.txt (every phase's line and the tables) and
+# $OUT/logs.tar.gz (every log), since only a few files come back from the GPU machine.
 #
-# Usage: bench/gpu_check.sh [--build-dir DIR] [--python PY] [--cases all|std|a,b,...]
-#                           [--skip-build] [--skip-tests] [--cpu-dry-run]
-#   --cpu-dry-run: no GPU needed: builds (CUDA where nvcc is), checks that gpu-bench reports
-#   BACKEND_UNAVAILABLE cleanly, and runs the torch side on the CPU on two tiny shapes.
-# Output: the log of each phase under $BUILD/gpu_check/, and the table on stdout (also in
-# $BUILD/gpu_check/table.txt). Exit status: 0 when every phase passed.
+# Usage: bench/gpu_check.sh [--out DIR] [--build-dir DIR] [--python PY] [--mamba-ssm DIR]
+#                           [--cases LIST] [--skip-build] [--skip-tests] [--cpu-dry-run]
+#   --out: default $OUT, else <build dir>/gpu_check. --cases: gpu-bench's and gpu_compare's
+#   cases (default: a first pass of 14, FIRST_PASS below; all, std or a,b,...).
+#   --cpu-dry-run: no GPU needed (make test runs it): the CUDA programs must report the
+#   missing device cleanly, gpu-bench must exit 77, and gpu_compare.py runs on the CPU.
+# Exit status: 0 when every phase passed.
 set -u -o pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=$ROOT/build-gpucheck
 PY=${PYTHON:-python3}
-CASES=all
+OUTDIR=${OUT:-}
+MSSM=${MAMBA_SSM_PATH:-}
+FIRST_PASS=tiny,generic_tail_l513,cube_n128_c128,logical_chunk256,seq_1024,seq_4096,seq_16384,batch_1,batch_16,head_64,group_1,headdim_128,dstate_16,heavy_h256
+CASES=$FIRST_PASS
 SKIP_BUILD=0
 SKIP_TESTS=0
 DRY=0
 while [ $# -gt 0 ]; do
     case "$1" in
+    --out) OUTDIR=$2; shift 2 ;;
     --build-dir) BUILD=$2; shift 2 ;;
     --python) PY=$2; shift 2 ;;
+    --mamba-ssm) MSSM=$2; shift 2 ;;
     --cases) CASES=$2; shift 2 ;;
     --skip-build) SKIP_BUILD=1; shift ;;
     --skip-tests) SKIP_TESTS=1; shift ;;
@@ -47,41 +52,68 @@ while [ $# -gt 0 ]; do
     esac
 done
 case "$BUILD" in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
-LOG=$BUILD/gpu_check
+[ -n "$OUTDIR" ] || OUTDIR=$BUILD/gpu_check
+case "$OUTDIR" in /*) ;; *) OUTDIR=$PWD/$OUTDIR ;; esac
+LOG=$OUTDIR/logs
 mkdir -p "$LOG"
 START=$(date +%s)
 FAILED=0
+PHASES=$OUTDIR/phases.txt
+: >"$PHASES"
 elapsed() { echo $(($(date +%s) - START)); }
-say() { printf '[gpu_check %4ss] %s\n' "$(elapsed)" "$*"; }
-# seconds left of a phase that must end by $1 seconds into the run (at least 10)
-left() {
+say() { printf '[gpu_check %4ss] %s\n' "$(elapsed)" "$*" | tee -a "$PHASES"; }
+left() { # seconds left until $1 s into the run (at least 10)
     local l=$(($1 - $(elapsed)))
     [ "$l" -lt 10 ] && l=10
     echo "$l"
 }
+finish() { # the exit trap: summary.txt and the log archive, whatever happened
+    {
+        echo "gpu_check: $([ "$FAILED" = 0 ] && echo 'all phases passed' || echo 'SOME PHASES FAILED')" \
+             "in $(elapsed) s ($([ "$DRY" = 1 ] && echo 'CPU dry run' || echo 'GPU run'))"
+        cat "$OUTDIR/preflight.txt" 2>/dev/null
+        cat "$PHASES"
+        for f in bench_ours.txt compare.txt; do
+            [ -s "$OUTDIR/$f" ] && { echo; cat "$OUTDIR/$f"; }
+        done
+    } >"$OUTDIR/summary.txt" 2>&1
+    tar -czf "$OUTDIR/logs.tar.gz" -C "$OUTDIR" logs 2>/dev/null
+}
+trap finish EXIT
 
-# ---- 0. what is here ------------------------------------------------------------------------
-say "root $ROOT, build dir $BUILD"
-if [ "$DRY" = 0 ]; then
+# ---- 0. preflight ---------------------------------------------------------------------------
+{
+    echo "root $ROOT, build dir $BUILD, out $OUTDIR, $(nproc 2>/dev/null) cores, $(date -u +%FT%TZ)"
     if command -v nvidia-smi >/dev/null 2>&1; then
-        nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader |
-            sed 's/^/[gpu_check] GPU: /'
+        nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem,power.limit \
+            --format=csv 2>&1 | sed 's/^/GPU: /'
     else
-        say "nvidia-smi not found (continuing: the library finds the driver itself)"
+        echo "GPU: nvidia-smi not found"
     fi
-fi
+    NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+    [ -x "$NVCC" ] && echo "nvcc: $("$NVCC" --version | tail -2 | head -1)" || echo "nvcc: not found"
+    command -v compute-sanitizer >/dev/null 2>&1 && echo "compute-sanitizer: $(command -v compute-sanitizer)" \
+        || echo "compute-sanitizer: not found"
+    "$PY" -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__,
+"cuda", torch.version.cuda, "devices", torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>&1
+    "$PY" -c 'import triton; print("triton", triton.__version__)' 2>&1 | tail -1
+    [ -n "$MSSM" ] && echo "mamba_ssm copy: $MSSM" || echo "mamba_ssm copy: none given (--mamba-ssm)"
+} >"$OUTDIR/preflight.txt" 2>&1
+sed 's/^/[gpu_check preflight] /' "$OUTDIR/preflight.txt"
 if ! "$PY" -c 'import torch' >/dev/null 2>&1; then
     say "FAIL: $PY cannot import torch"
+    FAILED=1
     exit 1
 fi
 if [ "$DRY" = 0 ] && ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
     >/dev/null 2>&1; then
     say "FAIL: torch in $PY sees no CUDA device (a CUDA build of torch is needed; or --cpu-dry-run)"
+    FAILED=1
     exit 1
 fi
 NPROC=$(nproc 2>/dev/null || echo 4)
 
-# ---- 1. build (budget: until 150 s) -------------------------------------------------------
+# ---- 1. build -------------------------------------------------------------------------------
 if [ "$SKIP_BUILD" = 0 ]; then
     CUDA_FLAG=-DMAMBA2C_CUDA=ON
     if [ "$DRY" = 1 ] && ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
@@ -90,293 +122,121 @@ if [ "$SKIP_BUILD" = 0 ]; then
     say "configure (Release, $CUDA_FLAG)"
     if ! cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "$CUDA_FLAG" \
         -DMAMBA2C_BUILD_TESTS=ON -DMAMBA2C_BUILD_BENCH=ON >"$LOG/configure.log" 2>&1; then
-        say "FAIL: cmake configure (see $LOG/configure.log)"
-        tail -20 "$LOG/configure.log"
+        say "FAIL: cmake configure (see logs/configure.log)"
+        FAILED=1
         exit 1
     fi
     say "build (-j$NPROC)"
-    if ! timeout "$(left 150)" cmake --build "$BUILD" -j"$NPROC" --target mamba2c gpu-bench \
-        test_cuda_device test_opencl_ssd test_opencl_ops test_ssd_half test_tc_tiles \
-        >"$LOG/build.log" 2>&1; then
-        say "FAIL: build (see $LOG/build.log)"
+    if ! timeout "$(left 120)" cmake --build "$BUILD" -j"$NPROC" --target mamba2c gpu-bench \
+        test_cuda_device test_opencl_ssd test_opencl_ops test_ssd_half test_step_layouts \
+        test_tc_tiles >"$LOG/build.log" 2>&1; then
+        say "FAIL: build (see logs/build.log)"
         tail -30 "$LOG/build.log"
+        FAILED=1
         exit 1
     fi
 fi
 LIB=$BUILD/libmamba2c.so
-[ -f "$LIB" ] || { say "FAIL: $LIB missing"; exit 1; }
+[ -f "$LIB" ] || { say "FAIL: $LIB missing"; FAILED=1; exit 1; }
+T=$BUILD/tests
 
-# ---- 2. the GPU tests on the CUDA backend (budget: until 300 s) ----------------------------
-run_test() { # name, command...: its log in $LOG/<name>.log, a PASS/FAIL/SKIP line, seconds
-    local name=$1 rc t0
-    shift
+# ---- 2, 3. tests, then the sanitizers -------------------------------------------------------
+run_test() { # end (s), name, command...: log logs/<name>.log, a PASS/FAIL/SKIP line, seconds
+    local end=$1 name=$2 rc t0 secs last
+    shift 2
     t0=$(date +%s)
-    timeout "$(left 300)" "$@" >"$LOG/$name.log" 2>&1
+    timeout "$(left "$end")" env CUDA_LAUNCH_BLOCKING=1 "$@" >"$LOG/$name.log" 2>&1
     rc=$?
-    local tail_line secs
     secs=$(($(date +%s) - t0))
-    tail_line="$(grep -E 'passed|failed|SKIP|skipped|PASS|FAIL' "$LOG/$name.log" | tail -1) [${secs} s]"
+    last="$(grep -E 'passed|failed|SKIP|skipped|ERROR SUMMARY|PASS|FAIL' "$LOG/$name.log" | tail -1) [${secs} s]"
     case $rc in
-    0) say "PASS $name: $tail_line" ;;
-    77) say "SKIP $name (no device): $tail_line"; [ "$DRY" = 0 ] && FAILED=1 ;;
-    124) say "TIMEOUT $name (the phase budget ran out; see $LOG/$name.log)"; FAILED=1 ;;
-    *) say "FAIL $name (exit $rc): $tail_line (see $LOG/$name.log)"; FAILED=1 ;;
+    0) say "PASS $name: $last" ;;
+    77) say "SKIP $name (no device): $last"; [ "$DRY" = 0 ] && FAILED=1 ;;
+    124) say "TIMEOUT $name (its phase's deadline; logs/$name.log)"; FAILED=1 ;;
+    *) say "FAIL $name (exit $rc): $last (logs/$name.log)"; FAILED=1 ;;
     esac
 }
 if [ "$SKIP_TESTS" = 0 ] && [ "$DRY" = 0 ]; then
-    T=$BUILD/tests
-    run_test cuda_device "$T/test_cuda_device"
-    run_test cuda_ssd "$T/test_opencl_ssd" --backend cuda -q
-    run_test cuda_ops "$T/test_opencl_ops" --backend cuda
-    run_test cuda_half "$T/test_ssd_half" --backend cuda -q
-    if [ -f "$BUILD/mamba2c_kernels.fatbin" ]; then
-        run_test cuda_fatbin cmake -DLIST="$ROOT/src/gpu/kernels/list.h" \
-            -DTC_LIST="$ROOT/src/cuda/tc_list.h" \
-            -DFATBIN="$BUILD/mamba2c_kernels.fatbin" -P "$ROOT/cmake/check_fatbin.cmake"
-    fi
-    run_test tc_tiles_emulated "$T/test_tc_tiles"
-    # the tensor-core forward (off by default): the same tests with the switch on
-    run_test tc_cuda_device env MAMBA2C_CUDA_TC=1 "$T/test_cuda_device"
-    run_test tc_cuda_ssd env MAMBA2C_CUDA_TC=1 "$T/test_opencl_ssd" --backend cuda -q
-    run_test tc_cuda_half env MAMBA2C_CUDA_TC=1 "$T/test_ssd_half" --backend cuda -q
-    # the binding on CUDA tensors (written elsewhere; run only where the file exists)
+    run_test 250 cuda_device "$T/test_cuda_device"
+    run_test 250 cuda_ssd "$T/test_opencl_ssd" --backend cuda -q
+    run_test 250 cuda_ops "$T/test_opencl_ops" --backend cuda
+    run_test 250 cuda_half "$T/test_ssd_half" --backend cuda -q
+    run_test 250 cuda_step_layouts "$T/test_step_layouts" --backend cuda -q
+    [ -f "$BUILD/mamba2c_kernels.fatbin" ] && run_test 250 cuda_fatbin cmake \
+        -DLIST="$ROOT/src/gpu/kernels/list.h" -DTC_LIST="$ROOT/src/cuda/tc_list.h" \
+        -DFATBIN="$BUILD/mamba2c_kernels.fatbin" -P "$ROOT/cmake/check_fatbin.cmake"
+    run_test 250 tc_tiles_emulated "$T/test_tc_tiles"
+    run_test 250 tc_cuda_device env MAMBA2C_CUDA_TC=1 "$T/test_cuda_device"
+    run_test 250 tc_cuda_ssd env MAMBA2C_CUDA_TC=1 "$T/test_opencl_ssd" --backend cuda -q
+    run_test 250 tc_cuda_half env MAMBA2C_CUDA_TC=1 "$T/test_ssd_half" --backend cuda -q
     PYT=$ROOT/python/tests/test_cuda_tensors.py
-    if [ -f "$PYT" ]; then
-        if "$PY" -c 'import pytest' >/dev/null 2>&1; then
-            run_test py_cuda_tensors env MAMBA2C_LIBRARY="$LIB" PYTHONPATH="$ROOT/python" \
-                "$PY" -m pytest -q -x "$PYT"
-        else
-            run_test py_cuda_tensors env MAMBA2C_LIBRARY="$LIB" PYTHONPATH="$ROOT/python" \
-                "$PY" "$PYT"
-        fi
+    [ -f "$PYT" ] && run_test 250 py_cuda_tensors env MAMBA2C_LIBRARY="$LIB" \
+        PYTHONPATH="$ROOT/python" "$PY" -m pytest -q -x "$PYT"
+    if command -v compute-sanitizer >/dev/null 2>&1; then
+        for tool in memcheck racecheck synccheck; do
+            for tc in 0 1; do
+                run_test 340 "sanitizer_${tool}_tc$tc" env MAMBA2C_CUDA_TC=$tc compute-sanitizer \
+                    --tool "$tool" --error-exitcode 1 "$T/test_cuda_device" -q
+            done
+        done
     else
-        say "not run: $PYT does not exist"
-    fi
-elif [ "$DRY" = 1 ]; then
-    run_test cuda_device_unavailable "$BUILD/tests/test_cuda_device"
-    [ -x "$BUILD/tests/test_tc_tiles" ] && run_test tc_tiles_emulated "$BUILD/tests/test_tc_tiles"
-    [ -f "$ROOT/python/tests/test_cuda_tensors.py" ] &&
-        say "dry run: python/tests/test_cuda_tensors.py exists (runs on the GPU machine only)"
-fi
-
-# ---- 3a. ours: gpu-bench, portable (until 350 s) then tensor cores (until 400 s) ------------
-OURS=$LOG/ours.tsv
-OURS_TC=$LOG/ours_tc.tsv
-BENCH_CASES=$CASES
-[ "$DRY" = 1 ] && BENCH_CASES=generic_tiny,tiny
-run_bench() { # out file, phase end (s), env assignments...
-    local out=$1 end=$2 rc deadline
-    shift 2
-    deadline=$(($(left "$end") - 10))
-    [ "$deadline" -lt 5 ] && deadline=5
-    timeout "$(left $((end + 10)))" env "$@" "$BUILD/bench/gpu-bench" --cases "$BENCH_CASES" \
-        --reps 10 --budget 0.5 --deadline "$deadline" >"$out" 2>"$out.err"
-    rc=$?
-    if [ "$rc" = 77 ]; then
-        say "gpu-bench: $(head -1 "$out")"
-        [ "$DRY" = 0 ] && FAILED=1
-    elif [ "$rc" != 0 ]; then
-        say "gpu-bench exit $rc (see $out.err)"
+        say "FAIL: compute-sanitizer not found: memcheck, racecheck and synccheck not run"
         FAILED=1
     fi
-}
-say "gpu-bench, portable kernels (cases $BENCH_CASES)"
-run_bench "$OURS" 350 MAMBA2C_CUDA_TC=0
-say "gpu-bench, tensor-core forward (MAMBA2C_CUDA_TC=1)"
-run_bench "$OURS_TC" 400 MAMBA2C_CUDA_TC=1
-
-# ---- 3b. torch on the same GPU, the peak probe, the table (budget: until 470 s) -------------
-TORCH_DEV=cuda
-[ "$DRY" = 1 ] && TORCH_DEV=cpu
-TDEADLINE=$(($(left 470) - 10))
-[ "$TDEADLINE" -lt 5 ] && TDEADLINE=5
-"$BUILD/bench/gpu-bench" --cases "$BENCH_CASES" --list >"$LOG/cases.tsv" 2>/dev/null || true
-if [ ! -s "$LOG/cases.tsv" ]; then
-    say "FAIL: gpu-bench --list gave nothing"
-    exit 1
+elif [ "$DRY" = 1 ]; then
+    run_test 250 cuda_device_unavailable "$T/test_cuda_device"
+    [ -x "$T/test_tc_tiles" ] && run_test 250 tc_tiles_emulated "$T/test_tc_tiles"
 fi
-say "torch side on $TORCH_DEV"
-timeout "$(left 480)" "$PY" - "$ROOT" "$LOG/cases.tsv" "$OURS" "$TORCH_DEV" "$TDEADLINE" "$OURS_TC" <<'PYEOF' | tee "$LOG/table.txt"
-import math, statistics, sys, time
-root, cases_file, ours_file, dev, deadline, tc_file = sys.argv[1:7]
-deadline = float(deadline)
-t_start = time.time()
-sys.path.insert(0, root + "/bench")
-sys.path.insert(0, root + "/python")
-import torch
-try:  # the CPU side-by-side's torch peer: the Mamba-2 paper's minimal chunked SSD
-    import side_by_side as sbs
 
-    def _segsum_on_device(x):  # sbs._segsum, with its masks made on x's device
-        T = x.size(-1)
-        x = x[..., None].expand(*x.shape, T)
-        x = x.masked_fill(~torch.tril(torch.ones(T, T, dtype=torch.bool, device=x.device), -1), 0)
-        x = torch.cumsum(x, dim=-2)
-        return x.masked_fill(~torch.tril(torch.ones(T, T, dtype=torch.bool, device=x.device), 0),
-                             -math.inf)
+# ---- 4. gpu-bench: ours in C, portable then tensor cores ------------------------------------
+BENCH_CASES=$CASES
+[ "$DRY" = 1 ] && BENCH_CASES=generic_tiny,tiny
+run_bench() { # label, phase end (s), env assignments...
+    local label=$1 end=$2 rc out=$LOG/bench_$1.tsv
+    shift 2
+    timeout "$(left $((end + 10)))" env "$@" "$BUILD/bench/gpu-bench" --cases "$BENCH_CASES" \
+        --reps 10 --budget 0.5 --deadline "$(($(left "$end") - 5))" >"$out" 2>"$out.err"
+    rc=$?
+    if [ "$rc" = 77 ] && [ "$DRY" = 1 ]; then
+        say "PASS gpu-bench $label reports the missing device: $(head -1 "$out")"
+    elif [ "$rc" != 0 ]; then
+        say "FAIL gpu-bench $label exit $rc (logs/bench_$label.tsv.err)"
+        FAILED=1
+    else
+        say "PASS gpu-bench $label: $(grep -c '^RESULT' "$out") rows"
+    fi
+}
+run_bench portable 370 MAMBA2C_CUDA_TC=0
+run_bench tc 400 MAMBA2C_CUDA_TC=1
+if [ "$DRY" = 0 ]; then # one table of the C timings: ms and TFLOP/s, portable and tc
+    awk -F'\t' 'FNR == 1 { f++ } $1 == "RESULT" { k = $2 " " $3; ms[f, k] = $4; fl[k] = $6; sh[k] = $8; if (f == 1) o[++n] = k }
+        END { printf "%-20s %-6s %-28s %9s %9s %8s %8s\n", "case", "mode", "B,L,H,P,N,Q,G", "ms", "tc ms", "TFLOP/s", "tc TF/s"
+              for (i = 1; i <= n; i++) { k = o[i]; split(k, a, " "); t = ms[1, k]; c = ms[2, k]
+                  printf "%-20s %-6s %-28s %9.3f %9s %8.2f %8s\n", a[1], a[2], sh[k], t, c == "" ? "-" : sprintf("%.3f", c),
+                         fl[k] / t / 1e9, c == "" ? "-" : sprintf("%.2f", fl[k] / c / 1e9) } }' \
+        "$LOG/bench_portable.tsv" "$LOG/bench_tc.tsv" >"$OUTDIR/bench_ours.txt" 2>/dev/null
+    sed -i '1i gpu-bench (C, CUDA device mode, CUDA-event medians; recurrence flops, docs/flops.md)' \
+        "$OUTDIR/bench_ours.txt"
+    cat "$OUTDIR/bench_ours.txt"
+fi
 
-    sbs._segsum = _segsum_on_device
-    torch_ssd = sbs.ssd_minimal
-    peer = "side_by_side.ssd_minimal"
-except Exception as e:  # noqa: BLE001
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("reference", root + "/python/mamba2c/reference.py")
-    ref = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ref)
-    torch_ssd = lambda x, dt, A, B, C, Q, **kw: ref.ssd_chunked(x, dt, A, B, C, Q, **kw)
-    peer = f"reference.ssd_chunked (side_by_side not importable: {e})"
-
-device = torch.device(dev)
-if dev == "cuda":
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-
-def sync():
-    if dev == "cuda":
-        torch.cuda.synchronize()
-
-def timed(fn, reps=10, budget=0.5):
-    """median ms of up to reps calls within budget s, after one warm-up call"""
-    t0 = time.perf_counter(); fn(); sync(); warm = time.perf_counter() - t0
-    ms, spent = [], 0.0
-    while len(ms) < reps and (not ms or spent + warm <= budget):
-        if dev == "cuda":
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record(); fn(); e1.record(); e1.synchronize(); ms.append(e0.elapsed_time(e1))
-        else:
-            t0 = time.perf_counter(); fn(); ms.append(1e3 * (time.perf_counter() - t0))
-        spent += ms[-1] * 1e-3
-    return statistics.median(ms), len(ms)
-
-# ---- the device's peaks, measured now (float32 FMA matmul without TF32, then with TF32 for
-# the tensor-core rows; a device copy) ----
-peak_tf, peak_tf32, peak_gbs, probe = float("nan"), float("nan"), float("nan"), ""
-try:
-    n = 8192 if dev == "cuda" else 512
-    a = torch.randn(n, n, device=device); b = torch.randn(n, n, device=device)
-    ms, _ = timed(lambda: a @ b, reps=10, budget=2.0)
-    peak_tf = 2 * n ** 3 / (ms * 1e-3) / 1e12
-    if dev == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        ms, _ = timed(lambda: a @ b, reps=10, budget=2.0)
-        peak_tf32 = 2 * n ** 3 / (ms * 1e-3) / 1e12
-        torch.backends.cuda.matmul.allow_tf32 = False
-    m = (1 << 28) if dev == "cuda" else (1 << 22)
-    x = torch.empty(m, device=device); y = torch.empty_like(x)
-    ms, _ = timed(lambda: y.copy_(x), reps=10, budget=2.0)
-    peak_gbs = 2 * 4 * m / (ms * 1e-3) / 1e9
-    probe = (f"fp32 matmul {n}^3 (TF32 off) {peak_tf:.1f} TFLOP/s, (TF32 on) {peak_tf32:.1f} "
-             f"TFLOP/s, copy of {4*m>>20} MiB {peak_gbs:.0f} GB/s")
-    del a, b, x, y
-except Exception as e:  # noqa: BLE001
-    probe = f"probe failed: {e}"
-name = torch.cuda.get_device_name(0) if dev == "cuda" else "CPU (dry run)"
-
-# ---- ours (portable kernels, and the tensor-core forward) ----
-notes = []
-def read_ours(path, label):
-    res = {}
-    try:
-        lines = open(path).readlines()
-    except OSError:
-        notes.append(f"{label}: no results ({path})")
-        return res
-    for line in lines:
-        f = line.rstrip("\n").split("\t")
-        if f[0] == "RESULT":
-            res[(f[1], f[2])] = (float(f[3]), int(f[4]), float(f[5]), int(f[6]))
-        elif f[0] == "SKIP":
-            notes.append(f"{label} {f[1]} {f[2]}: skipped ({f[3]})")
-        elif f[0] != "DEVICE" and line.strip():
-            notes.append(f"{label}: " + line.strip())
-    return res
-ours = read_ours(ours_file, "ours")
-ours_tc = read_ours(tc_file, "ours tc")
-cases = []
-for line in open(cases_file):
-    nm, shp = line.split()
-    cases.append((nm, [int(v) for v in shp.split(",")]))
-
-def inputs(shape, bwd):
-    Bz, L, H, P, N, Q, G = shape
-    g = torch.Generator(device=device).manual_seed(20260801)
-    def nrm(*s, scale=1.0): return torch.randn(*s, generator=g, device=device) * scale
-    def uni(lo, hi, *s): return lo + (hi - lo) * torch.rand(*s, generator=g, device=device)
-    t = dict(x=nrm(Bz, L, H, P), dt=uni(0.01, 0.11, Bz, L, H), A=-uni(0.1, 0.5, H),
-             B=nrm(Bz, L, G, N, scale=0.2), C=nrm(Bz, L, G, N, scale=0.2), D=nrm(H, P),
-             z=nrm(Bz, L, H, P), dt_bias=nrm(H, scale=0.1), init=nrm(Bz, H, P, N, scale=0.2))
-    cot = None
-    if bwd:
-        for v in t.values(): v.requires_grad_(True)
-        cot = (nrm(Bz, L, H, P), nrm(Bz, H, P, N, scale=0.2))
-    return t, cot
-
-def run(t, Q, cot):
-    if cot is None:
-        with torch.no_grad():
-            return torch_ssd(t["x"], t["dt"], t["A"], t["B"], t["C"], Q, D=t["D"], z=t["z"],
-                             dt_bias=t["dt_bias"], initial_states=t["init"], dt_softplus=True)
-    for v in t.values(): v.grad = None
-    out, fin = torch_ssd(t["x"], t["dt"], t["A"], t["B"], t["C"], Q, D=t["D"], z=t["z"],
-                         dt_bias=t["dt_bias"], initial_states=t["init"], dt_softplus=True)
-    torch.autograd.backward((out, fin), cot)
-
-rows = []
-for nm, shape in cases:
-    for mode in ("fwd", "fwdbwd"):
-        tm = "-"
-        if time.time() - t_start > deadline:
-            tm = "skip (time)"
-        else:
-            try:
-                t, cot = inputs(shape, mode == "fwdbwd")
-                ms, _ = timed(lambda: run(t, shape[5], cot))
-                tm = ms
-                del t, cot
-            except torch.cuda.OutOfMemoryError if dev == "cuda" else MemoryError:
-                tm = "OOM"
-            except Exception as e:  # noqa: BLE001
-                tm = "error"; notes.append(f"torch {nm} {mode}: {e}")
-            if dev == "cuda":
-                torch.cuda.empty_cache()
-        rows.append((nm, shape, mode, ours.get((nm, mode)), tm, ours_tc.get((nm, mode))))
-
-def fmt(v, spec):
-    return format(v, spec) if isinstance(v, float) and not math.isnan(v) else "-"
-
-print(f"\nGPU check: {name}; torch {torch.__version__}; torch peer {peer}")
-print(f"peak (measured in this run): {probe}")
-if "H200" in name:
-    print("nominal (NVIDIA H200 SXM datasheet, not measured): FP32 67 TFLOP/s, HBM3e 4.8 TB/s")
-print(("ms: CUDA-event medians" if dev == "cuda" else "ms: wall-clock medians (CPU dry run)") + "; TFLOP/s counts the recurrence (docs/flops.md: 4 BLHPN fwd, "
-      "14 BLHPN fwd+bwd); GB/s the compulsory traffic of the calls; %pk: of the measured peaks "
-      "(portable: fp32 TF32-off matmul; tc: TF32-on matmul); tc = MAMBA2C_CUDA_TC=1 (the "
-      "tensor-core forward, tf32 here; fwdbwd: its forward + the portable backward)")
-hdr = (f"{'case':18s} {'B,L,H,P,N,Q,G':28s} {'mode':6s} {'ours ms':>9s} {'tc ms':>9s} "
-       f"{'torch ms':>9s} {'torch/ours':>10s} {'torch/tc':>8s} {'TFLOP/s':>8s} {'tc TF/s':>8s} "
-       f"{'GB/s':>7s} {'tc GB/s':>7s} {'%pkF':>5s} {'%pkB':>5s} {'tc%pkF':>6s} {'tc%pkB':>6s}")
-print(hdr); print("-" * len(hdr))
-def rates(o):
-    if not o:
-        return float("nan"), float("nan"), float("nan")
-    return o[0], o[2] / (o[0] * 1e-3) / 1e12, o[3] / (o[0] * 1e-3) / 1e9
-for nm, shape, mode, o, tm, otc in rows:
-    oms, tf, gbs = rates(o)
-    cms, ctf, cgbs = rates(otc)
-    tms = tm if isinstance(tm, float) else float("nan")
-    ratio = tms / oms if o and isinstance(tm, float) else float("nan")
-    ratio_tc = tms / cms if otc and isinstance(tm, float) else float("nan")
-    tstr = fmt(tms, "9.3f") if isinstance(tm, float) else f"{tm:>9s}"
-    print(f"{nm:18s} {','.join(map(str, shape)):28s} {mode:6s} {fmt(oms, '9.3f'):>9s} "
-          f"{fmt(cms, '9.3f'):>9s} {tstr:>9s} {fmt(ratio, '10.2f'):>10s} {fmt(ratio_tc, '8.2f'):>8s} "
-          f"{fmt(tf, '8.2f'):>8s} {fmt(ctf, '8.2f'):>8s} {fmt(gbs, '7.0f'):>7s} {fmt(cgbs, '7.0f'):>7s} "
-          f"{fmt(100 * tf / peak_tf, '5.1f'):>5s} {fmt(100 * gbs / peak_gbs, '5.1f'):>5s} "
-          f"{fmt(100 * ctf / peak_tf32, '6.1f'):>6s} {fmt(100 * cgbs / peak_gbs, '6.1f'):>6s}")
-for n_ in notes:
-    print("note:", n_)
-print(f"torch side: {time.time() - t_start:.0f} s")
-PYEOF
+# ---- 5. side by side with mamba_ssm and torch (Python) ---------------------------------------
+"$BUILD/bench/gpu-bench" --cases "$CASES" --list >"$LOG/cases.tsv" 2>/dev/null
+CMP=(--out "$OUTDIR" --deadline "$(($(left 570) - 20))" --varlen)
+[ -s "$LOG/cases.tsv" ] && CMP+=(--cases-file "$LOG/cases.tsv")
+[ -n "$MSSM" ] && CMP+=(--mamba-ssm "$MSSM")
+[ "$DRY" = 1 ] && CMP+=(--cpu-dry-run)
+say "gpu_compare.py ${CMP[*]}"
+timeout "$(left 580)" env MAMBA2C_LIBRARY="$LIB" PYTHONPATH="$ROOT/python" \
+    TRITON_CACHE_DIR="$OUTDIR/triton-cache" "$PY" "$ROOT/bench/gpu_compare.py" "${CMP[@]}" \
+    >"$LOG/compare.log" 2>&1
 rc=$?
-[ "$rc" = 0 ] || { say "torch side exit $rc"; FAILED=1; }
-say "done in $(elapsed) s; logs in $LOG; $([ "$FAILED" = 0 ] && echo 'all phases passed' || echo 'SOME PHASES FAILED (above)')"
+tail -n +1 "$OUTDIR/compare.txt" 2>/dev/null || tail -30 "$LOG/compare.log"
+if [ "$rc" = 0 ]; then
+    say "PASS gpu_compare.py"
+else
+    say "FAIL gpu_compare.py exit $rc (logs/compare.log)"
+    FAILED=1
+fi
+say "done; $([ "$FAILED" = 0 ] && echo 'all phases passed' || echo 'SOME PHASES FAILED (above)'); summary in $OUTDIR/summary.txt"
 exit "$FAILED"
