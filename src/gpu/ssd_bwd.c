@@ -275,8 +275,8 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_U));
         m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_G));
         m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_DEC));
-        g64(g, nc * H * Q);
-        st = d->launch(d, M2G_K_m2_ssd_bwd_tok_wi64, g, L64, a.n, a.a);
+        const size_t gt[3] = {(size_t)m2g_cdiv(Q, 16), (size_t)H, (size_t)nc};
+        st = d->launch(d, M2G_K_m2_ssd_bwd_tok_16x16, gt, L16x16, a.n, a.a);
     }
     if (!st) { /* ddt and the chunks' partial dA, ddt_bias */
         a.n = 0;

@@ -257,9 +257,13 @@ M2K_KERNEL void m2_ssd_bwd_dbc_16x16(
     if (i < len && n < N) out[o_o + b * o_s0 + (t0 + i) * o_s1 + g * o_s2 + n] = acc;
 }
 
-/* ---- per (chunk, head, token): u_i = C_i . (dy_i S0), gv_i = B_i . (x_i dS); i == 0 also the
- * decay term dec = S0 . dS. One work-item per (chunk, head, i); O(P N) each.                 */
-M2K_KERNEL void m2_ssd_bwd_tok_wi64(
+/* ---- per (chunk, head, token): u_i = C_i . (dy_i S0), gv_i = B_i . (x_i dS); the tile of
+ * i0 = 0 also the decay term dec = S0 . dS. Groups (ceil(Q/16), H, chunks) of 16x16: tokens
+ * i0..i0+15 by 16 state columns, (dy S0) and (x dS) as (16 x P)(P x 16) tile products through
+ * local memory (the loads coalesced along p and n), each item keeping the columns n = lx
+ * (mod 16) of its token's sums; then the 16 partials of a token are added in column order.
+ * (A work-item per token with a serial P.N loop read dy and x H.P floats apart across a warp.) */
+M2K_KERNEL void m2_ssd_bwd_tok_16x16(
     M2K_GLOBAL const m2_i64 *ct, m2_i64 nc, m2_i64 Q, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N,
     M2K_GLOBAL const float *dy, m2_i64 dy_o, m2_i64 dy_s0, m2_i64 dy_s1, m2_i64 dy_s2,
     M2K_GLOBAL const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2,
@@ -268,30 +272,63 @@ M2K_KERNEL void m2_ssd_bwd_tok_wi64(
     M2K_GLOBAL const float *S0, m2_i64 S0_o, M2K_GLOBAL const float *dS, m2_i64 dS_o,
     M2K_GLOBAL float *u, m2_i64 u_o, M2K_GLOBAL float *gv, m2_i64 g_o, M2K_GLOBAL float *dec,
     m2_i64 dec_o) {
-    const m2_i64 e = M2K_GROUP_ID(0) * 64 + M2K_LOCAL_ID(0);
-    if (e >= nc * H * Q) return;
-    const m2_i64 i = e % Q, h = (e / Q) % H, c = e / (Q * H), g = h / (H / G);
+    M2K_LOCAL_ARRAY(float, ys, [16][17]); /* dy[i][p] */
+    M2K_LOCAL_ARRAY(float, xs, [16][17]); /* x[i][p]  */
+    M2K_LOCAL_ARRAY(float, ss, [16][17]); /* S0[p][n] */
+    M2K_LOCAL_ARRAY(float, ds, [16][17]); /* dS[p][n] */
+    const int lx = M2K_LOCAL_ID(0), ly = M2K_LOCAL_ID(1), lid = ly * 16 + lx;
+    const m2_i64 i0 = M2K_GROUP_ID(0) * 16, h = M2K_GROUP_ID(1), c = M2K_GROUP_ID(2);
+    const m2_i64 g = h / (H / G);
     M2K_CT(c);
-    const m2_i64 b = ctc[0], t = ctc[1] + i, len = ctc[2];
-    const m2_i64 so = (c * H + h) * P * N;
-    float us = 0.0f, gs = 0.0f;
-    if (i < len) {
-        for (m2_i64 n = 0; n < N; n++) {
-            float a1 = 0.0f, a2 = 0.0f;
-            for (m2_i64 p = 0; p < P; p++) {
-                a1 += dy[dy_o + b * dy_s0 + t * dy_s1 + h * dy_s2 + p] * S0[S0_o + so + p * N + n];
-                a2 += x[x_o + b * x_s0 + t * x_s1 + h * x_s2 + p] * dS[dS_o + so + p * N + n];
+    const m2_i64 b = ctc[0], t0 = ctc[1], len = ctc[2];
+    const m2_i64 so = (c * H + h) * P * N, i = i0 + ly, t = t0 + i;
+    const int live = i < len;
+    float pu = 0.0f, pg = 0.0f; /* item (i, lx): the columns n = lx (mod 16) of u_i, g_i */
+    for (m2_i64 n0 = 0; n0 < N; n0 += 16) {
+        const m2_i64 n = n0 + lx;
+        float a1 = 0.0f, a2 = 0.0f; /* (dy S0)[i][n], (x dS)[i][n] */
+        for (m2_i64 p0 = 0; p0 < P; p0 += 16) {
+            const m2_i64 p = p0 + lx, pr = p0 + ly;
+            ys[ly][lx] = live && p < P ? dy[dy_o + b * dy_s0 + t * dy_s1 + h * dy_s2 + p] : 0.0f;
+            xs[ly][lx] = live && p < P ? x[x_o + b * x_s0 + t * x_s1 + h * x_s2 + p] : 0.0f;
+            ss[ly][lx] = pr < P && n < N ? S0[S0_o + so + pr * N + n] : 0.0f;
+            ds[ly][lx] = pr < P && n < N ? dS[dS_o + so + pr * N + n] : 0.0f;
+            M2K_BARRIER();
+            for (int k = 0; k < 16; k++) {
+                a1 += ys[ly][k] * ss[k][lx];
+                a2 += xs[ly][k] * ds[k][lx];
             }
-            us += Cm[C_o + b * C_s0 + t * C_s1 + g * C_s2 + n] * a1;
-            gs += Bm[B_o + b * B_s0 + t * B_s1 + g * B_s2 + n] * a2;
+            M2K_BARRIER();
+        }
+        if (live && n < N) {
+            pu += Cm[C_o + b * C_s0 + t * C_s1 + g * C_s2 + n] * a1;
+            pg += Bm[B_o + b * B_s0 + t * B_s1 + g * B_s2 + n] * a2;
         }
     }
-    u[u_o + e] = us;
-    gv[g_o + e] = gs;
-    if (i == 0) {
-        float ds = 0.0f;
-        for (m2_i64 k = 0; k < P * N; k++) ds += S0[S0_o + so + k] * dS[dS_o + so + k];
-        dec[dec_o + c * H + h] = ds;
+    ys[ly][lx] = pu; /* the 16 partial sums of each token, added in column order */
+    xs[ly][lx] = pg;
+    M2K_BARRIER();
+    if (lx == 0 && i < Q) {
+        float us = 0.0f, gs = 0.0f;
+        for (int k = 0; k < 16; k++) {
+            us += ys[ly][k];
+            gs += xs[ly][k];
+        }
+        u[u_o + (c * H + h) * Q + i] = us;
+        gv[g_o + (c * H + h) * Q + i] = gs;
+    }
+    if (i0 == 0) { /* the decay term S0 . dS of (c, h): strided partials, then in item order */
+        M2K_BARRIER();
+        float dsum = 0.0f;
+        for (m2_i64 k = lid; k < P * N; k += 256) dsum += S0[S0_o + so + k] * dS[dS_o + so + k];
+        ss[ly][lx] = dsum;
+        M2K_BARRIER();
+        if (lid == 0) {
+            float tot = 0.0f;
+            for (int r = 0; r < 16; r++)
+                for (int k = 0; k < 16; k++) tot += ss[r][k];
+            dec[dec_o + c * H + h] = tot;
+        }
     }
 }
 
