@@ -157,10 +157,10 @@ def ours_portable(shape, e, bwd):
          K("bwd_rq", nc * H * Q ** 3 // 2, 4 * nc * H * Q * Q + 4 * nc * G * Q * Q, "simt_loop"),
          K("bwd_dbc x2", 4 * nc * G * (Q * Q * N + (H // G) * Q * P * N),
            2 * (4 * nc * G * Q * Q + 8 * Bz * L * G * N + act + st), "simt_tile"),
-         # one work-item per token, a serial P.N loop; a warp's dy / x loads are H.P floats
-         # apart: 32 L1 wavefronts per load instruction, 2 P N of them per token
-         K("bwd_tok (uncoalesced)", 4 * nc * H * Q * P * N, 2 * act + 8 * Bz * L * G * N + 2 * st,
-           "simt_loop", uncoalesced=2 * Bz * L * H * P * N),
+         # u, g: (16 x P)(P x 16) tiles (before 091e511 a work-item per token whose warp loads
+         # were H.P floats apart: uncoalesced=2 B L H P N wavefronts, 65.7 ms at seq_4096)
+         K("bwd_tok_16x16", 4 * nc * H * Q * P * N, 2 * act + 8 * Bz * L * G * N + 2 * st,
+           "simt_tile"),
          K("bwd_dt, dD, params", 20 * Bz * L * H * P, 3 * act, "stream")]
     return f + b
 
