@@ -266,6 +266,132 @@ static void ssd_nan_pattern(const char *label, int64_t L, int64_t H, int64_t P, 
     free(x), free(dt), free(A), free(Bm), free(Cm);
 }
 
+/* ---- SPEC §9's rule for gradients, on every backend ---------------------------------------
+ * One NaN input (x, dt or Bm) at token tok of batch row 0, head 1 (x, dt) or group 0 (Bm), in
+ * [B=2, L=37, H=4, P=5, N=6, G=2] with D[H], z, dt_bias, softplus, chunk 16. The gradient
+ * elements that can depend on it (its cone: row 0 and the NaN's head, or every head of its
+ * group for Bm; dA, dD, ddt_bias of those heads) may be NaN; the rule checked:
+ *   - outside the cone: finite, and within TH_TOL_F32 of the NaN-free run (reference values);
+ *   - inside: every element the reference makes NaN is NaN; a finite element is within
+ *     TH_TOL_F32 (normalised over the finite ones) of the reference's finite value; an element
+ *     the reference keeps finite may be NaN (the chunked forms reach it through a weight that
+ *     is zero in exact arithmetic: exp(cs_i - cs_j) with the NaN in both sums, a masked or
+ *     padded product). */
+enum { NG_B = 2, NG_L = 37, NG_H = 4, NG_P = 5, NG_N = 6, NG_G = 2, NG_NT = 8 };
+static const char *const ng_name[NG_NT] = {"dx", "ddt", "dA", "dBm", "dCm", "dD", "dz", "ddt_bias"};
+static const int64_t ng_len[NG_NT] = {NG_B * NG_L * NG_H * NG_P, NG_B * NG_L * NG_H, NG_H,
+                                      NG_B * NG_L * NG_G * NG_N, NG_B * NG_L * NG_G * NG_N, NG_H,
+                                      NG_B * NG_L * NG_H * NG_P, NG_H};
+
+/* is element i of gradient k in the cone of a NaN at row 0, head h0 (all heads of group 0
+ * when h0 < 0)? */
+static int ng_cone(int k, int64_t i, int h0) {
+    const int hpg = NG_H / NG_G;
+    int64_t b, h, g;
+    switch (k) {
+    case 0: case 6: b = i / (NG_L * NG_H * NG_P), h = (i / NG_P) % NG_H; break;
+    case 1: b = i / (NG_L * NG_H), h = i % NG_H; break;
+    case 3: case 4: b = i / (NG_L * NG_G * NG_N), g = (i / NG_N) % NG_G; return b == 0 && g == 0;
+    default: b = 0, h = i; break; /* per-head parameters */
+    }
+    return b == 0 && (h0 >= 0 ? h == h0 : h / hpg == 0);
+}
+
+/* the gradients of one backward run, or 0 when it failed */
+static int ng_run(mamba2_context_t *ctx, const float *in[7], float *gr[NG_NT]) {
+    float *x = (float *)in[0], *dt = (float *)in[1], *A = (float *)in[2], *Bm = (float *)in[3],
+          *D = (float *)in[4], *z = (float *)in[5], *dtb = (float *)in[6];
+    static float dout[NG_B * NG_L * NG_H * NG_P];
+    for (int64_t i = 0; i < ng_len[0]; i++) dout[i] = (float)((i * 7 % 11) - 5) / 5.0f;
+    mamba2_tensor_t tx = tn(x, 4, NG_B, NG_L, NG_H, NG_P), tdt = tn(dt, 3, NG_B, NG_L, NG_H, 0),
+                    tA = t1(A, NG_H), tB = tn(Bm, 4, NG_B, NG_L, NG_G, NG_N),
+                    tC = tn(Bm + ng_len[3], 4, NG_B, NG_L, NG_G, NG_N), tD = t1(D, NG_H),
+                    tz = tn(z, 4, NG_B, NG_L, NG_H, NG_P), tb = t1(dtb, NG_H),
+                    tdo = tn(dout, 4, NG_B, NG_L, NG_H, NG_P);
+    mamba2_tensor_t tg[NG_NT] = {
+        tn(gr[0], 4, NG_B, NG_L, NG_H, NG_P), tn(gr[1], 3, NG_B, NG_L, NG_H, 0), t1(gr[2], NG_H),
+        tn(gr[3], 4, NG_B, NG_L, NG_G, NG_N), tn(gr[4], 4, NG_B, NG_L, NG_G, NG_N), t1(gr[5], NG_H),
+        tn(gr[6], 4, NG_B, NG_L, NG_H, NG_P), t1(gr[7], NG_H)};
+    mamba2_ssd_options_t o = mamba2_ssd_options_default();
+    o.chunk_size = 16, o.D = &tD, o.z = &tz, o.dt_bias = &tb, o.dt_softplus = 1;
+    mamba2_ssd_grads_t g;
+    memset(&g, 0, sizeof g);
+    g.dx = &tg[0], g.ddt = &tg[1], g.dA = &tg[2], g.dBm = &tg[3], g.dCm = &tg[4], g.dD = &tg[5],
+    g.dz = &tg[6], g.ddt_bias = &tg[7];
+    mamba2_status_t st =
+        mamba2_ssd_backward(ctx, &g, &tdo, NULL, &tx, &tdt, &tA, &tB, &tC, NULL, &o, NULL, 0);
+    return th_expect(st == MAMBA2_STATUS_OK, "backward: %s", mamba2_last_error());
+}
+
+static void ssd_nan_grad_rule(const char *label, int which, int64_t tok) {
+    static float x[NG_B * NG_L * NG_H * NG_P], dt[NG_B * NG_L * NG_H], A[NG_H],
+        BC[2 * NG_B * NG_L * NG_G * NG_N], D[NG_H], z[NG_B * NG_L * NG_H * NG_P], dtb[NG_H];
+    th_rng r;
+    th_rng_seed(&r, 91);
+    for (int64_t i = 0; i < ng_len[0]; i++) x[i] = (float)th_rng_uniform(&r, -1, 1);
+    for (int64_t i = 0; i < ng_len[0]; i++) z[i] = (float)th_rng_uniform(&r, -1, 1);
+    for (int64_t i = 0; i < ng_len[1]; i++) dt[i] = (float)th_rng_uniform(&r, -3, 0);
+    for (int64_t i = 0; i < 2 * ng_len[3]; i++) BC[i] = (float)th_rng_uniform(&r, -1, 1);
+    for (int i = 0; i < NG_H; i++)
+        A[i] = (float)th_rng_uniform(&r, -1, -0.1), D[i] = (float)th_rng_uniform(&r, -1, 1),
+        dtb[i] = (float)th_rng_uniform(&r, -0.5, 0.5);
+    const float *in[7] = {x, dt, A, BC, D, z, dtb};
+    float *clean[NG_NT], *ref[NG_NT], *got[NG_NT];
+    for (int k = 0; k < NG_NT; k++)
+        clean[k] = th_xmalloc(ng_len[k] * 4), ref[k] = th_xmalloc(ng_len[k] * 4),
+        got[k] = th_xmalloc(ng_len[k] * 4);
+    mamba2_context_t *rc = NULL;
+    mamba2_context_create(&rc, MAMBA2_BACKEND_REF, 1);
+    th_begin("ssd_nan_grads_%s/setup", label);
+    int ok = rc && ng_run(rc, in, clean); /* the NaN-free gradients */
+    const int h0 = which == 2 ? -1 : 1;
+    if (which == 0) x[(tok * NG_H + 1) * NG_P + 2] = NAN;
+    if (which == 1) dt[tok * NG_H + 1] = NAN;
+    if (which == 2) BC[tok * NG_G * NG_N + 3] = NAN;
+    ok = ok && ng_run(rc, in, ref);
+    th_end();
+    for (int kd = 0; ok && kd < NKIND_GPU; kd++) {
+        const char *kn;
+        mamba2_context_t *ctx = kind_gpu_ctx(kd, &kn);
+        if (!ctx) continue;
+        th_begin("ssd_nan_grads_%s/%s", label, kn);
+        if (ng_run(ctx, in, got)) {
+            int64_t nan_ref = 0, nan_got = 0;
+            for (int k = 0; k < NG_NT; k++) {
+                double *go = th_xmalloc(ng_len[k] * 8), *re = th_xmalloc(ng_len[k] * 8),
+                       *gi = th_xmalloc(ng_len[k] * 8), *ri = th_xmalloc(ng_len[k] * 8);
+                int64_t no = 0, ni = 0, bad = -1;
+                for (int64_t i = 0; i < ng_len[k]; i++) {
+                    const float gv = got[k][i], rv = ref[k][i];
+                    nan_ref += isnan(rv) != 0, nan_got += isnan(gv) != 0;
+                    if (!ng_cone(k, i, h0)) { /* outside: finite, the NaN-free value */
+                        if (!isfinite(gv) && bad < 0) bad = i;
+                        go[no] = gv, re[no++] = clean[k][i];
+                    } else if (isnan(rv)) {
+                        if (!isnan(gv) && bad < 0) bad = i;
+                    } else if (!isnan(gv)) {
+                        gi[ni] = gv, ri[ni++] = rv;
+                    }
+                }
+                th_expect(bad < 0, "%s[%lld] = %g (reference %g, cone %d)", ng_name[k],
+                          (long long)bad, bad >= 0 ? got[k][bad] : 0.0, bad >= 0 ? ref[k][bad] : 0.0,
+                          bad >= 0 ? ng_cone(k, bad, h0) : 0);
+                char lab[48];
+                snprintf(lab, sizeof lab, "%s outside", ng_name[k]);
+                if (no) th_metric(lab, th_nerr(go, re, no), TH_TOL_F32);
+                snprintf(lab, sizeof lab, "%s inside", ng_name[k]);
+                if (ni) th_metric(lab, th_nerr(gi, ri, ni), TH_TOL_F32);
+                free(go), free(re), free(gi), free(ri);
+            }
+            th_note("NaN gradient elements: %lld (reference %lld)", (long long)nan_got, (long long)nan_ref);
+        }
+        th_end();
+        kind_done(kd, ctx);
+    }
+    if (rc) mamba2_context_destroy(rc);
+    for (int k = 0; k < NG_NT; k++) free(clean[k]), free(ref[k]), free(got[k]);
+}
+
 /* Gated RMSNorm of a [1,16] row of ones with one element `big`: out = v r w, r from the mean
  * square in a range float32 cannot square. */
 static void rms_big(float big, int gated, int nbg) {
@@ -381,6 +507,11 @@ int main(int argc, char **argv) {
     const float dthi[2] = {0.4f, 0.2f}, dtlo[2] = {0.7f, 0.9f};
     ssd_small_case("ddt_edge_hi", 2, x3, dthi, -1.0f, 0.0, 0.4, NULL);
     ssd_small_case("ddt_edge_lo", 2, x3, dtlo, -1.0f, 0.7, 1.0, NULL);
+    /* SPEC §9's gradient rule: a NaN mid-chunk (token 21) and at a chunk's first token (16) */
+    ssd_nan_grad_rule("x_tok21", 0, 21);
+    ssd_nan_grad_rule("dt_tok21", 1, 21);
+    ssd_nan_grad_rule("dt_tok16", 1, 16);
+    ssd_nan_grad_rule("Bm_tok21", 2, 21);
     rms_big(2e19f, 0, 0);
     rms_big(2e19f, 1, 0);
     rms_big(2e19f, 1, 1);
