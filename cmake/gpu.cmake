@@ -22,7 +22,16 @@ add_custom_command(OUTPUT ${MAMBA2C_GPU_SRC}
           -DFILES=${MAMBA2C_GPU_KERNEL_LIST} -P ${PROJECT_SOURCE_DIR}/cmake/embed.cmake
   DEPENDS ${MAMBA2C_GPU_KERNEL_FILES} ${PROJECT_SOURCE_DIR}/cmake/embed.cmake
   COMMENT "Embedding the GPU kernel sources" VERBATIM)
+# every kernel's parameter kinds, from its prototype: the launch check of gpu_common.c
+set(MAMBA2C_GPU_SIGS ${CMAKE_CURRENT_BINARY_DIR}/gpu_kernel_sigs.c)
+add_custom_command(OUTPUT ${MAMBA2C_GPU_SIGS}
+  COMMAND ${CMAKE_COMMAND} -DOUT=${MAMBA2C_GPU_SIGS} -DFILES=${MAMBA2C_GPU_KERNEL_LIST}
+          -DLIST=${PROJECT_SOURCE_DIR}/src/gpu/kernels/list.h -P ${PROJECT_SOURCE_DIR}/cmake/kernel_sigs.cmake
+  DEPENDS ${MAMBA2C_GPU_KERNEL_FILES} ${PROJECT_SOURCE_DIR}/src/gpu/kernels/list.h
+          ${PROJECT_SOURCE_DIR}/cmake/kernel_sigs.cmake
+  COMMENT "Reading the GPU kernel signatures" VERBATIM)
 target_sources(mamba2c_objs PRIVATE
+  ${MAMBA2C_GPU_SIGS}
   src/gpu/gpu_common.c
   src/gpu/ssd_ops.c
   src/gpu/ssd_bwd.c

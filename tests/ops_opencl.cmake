@@ -38,3 +38,10 @@ target_include_directories(test_cuda_device PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(test_cuda_device PRIVATE mamba2c_test_harness ${CMAKE_DL_LIBS})
 add_test(NAME cuda_device COMMAND test_cuda_device -q)
 set_tests_properties(cuda_device PROPERTIES TIMEOUT 300 LABELS "gpu;cuda")
+# the GPU host layer's launch check: every kernel's argument kinds from its prototype
+# (cmake/kernel_sigs.cmake), and planted swaps / missing / extra arguments refused
+add_executable(test_kernel_sigs gpu/test_kernel_sigs.c)
+target_include_directories(test_kernel_sigs PRIVATE ${PROJECT_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(test_kernel_sigs PRIVATE mamba2c_test_harness mamba2c_static)
+add_test(NAME gpu_kernel_sigs COMMAND test_kernel_sigs -q)
+set_tests_properties(gpu_kernel_sigs PROPERTIES LABELS "gpu" TIMEOUT 60)

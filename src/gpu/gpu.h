@@ -116,6 +116,17 @@ void m2g_arg_f32(m2g_args *a, float v);
 /* buffer, offset, then the first nstrides strides of t */
 void m2g_arg_t(m2g_args *a, const m2g_t *t, int nstrides);
 
+/* Each kernel's parameter kinds in order, one letter per parameter ('M' a buffer, 'L' i64,
+ * 'I' i32, 'F' float), generated from the kernel prototypes at build time
+ * (cmake/kernel_sigs.cmake), indexed like m2g_kernel_names. */
+extern const char *const m2g_kernel_sigs[M2G_NUM_KERNELS];
+/* MAMBA2_STATUS_OK when a's count and kinds are kernel id's prototype; else
+ * MAMBA2_STATUS_INTERNAL_ERROR naming the kernel and the first mismatch. */
+mamba2_status_t m2g_check_args(int id, const m2g_args *a);
+/* Every launch of a kernel of list.h: m2g_check_args, then d->launch. */
+mamba2_status_t m2g_launch(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
+                           const m2g_args *a);
+
 /* ---- one call's buffers ------------------------------------------------------------------- */
 
 #define M2G_CALL_MAX 48

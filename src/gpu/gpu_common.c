@@ -46,6 +46,33 @@ void m2g_arg_t(m2g_args *a, const m2g_t *t, int nstrides) {
     for (int i = 0; i < nstrides; i++) m2g_arg_i64(a, t->s[i]);
 }
 
+mamba2_status_t m2g_check_args(int id, const m2g_args *a) {
+    static const char letter[4] = {'M', 'L', 'I', 'F'};
+    static const char *const kind[4] = {"a buffer", "an i64", "an i32", "a float"};
+    if (id < 0 || id >= M2G_NUM_KERNELS)
+        return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "GPU launch: kernel id %d out of range", id);
+    const char *sig = m2g_kernel_sigs[id];
+    const int want = (int)strlen(sig);
+    if (a->n != want)
+        return m2_error(MAMBA2_STATUS_INTERNAL_ERROR,
+                        "GPU launch of %s: %d arguments, its prototype has %d", m2g_kernel_names[id],
+                        a->n, want);
+    for (int i = 0; i < want; i++)
+        if (letter[a->a[i].kind] != sig[i]) {
+            const int k = sig[i] == 'M' ? 0 : sig[i] == 'L' ? 1 : sig[i] == 'I' ? 2 : 3;
+            return m2_error(MAMBA2_STATUS_INTERNAL_ERROR,
+                            "GPU launch of %s: argument %d is %s, its prototype takes %s",
+                            m2g_kernel_names[id], i, kind[a->a[i].kind], kind[k]);
+        }
+    return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t m2g_launch(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
+                           const m2g_args *a) {
+    mamba2_status_t st = m2g_check_args(id, a);
+    return st ? st : d->launch(d, id, groups, local, a->n, a->a);
+}
+
 /* ---- one call's buffers ------------------------------------------------------------------ */
 
 void m2g_call_begin(m2g_call *c, m2g_dev *d) {
@@ -341,7 +368,7 @@ mamba2_status_t m2g_call_in_act(m2g_call *c, const m2_view *v, int rank, const i
     m2g_arg_i32(&a, dtype == MAMBA2_DTYPE_BF16 ? 1 : 2);
     m2g_arg_mem(&a, t->mem), m2g_arg_i64(&a, 0);
     const size_t g[3] = {(size_t)m2g_cdiv(n, 64), 1, 1}, l[3] = {64, 1, 1};
-    return c->dev->launch(c->dev, M2G_K_m2_cvt_to_f32_wi64, g, l, a.n, a.a);
+    return m2g_launch(c->dev, M2G_K_m2_cvt_to_f32_wi64, g, l, &a);
 }
 
 mamba2_status_t m2g_call_out_act(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
@@ -380,7 +407,7 @@ static mamba2_status_t flush_half(m2g_call *c) {
         for (int i = 0; i < 3; i++) m2g_arg_i64(&a, o->half.s[i]);
         m2g_arg_i32(&a, o->kind);
         const size_t g[3] = {(size_t)m2g_cdiv(n, 64), 1, 1}, l[3] = {64, 1, 1};
-        M2_TRY(c->dev->launch(c->dev, M2G_K_m2_cvt_from_f32_wi64, g, l, a.n, a.a));
+        M2_TRY(m2g_launch(c->dev, M2G_K_m2_cvt_from_f32_wi64, g, l, &a));
     }
     return MAMBA2_STATUS_OK;
 }

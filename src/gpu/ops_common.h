@@ -66,7 +66,7 @@ static inline mamba2_status_t m2g_ops_launch1d(m2g_dev *d, int id, int64_t n, co
     static const size_t l64[3] = {64, 1, 1};
     if (n <= 0) return MAMBA2_STATUS_OK;
     const size_t g[3] = {(size_t)m2g_cdiv(n, 64), 1, 1};
-    return d->launch(d, id, g, l64, a->n, a->a);
+    return m2g_launch(d, id, g, l64, a);
 }
 
 #endif /* MAMBA2C_GPU_OPS_COMMON_H */

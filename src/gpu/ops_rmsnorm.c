@@ -22,7 +22,7 @@ static int32_t rn_gate(const m2_rmsnorm_problem *pr) {
 static mamba2_status_t rn_launch_rows(m2g_dev *d, int id, int64_t groups, const m2g_args *a) {
     if (groups <= 0) return MAMBA2_STATUS_OK;
     const size_t g[3] = {(size_t)groups, 1, 1};
-    return d->launch(d, id, g, L128, a->n, a->a);
+    return m2g_launch(d, id, g, L128, a);
 }
 
 mamba2_status_t m2g_rmsnorm_forward_workspace(const mamba2_context_t *ctx,

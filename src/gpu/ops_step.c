@@ -73,7 +73,7 @@ mamba2_status_t m2g_ssd_step(mamba2_context_t *ctx, const m2_ssd_step_problem *p
         m2g_arg_f32(&a, (float)pr->dt_hi);
         m2g_arg_i32(&a, st_kind);
         const size_t g[3] = {(size_t)(B * H * m2g_cdiv(P, 4)), 1, 1};
-        st = d->launch(d, M2G_K_m2_ssd_step_32x4, g, L32x4, a.n, a.a);
+        st = m2g_launch(d, M2G_K_m2_ssd_step_32x4, g, L32x4, &a);
     }
     return m2g_call_end(&c, st);
 }

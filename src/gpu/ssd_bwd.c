@@ -162,7 +162,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         m2g_arg_t(&a, &dz, 3);
         m2g_arg_i32(&a, dz.present);
         g64(g, B * L * H * P);
-        st = d->launch(d, M2G_K_m2_ssd_bwd_gate_wi64, g, L64, a.n, a.a);
+        st = m2g_launch(d, M2G_K_m2_ssd_bwd_gate_wi64, g, L64, &a);
     }
     if (!st) { /* the chunks' own state-gradient contributions: chunk_state mode 1 */
         a.n = 0;
@@ -176,7 +176,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         m2g_arg_t(&a, &s.states, 4);
         m2g_arg_i32(&a, 1);
         const size_t gg[3] = {(size_t)(m2g_cdiv(P, 16) * m2g_cdiv(N, 16)), (size_t)H, (size_t)nc};
-        st = d->launch(d, M2G_K_m2_ssd_chunk_state_16x16, gg, L16x16, a.n, a.a);
+        st = m2g_launch(d, M2G_K_m2_ssd_chunk_state_16x16, gg, L16x16, &a);
     }
     if (!st && (nc > 0 || dinit.present)) { /* backward state passing: states -> dS, dinit */
         a.n = 0;
@@ -191,7 +191,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         m2g_arg_t(&a, &dinit, 3);
         m2g_arg_i32(&a, dinit.present);
         const size_t gg[3] = {(size_t)m2g_cdiv(P * N, 64), (size_t)H, (size_t)S};
-        st = d->launch(d, M2G_K_m2_ssd_bwd_state_passing_wi64, gg, L64, a.n, a.a);
+        st = m2g_launch(d, M2G_K_m2_ssd_bwd_state_passing_wi64, gg, L64, &a);
     }
     if (!st && dx.present) {
         a.n = 0;
@@ -208,7 +208,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         m2g_arg_i32(&a, s.D_mode);
         m2g_arg_t(&a, &dx, 3);
         const size_t gg[3] = {(size_t)(m2g_cdiv(Q, 16) * m2g_cdiv(P, 16)), (size_t)H, (size_t)nc};
-        st = d->launch(d, M2G_K_m2_ssd_bwd_dx_16x16, gg, L16x16, a.n, a.a);
+        st = m2g_launch(d, M2G_K_m2_ssd_bwd_dx_16x16, gg, L16x16, &a);
     }
     if (!st) { /* E */
         a.n = 0;
@@ -220,7 +220,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_E));
         const int64_t nt = m2g_cdiv(Q, 16);
         const size_t gg[3] = {(size_t)(nt * nt), (size_t)H, (size_t)nc};
-        st = d->launch(d, M2G_K_m2_ssd_bwd_E_16x16, gg, L16x16, a.n, a.a);
+        st = m2g_launch(d, M2G_K_m2_ssd_bwd_E_16x16, gg, L16x16, &a);
     }
     if (!st) { /* dCBg */
         a.n = 0;
@@ -229,7 +229,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_DTO));
         m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_DCB));
         g64(g, nc * G * Q * Q);
-        st = d->launch(d, M2G_K_m2_ssd_bwd_dcb_wi64, g, L64, a.n, a.a);
+        st = m2g_launch(d, M2G_K_m2_ssd_bwd_dcb_wi64, g, L64, &a);
     }
     if (!st) { /* r, q */
         a.n = 0;
@@ -240,7 +240,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_R));
         m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_Q));
         g64(g, nc * H * Q);
-        st = d->launch(d, M2G_K_m2_ssd_bwd_rq_wi64, g, L64, a.n, a.a);
+        st = m2g_launch(d, M2G_K_m2_ssd_bwd_rq_wi64, g, L64, &a);
     }
     /* dCm (mode 0), dBm (mode 1) */
     for (int mode = 0; mode < 2 && !st; mode++) {
@@ -259,7 +259,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         m2g_arg_mem(&a, w), m2g_arg_i64(&a, mode ? WO(W_ST) : WO(W_S0));
         m2g_arg_t(&a, out, 3);
         const size_t gg[3] = {(size_t)(m2g_cdiv(Q, 16) * m2g_cdiv(N, 16)), (size_t)G, (size_t)nc};
-        st = d->launch(d, M2G_K_m2_ssd_bwd_dbc_16x16, gg, L16x16, a.n, a.a);
+        st = m2g_launch(d, M2G_K_m2_ssd_bwd_dbc_16x16, gg, L16x16, &a);
     }
     if (!st) { /* u, g, the decay term */
         a.n = 0;
@@ -276,7 +276,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_G));
         m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_DEC));
         const size_t gt[3] = {(size_t)m2g_cdiv(Q, 16), (size_t)H, (size_t)nc};
-        st = d->launch(d, M2G_K_m2_ssd_bwd_tok_16x16, gt, L16x16, a.n, a.a);
+        st = m2g_launch(d, M2G_K_m2_ssd_bwd_tok_16x16, gt, L16x16, &a);
     }
     if (!st) { /* ddt and the chunks' partial dA, ddt_bias */
         a.n = 0;
@@ -299,7 +299,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_PA));
         m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_PB));
         g64(g, nc * H);
-        st = d->launch(d, M2G_K_m2_ssd_bwd_dt_wi64, g, L64, a.n, a.a);
+        st = m2g_launch(d, M2G_K_m2_ssd_bwd_dt_wi64, g, L64, &a);
     }
     const int dD_mode = !dD.present ? 0 : pr->D_per_channel ? 2 : 1;
     if (!st && dD_mode) {
@@ -310,7 +310,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         m2g_arg_t(&a, &s.x, 3);
         m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_PD));
         g64(g, nc * H * P);
-        st = d->launch(d, M2G_K_m2_ssd_bwd_dD_wi64, g, L64, a.n, a.a);
+        st = m2g_launch(d, M2G_K_m2_ssd_bwd_dD_wi64, g, L64, &a);
     }
     if (!st && (dA.present || db.present || dD_mode)) {
         a.n = 0;
@@ -325,7 +325,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         m2g_arg_t(&a, &dD, 1);
         m2g_arg_i32(&a, dD_mode);
         g64(g, H * P);
-        st = d->launch(d, M2G_K_m2_ssd_bwd_params_wi64, g, L64, a.n, a.a);
+        st = m2g_launch(d, M2G_K_m2_ssd_bwd_params_wi64, g, L64, &a);
     }
     return m2g_call_end(&c, st);
 }

@@ -77,7 +77,7 @@ mamba2_status_t m2g_run_cumsum(m2g_dev *d, const ssd_dev *s) {
     m2g_arg_t(&a, &s->dto, 3);
     m2g_arg_t(&a, &s->dac, 3);
     const size_t g[3] = {(size_t)m2g_cdiv(s->nc * s->H, 64), 1, 1};
-    return d->launch(d, M2G_K_m2_ssd_chunk_cumsum_wi64, g, L64, a.n, a.a);
+    return m2g_launch(d, M2G_K_m2_ssd_chunk_cumsum_wi64, g, L64, &a);
 }
 
 mamba2_status_t m2g_run_bmm(m2g_dev *d, const ssd_dev *s) {
@@ -90,7 +90,7 @@ mamba2_status_t m2g_run_bmm(m2g_dev *d, const ssd_dev *s) {
     m2g_arg_t(&a, &s->CB, 4);
     const int64_t nt = m2g_cdiv(s->Q, 16);
     const size_t g[3] = {(size_t)(nt * nt), (size_t)s->G, (size_t)s->nc};
-    return d->launch(d, M2G_K_m2_ssd_bmm_chunk_16x16, g, L16x16, a.n, a.a);
+    return m2g_launch(d, M2G_K_m2_ssd_bmm_chunk_16x16, g, L16x16, &a);
 }
 
 mamba2_status_t m2g_run_state(m2g_dev *d, const ssd_dev *s) {
@@ -109,7 +109,7 @@ mamba2_status_t m2g_run_state(m2g_dev *d, const ssd_dev *s) {
     m2g_arg_i32(&a, 0);
     const size_t g[3] = {(size_t)(m2g_cdiv(s->P, 16) * m2g_cdiv(s->N, 16)), (size_t)s->H,
                          (size_t)s->nc};
-    return d->launch(d, M2G_K_m2_ssd_chunk_state_16x16, g, L16x16, a.n, a.a);
+    return m2g_launch(d, M2G_K_m2_ssd_chunk_state_16x16, g, L16x16, &a);
 }
 
 mamba2_status_t m2g_run_passing(m2g_dev *d, const ssd_dev *s) {
@@ -127,7 +127,7 @@ mamba2_status_t m2g_run_passing(m2g_dev *d, const ssd_dev *s) {
     m2g_arg_t(&a, &s->final, 3);
     m2g_arg_i32(&a, s->final.present);
     const size_t g[3] = {(size_t)m2g_cdiv(s->P * s->N, 64), (size_t)s->H, (size_t)s->nseq};
-    return d->launch(d, M2G_K_m2_ssd_state_passing_wi64, g, L64, a.n, a.a);
+    return m2g_launch(d, M2G_K_m2_ssd_state_passing_wi64, g, L64, &a);
 }
 
 mamba2_status_t m2g_run_scan(m2g_dev *d, const ssd_dev *s) {
@@ -153,7 +153,7 @@ mamba2_status_t m2g_run_scan(m2g_dev *d, const ssd_dev *s) {
     m2g_arg_i32(&a, s->outx.present);
     const size_t g[3] = {(size_t)(m2g_cdiv(s->Q, 16) * m2g_cdiv(s->P, 16)), (size_t)s->H,
                          (size_t)s->nc};
-    return d->launch(d, M2G_K_m2_ssd_chunk_scan_16x16, g, L16x16, a.n, a.a);
+    return m2g_launch(d, M2G_K_m2_ssd_chunk_scan_16x16, g, L16x16, &a);
 }
 
 /* ---- the staged ops ------------------------------------------------------------------------ */
@@ -365,7 +365,7 @@ static mamba2_status_t run_scan_seq(m2g_dev *d, const ssd_dev *s) {
     m2g_arg_t(&a, &s->final, 3);
     m2g_arg_i32(&a, s->final.present);
     const size_t g[3] = {(size_t)m2g_cdiv(s->P, 16), (size_t)s->H, (size_t)s->nseq};
-    return d->launch(d, M2G_K_m2_ssd_scan_seq_16x16, g, L16x16, a.n, a.a);
+    return m2g_launch(d, M2G_K_m2_ssd_scan_seq_16x16, g, L16x16, &a);
 }
 
 /* mamba2_ssd_forward_states: the state after each chosen token, from the states at chunk
@@ -421,7 +421,7 @@ static mamba2_status_t pos_states(m2g_call *c, m2g_dev *d, const m2_ssd_problem 
     m2g_arg_t(&a, &ps, 3);
     const size_t g[3] = {(size_t)(m2g_cdiv(s->P, 16) * m2g_cdiv(s->N, 16)), (size_t)s->H,
                          (size_t)pr->npos};
-    return d->launch(d, M2G_K_m2_ssd_pos_state_16x16, g, L16x16, a.n, a.a);
+    return m2g_launch(d, M2G_K_m2_ssd_pos_state_16x16, g, L16x16, &a);
 }
 
 mamba2_status_t m2g_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws) {
