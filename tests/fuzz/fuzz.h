@@ -3,7 +3,8 @@
  * context op, a short sequence of calls) of a public entry point of include/mamba2c.h.
  *
  * Input layout (bytes past the end read as 0, so every prefix is a valid input):
- *   [0] op (mod M2F_NOPS)   [1] backend bit 0, threads bits 1-2, isa bits 3-4
+ *   [0] op (mod M2F_NOPS)   [1] backend bit 0 (cpu/ref), threads bits 1-2, isa bits 3-4,
+ *       bit 5 OpenCL (when m2f_init enabled it)
  *   [2] workspace mode bits 0-2, value mode bits 3-4, activation dtype bits 5-6
  *   [3..4] PRNG seed   [5..16] twelve problem dims d[]   [17..20] four option flag bytes f[]
  *   then 4-byte records {target, kind, a, b} (M2F_REC_* below): hostile shapes, strides,
@@ -154,6 +155,12 @@ void m2f_step_untouched(m2f_case *c, uint8_t **mask, int cache, int ix, int64_t 
 
 /* engine */
 int m2f_run(const uint8_t *data, size_t size);
+/* once per process, from the environment: M2FUZZ_GPU=opencl (input byte [1] bit 5 then runs
+ * the call on one OpenCL context) and M2FUZZ_DIFF=1 (the differential mode, fuzz_diff.c) */
+void m2f_init(void);
+/* fuzz_diff.c: is the accepted call a clean one; then run it on ref and compare outputs */
+int m2f_diff_eligible(const m2f_case *c);
+void m2f_differential(m2f_case *c, mamba2_context_t *ref);
 extern int m2f_last_accepted; /* the last m2f_run's call succeeded (for the seed generator) */
 void m2f_fail(m2f_case *c, const char *fmt, ...)
 #if defined(__GNUC__)

@@ -164,7 +164,7 @@ int64_t m2f_elems(const mamba2_tensor_t *t, int64_t *out, int64_t cap) {
 
 static void describe(m2f_case *c) {
     fprintf(stderr, "m2fuzz case: op %s backend %s threads %d isa %d ws %d vmode %d dtype %d\n",
-            m2f_ops[c->op]->name, c->backend ? "ref" : "cpu", c->threads, c->isa, c->wsmode,
+            m2f_ops[c->op]->name, c->backend == 2 ? "opencl" : c->backend ? "ref" : "cpu", c->threads, c->isa, c->wsmode,
             c->vmode, (int)c->adt);
     for (int i = 0; i < c->ns; i++) {
         const m2f_slot *s = &c->s[i];
@@ -577,9 +577,22 @@ void m2f_unmark_row(m2f_case *c, uint8_t **mask, int i, int64_t v) {
 
 /* ---- the run ------------------------------------------------------------------------------- */
 
-static mamba2_context_t *g_ctx[2][3];
+static mamba2_context_t *g_ctx[3][3]; /* [cpu, ref, opencl][threads - 1] */
+static int g_opencl, g_diff;            /* M2FUZZ_GPU=opencl, M2FUZZ_DIFF=1 (m2f_init) */
+
+void m2f_init(void) {
+    const char *gpu = getenv("M2FUZZ_GPU"), *diff = getenv("M2FUZZ_DIFF");
+    g_diff = diff && !strcmp(diff, "1");
+    if (gpu && !strcmp(gpu, "opencl")) { /* one context per process: PoCL compiles once */
+        g_opencl = mamba2_context_create(&g_ctx[2][0], MAMBA2_BACKEND_OPENCL, 1) == MAMBA2_STATUS_OK;
+        fprintf(stderr, "m2fuzz: OpenCL mode %s%s\n", g_opencl ? "on" : "off: ",
+                g_opencl ? "" : mamba2_last_error());
+    }
+    if (g_diff) fprintf(stderr, "m2fuzz: differential mode on (valid calls checked against the reference)\n");
+}
 
 static mamba2_context_t *context_for(m2f_case *c) {
+    if (c->backend == 2) return g_ctx[2][0];
     mamba2_context_t **slot = &g_ctx[c->backend][c->threads - 1];
     if (!*slot && mamba2_context_create(slot, c->backend ? MAMBA2_BACKEND_REF : MAMBA2_BACKEND_CPU,
                                         c->threads) != MAMBA2_STATUS_OK)
@@ -704,8 +717,17 @@ static void run_op(m2f_case *c) {
     m2f_last_accepted = st == MAMBA2_STATUS_OK;
     if (c->struct_bad && st == MAMBA2_STATUS_OK)
         m2f_fail(c, "accepted an options/grads struct with an invalid struct_size");
-    if (st != MAMBA2_STATUS_OK) check_unchanged(c, "refused call");
-    else check_success(c);
+    if (st != MAMBA2_STATUS_OK) {
+        check_unchanged(c, "refused call");
+        return;
+    }
+    check_success(c);
+    if (g_diff && ctx && m2f_diff_eligible(c) &&
+        ssd_state_numel(c) * ssd_tokens(c) <= M2F_REF_WORK_CAP) {
+        if (!g_ctx[1][0] && mamba2_context_create(&g_ctx[1][0], MAMBA2_BACKEND_REF, 1) != MAMBA2_STATUS_OK)
+            m2f_fail(c, "mamba2_context_create (reference) failed");
+        m2f_differential(c, g_ctx[1][0]);
+    }
 }
 
 int m2f_run(const uint8_t *data, size_t size) {
@@ -720,6 +742,7 @@ int m2f_run(const uint8_t *data, size_t size) {
     c->op = m2f_byte(c) % M2F_NOPS;
     uint8_t b1 = m2f_byte(c), b2 = m2f_byte(c);
     c->backend = b1 & 1;
+    if ((b1 & 0x20) && g_opencl) c->backend = 2; /* the OpenCL mode: bit 5 picks the GPU */
     c->threads = 1 + ((b1 >> 1) & 3) % 3;
     c->isa = (b1 >> 3) & 3;
     c->wsmode = b2 & 7;

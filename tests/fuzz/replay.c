@@ -81,6 +81,7 @@ static int random_run(long n, uint64_t seed, const char *dir) {
 }
 
 int main(int argc, char **argv) {
+    m2f_init();
     int files = 0, bad = 0;
     if (argc == 5 && strcmp(argv[1], "--random") == 0)
         return random_run(atol(argv[2]), strtoull(argv[3], NULL, 0), argv[4]);

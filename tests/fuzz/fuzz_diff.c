@@ -1,0 +1,101 @@
+/*
+ * fuzz_diff.c — the fuzz harness's differential mode: a valid call (no hostile record, tame
+ * values, every tensor backed by memory) that the CPU or OpenCL backend accepted runs again
+ * on the float64 reference from the same inputs (every buffer restored from its snapshot, so
+ * in/out caches start over), and each output must agree within SPEC §8's tolerance:
+ * normalised error ‖got − ref‖/‖ref‖ <= 1e-5 for float32 storage, 2e-2 for bf16/f16. The
+ * reference refusing what the backend accepted is a finding too. Calls that pass a backward
+ * the forward's saved output (out_x, rstd) are left out: the harness's values are random.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuzz.h"
+
+static int64_t d_offs[(int64_t)1 << 19];
+
+static double load(const uint8_t *p, mamba2_dtype_t dt) {
+    switch (dt) {
+    case MAMBA2_DTYPE_F32: { float f; memcpy(&f, p, 4); return f; }
+    case MAMBA2_DTYPE_F64: { double d; memcpy(&d, p, 8); return d; }
+    case MAMBA2_DTYPE_BF16: {
+        uint16_t h;
+        memcpy(&h, p, 2);
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    case MAMBA2_DTYPE_F16: {
+        uint16_t h;
+        memcpy(&h, p, 2);
+        const int e = (h >> 10) & 31, m = h & 1023;
+        double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m + 1024, e - 25);
+        return (h & 0x8000) ? -v : v;
+    }
+    default: return 0.0; /* index dtypes are never outputs */
+    }
+}
+
+/* the output elements of slot i, as doubles (malloc'd; *n their count) */
+static double *gather(m2f_case *c, int i, int64_t *n) {
+    const m2f_slot *s = &c->s[i];
+    const int64_t ne = m2f_elems(&s->t, d_offs, (int64_t)1 << 19);
+    double *v = malloc((size_t)(ne ? ne : 1) * sizeof *v);
+    for (int64_t e = 0; e < ne; e++) v[e] = load((const uint8_t *)s->t.data + d_offs[e], s->t.dtype);
+    *n = ne;
+    return v;
+}
+
+static int is_output(const m2f_slot *s) {
+    return s->present && !s->big && !s->bad && s->numel > 0 && s->t.data &&
+           (s->role == M2F_OUT || s->role == M2F_INOUT);
+}
+
+int m2f_diff_eligible(const m2f_case *c) {
+    if (c->nrec || !c->tame || c->any_big || c->backend == 1 || c->struct_bad) return 0;
+    for (int i = 0; i < c->ns; i++) {
+        const m2f_slot *s = &c->s[i];
+        if (s->present && (s->host != i || s->misalign || s->null_data)) return 0;
+        /* the forward's saved outputs a backward takes (the SSD's out_x, the norm's rstd):
+         * the harness fills them with random values, which the backends' formulas assume
+         * consistent with the other inputs (a backend may also recompute them) */
+        if (s->present && s->role == M2F_IN && (!strcmp(s->name, "out_x") || !strcmp(s->name, "rstd")))
+            return 0;
+    }
+    return c->adt == MAMBA2_DTYPE_F32 || c->adt == MAMBA2_DTYPE_BF16 || c->adt == MAMBA2_DTYPE_F16;
+}
+
+void m2f_differential(m2f_case *c, mamba2_context_t *ref) {
+    const m2f_op *op = m2f_ops[c->op];
+    double *got[M2F_MAX_SLOTS] = {0};
+    int64_t n[M2F_MAX_SLOTS] = {0};
+    for (int i = 0; i < c->ns; i++)
+        if (is_output(&c->s[i])) got[i] = gather(c, i, &n[i]);
+    for (int i = 0; i < c->ns; i++) /* the inputs, and in/out caches, as before the call */
+        if (c->s[i].buf) memcpy(c->s[i].buf, c->s[i].snap, c->s[i].bufsz);
+    mamba2_status_t st = op->call(c, ref, NULL, NULL, 0);
+    if (st != MAMBA2_STATUS_OK)
+        m2f_fail(c, "differential: the backend accepted the call, the reference returned %d (%s)",
+                 (int)st, mamba2_last_error());
+    const double tol = c->adt == MAMBA2_DTYPE_F32 ? 1e-5 : 2e-2;
+    for (int i = 0; i < c->ns; i++) {
+        if (!got[i]) continue;
+        int64_t m;
+        double *want = gather(c, i, &m), num = 0.0, den = 0.0;
+        for (int64_t e = 0; e < m && e < n[i]; e++) {
+            if (isnan(got[i][e]) && isnan(want[e])) continue; /* left untouched by both (the
+                                                                  NaN canary: padding rows) */
+            const double d = got[i][e] - want[e];
+            num += d * d;
+            den += want[e] * want[e];
+        }
+        const double err = den > 0.0 ? sqrt(num / den) : sqrt(num);
+        if (!(err <= tol))
+            m2f_fail(c, "differential: output %s differs from the reference: normalised error "
+                        "%.3g > %.0e", c->s[i].name, err, tol);
+        free(want);
+        free(got[i]);
+    }
+}
