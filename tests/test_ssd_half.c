@@ -380,12 +380,15 @@ static void run_case(th_ssd_case *c, int bi, mamba2_context_t *ctx1, mamba2_cont
             th_fail("1 thread: %s", msg);
         else if (!outputs_equal(&a, &b, msg, sizeof msg))
             th_fail("2 threads vs 1 thread: %s", msg);
-        /* and 3 threads (other head sets, chunk tasks) */
-        if (inst_call(ctx3, &b, 0, 1, msg, sizeof msg) != MAMBA2_STATUS_OK ||
-            inst_call(ctx3, &b, 1, 0, msg, sizeof msg) != MAMBA2_STATUS_OK)
-            th_fail("3 threads: %s", msg);
-        else if (!outputs_equal(&a, &b, msg, sizeof msg))
-            th_fail("3 threads vs 2 threads: %s", msg);
+        /* and 3 threads (other head sets, chunk tasks); reduced, a GPU backend's third
+         * context would only repeat the run-to-run check above */
+        if (!(th_reduced() && bi >= 4)) {
+            if (inst_call(ctx3, &b, 0, 1, msg, sizeof msg) != MAMBA2_STATUS_OK ||
+                inst_call(ctx3, &b, 1, 0, msg, sizeof msg) != MAMBA2_STATUS_OK)
+                th_fail("3 threads: %s", msg);
+            else if (!outputs_equal(&a, &b, msg, sizeof msg))
+                th_fail("3 threads vs 2 threads: %s", msg);
+        }
     }
     inst_free(&a);
     inst_free(&b);

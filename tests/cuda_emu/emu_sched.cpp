@@ -144,8 +144,7 @@ void asan_finish(void *fake, const void **bottom, size_t *size) {
     set_state(r, r.f[r.cur], DONE);
     asan_start(nullptr, r.main_bottom, r.main_size); // this fiber's frames are gone
 #if defined(__x86_64__)
-    void *dead;
-    m2emu_switch(&dead, r.main_sp);
+    m2emu_switch(&r.f[r.cur].sp, r.main_sp); // sp: where init_fiber's unpoisoning starts
 #else
     setcontext(&r.main_uc);
 #endif
@@ -165,7 +164,18 @@ bool init_fiber(fiber &x) {
         x.stack = x.mem + page;
     }
 #ifdef M2EMU_ASAN
-    ASAN_UNPOISON_MEMORY_REGION(x.stack, x.stack_bytes); // frames left by the last block
+    // the redzones of the frames the last block's fiber left live on this stack: all of them
+    // lie above the stack pointer of its last switch (the whole stack would be 32 KiB of
+    // shadow per thread per block, most of the sanitizer build's time)
+#if defined(__x86_64__)
+    if (x.sp) {
+        unsigned char *lo = (unsigned char *)x.sp - 256;
+        if (lo < x.stack) lo = x.stack;
+        ASAN_UNPOISON_MEMORY_REGION(lo, (size_t)(x.stack + x.stack_bytes - lo));
+    }
+#else
+    ASAN_UNPOISON_MEMORY_REGION(x.stack, x.stack_bytes);
+#endif
 #endif
 #if defined(__x86_64__)
     uint64_t *sp = (uint64_t *)(((uintptr_t)(x.stack + x.stack_bytes)) & ~(uintptr_t)15);
