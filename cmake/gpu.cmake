@@ -85,3 +85,4 @@ if(MAMBA2C_CUDA)
                  ${MAMBA2C_FATBIN_SRC})
   target_compile_definitions(mamba2c_objs PRIVATE MAMBA2C_HAVE_CUDA)
 endif()
+include(cmake/cuda_emu.cmake) # the emulated CUDA device of the test suite

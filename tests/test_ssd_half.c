@@ -380,12 +380,15 @@ static void run_case(th_ssd_case *c, int bi, mamba2_context_t *ctx1, mamba2_cont
             th_fail("1 thread: %s", msg);
         else if (!outputs_equal(&a, &b, msg, sizeof msg))
             th_fail("2 threads vs 1 thread: %s", msg);
-        /* and 3 threads (other head sets, chunk tasks) */
-        if (inst_call(ctx3, &b, 0, 1, msg, sizeof msg) != MAMBA2_STATUS_OK ||
-            inst_call(ctx3, &b, 1, 0, msg, sizeof msg) != MAMBA2_STATUS_OK)
-            th_fail("3 threads: %s", msg);
-        else if (!outputs_equal(&a, &b, msg, sizeof msg))
-            th_fail("3 threads vs 2 threads: %s", msg);
+        /* and 3 threads (other head sets, chunk tasks); reduced, a GPU backend's third
+         * context would only repeat the run-to-run check above */
+        if (!(th_reduced() && bi >= 4)) {
+            if (inst_call(ctx3, &b, 0, 1, msg, sizeof msg) != MAMBA2_STATUS_OK ||
+                inst_call(ctx3, &b, 1, 0, msg, sizeof msg) != MAMBA2_STATUS_OK)
+                th_fail("3 threads: %s", msg);
+            else if (!outputs_equal(&a, &b, msg, sizeof msg))
+                th_fail("3 threads vs 2 threads: %s", msg);
+        }
     }
     inst_free(&a);
     inst_free(&b);
@@ -563,6 +566,10 @@ int main(int argc, char **argv) {
         for (int di = 0; di < 2; di++)
             for (int ci = 0; ci < NCASES; ci++) {
                 if (filter && !strstr(cases[ci].name, filter)) continue;
+                /* reduced (the emulated CUDA device): the GPU backends skip the case made for
+                 * the CPU backend's chunk-parallel split; long_L700_Q64 keeps a long sequence */
+                if (th_reduced() && bi >= 4 && !filter && !strncmp(cases[ci].name, "chunked_", 8))
+                    continue;
                 run_case(&cases[ci], bi, c1, c2, c3, ref_ctx, di, dts[di], blabel[bi]);
             }
         if (!filter || strstr("f16_overflow", filter)) run_overflow(c2, ref_ctx, blabel[bi]);
