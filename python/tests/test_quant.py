@@ -145,3 +145,28 @@ def test_quantized_decode_uses_the_q8_0_gemv(lm_head):
         m(ids[:, :-1], inference_params=ip, num_last_tokens=1)
         d2 = _Decoder(m, caches)
         assert not torch.equal(d2.step(ids[:, -1]), step)
+
+
+def test_from_gguf_keeps_q8_0(tmp_path):
+    """A Q8_0 GGUF file's projections decode from the file's bytes (no requantization): the
+    GEMV weights are the bytes save_gguf wrote, and decode matches the full forward."""
+    pytest.importorskip("gguf")
+    from mamba2c.models import from_gguf, save_gguf
+    from mamba2c.models.generation import _Decoder
+    from mamba2c.nn import InferenceParams
+    torch.manual_seed(6)
+    m = MambaLMHeadModel(_cfg()).eval()
+    path = str(tmp_path / "m.gguf")
+    save_gguf(m, path, dtype="q8_0")
+    r = from_gguf(path)
+    mix = r.backbone.layers[1].mixer
+    assert mix.in_proj.gemv_weight.fmt == "q8_0" and r.lm_head.gemv_weight.fmt == "q8_0"
+    assert torch.equal(mix.out_proj.gemv_weight.data, quantize_q8_0(m.backbone.layers[1].mixer.out_proj.weight))
+    ids = torch.randint(0, 37, (1, 6))
+    with torch.inference_mode():
+        full = r(ids).logits
+        caches = r.allocate_inference_cache(1, 8, dtype=torch.float32)
+        ip = InferenceParams(8, 1, key_value_memory_dict=caches)
+        r(ids[:, :-1], inference_params=ip, num_last_tokens=1)
+        d = _Decoder(r, caches)
+        assert nerr(d.step(ids[:, -1]), full[:, -1]) <= TOL_F32
