@@ -9,11 +9,13 @@
  * copies of each weight to span at least the STREAM array size (4 x L3, >= 64 MiB) and
  * multiplies by them in turn, as the layers of a model follow each other. One trial is one
  * pass over all copies; GB/s = weight bytes of the pass / its time (x, out: a few KiB, not
- * counted). Reported per (threads, shape, dtype): the median and the best trial, and both
- * against the triad's median and best (STREAM's figure is its best trial). The triad runs
- * before and after each thread count's products; the larger of the two is the reference.
+ * counted). On a shared machine the available bandwidth drifts within seconds, so each trial
+ * of a case is paired with a STREAM triad trial run just before it (stream.c, same thread
+ * count): reported per (threads, shape, dtype) are the median and the best trial, each
+ * against the median and the best of its paired triad trials (STREAM's own figure is its
+ * best trial).
  *
- *   mamba2c-gemv-bench [--threads 1,2] [--trials 21] [--batch 1] [--vocab 50288]
+ *   mamba2c-gemv-bench [--threads 1,2] [--trials 11] [--batch 1] [--vocab 50288]
  *                      [--d-model 1024] [--d-inner 2048] [--in-proj 4384] [--in-cache]
  * --in-cache keeps one copy of each weight (with small shapes: the kernels' speed from cache,
  * not a bandwidth figure).
@@ -88,7 +90,7 @@ typedef struct row {
 
 int main(int argc, char **argv) {
     char threads_arg[64] = "1,2";
-    int trials = 21, M = 1;
+    int trials = 11, M = 1;
     int64_t vocab = 50288, d_model = 1024, d_inner = 2048, in_proj = 4384;
     const char *json = NULL;
     int in_cache = 0; /* --in-cache: one copy of each weight (kernel speed from cache) */
@@ -123,8 +125,9 @@ int main(int argc, char **argv) {
     int nrows = 0;
     printf("mamba2c-gemv-bench: batch M=%d, %d trials, weights cycled over >= %.0f MiB (L3 %.0f MiB)\n",
            M, trials, (double)span / 1048576.0, (double)l3 / 1048576.0);
-    printf("%-3s %-9s %-5s %13s %9s %9s %9s %10s %10s\n", "thr", "shape", "dtype", "O x I", "MB/w",
-           "GB/s med", "GB/s best", "med/triad", "best/triad");
+    printf("%-3s %-9s %-5s %13s %9s %9s %9s %9s %9s %10s %10s\n", "thr", "shape", "dtype",
+           "O x I", "MB/w", "GB/s med", "GB/s best", "triad med", "triad max", "med/triad",
+           "best/triad");
     char *save = NULL;
     for (char *tok = strtok_r(threads_arg, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         const int nt = atoi(tok);
@@ -133,7 +136,6 @@ int main(int argc, char **argv) {
             fprintf(stderr, "context: %s\n", mamba2_last_error());
             return 1;
         }
-        const bench_stream s0 = bench_stream_triad(nt, 0, 10);
         const int row0 = nrows;
         for (int si = 0; si < 3; si++)
             for (int di = 0; di < 3; di++) {
@@ -154,7 +156,9 @@ int main(int argc, char **argv) {
                 mamba2_tensor_t xt = mamba2_tensor_make(x, MAMBA2_DTYPE_F32, 2, xsh);
                 mamba2_tensor_t ot = mamba2_tensor_make(out, MAMBA2_DTYPE_F32, 2, osh);
                 double *t = malloc(sizeof(double) * (size_t)trials);
+                double *tri = malloc(sizeof(double) * (size_t)trials);
                 for (int tr = -1; tr < trials; tr++) { /* trial -1: warm-up */
+                    if (tr >= 0) tri[tr] = bench_stream_triad(nt, 0, 1).best_gbps;
                     const double t0 = bench_now();
                     for (int c = 0; c < copies; c++) {
                         mamba2_tensor_t wt = mamba2_tensor_make(w + (size_t)c * wb, dts[di], 2, wsh);
@@ -166,6 +170,7 @@ int main(int argc, char **argv) {
                     if (tr >= 0) t[tr] = bench_now() - t0;
                 }
                 qsort(t, (size_t)trials, sizeof(double), cmp_d);
+                qsort(tri, (size_t)trials, sizeof(double), cmp_d);
                 const double bytes = (double)wb * copies;
                 row *r = &rows[nrows++];
                 r->threads = nt;
@@ -177,27 +182,23 @@ int main(int argc, char **argv) {
                 r->wbytes = (double)wb;
                 r->med_gbps = bytes / t[trials / 2] / 1e9;
                 r->best_gbps = bytes / t[0] / 1e9;
+                r->triad_med = tri[trials / 2];
+                r->triad_best = tri[trials - 1];
                 free(t);
+                free(tri);
                 free(w);
                 free(x);
                 free(out);
             }
-        const bench_stream s1 = bench_stream_triad(nt, 0, 10);
-        const double tb = s0.best_gbps > s1.best_gbps ? s0.best_gbps : s1.best_gbps;
-        const double tm = s0.median_gbps > s1.median_gbps ? s0.median_gbps : s1.median_gbps;
         for (int k = row0; k < nrows; k++) {
-            row *r = &rows[k];
-            r->triad_best = tb;
-            r->triad_med = tm;
+            const row *r = &rows[k];
             char dims[32];
             snprintf(dims, sizeof dims, "%lldx%lld", (long long)r->O, (long long)r->I);
-            printf("%-3d %-9s %-5s %13s %9.2f %9.2f %9.2f %9.1f%% %9.1f%%\n", nt, r->shape,
-                   r->dtype, dims, r->wbytes / 1e6, r->med_gbps, r->best_gbps,
-                   100.0 * r->med_gbps / tm, 100.0 * r->best_gbps / tb);
+            printf("%-3d %-9s %-5s %13s %9.2f %9.2f %9.2f %9.2f %9.2f %9.1f%% %9.1f%%\n", nt,
+                   r->shape, r->dtype, dims, r->wbytes / 1e6, r->med_gbps, r->best_gbps,
+                   r->triad_med, r->triad_best, 100.0 * r->med_gbps / r->triad_med,
+                   100.0 * r->best_gbps / r->triad_best);
         }
-        printf("%-3d STREAM triad: best %.2f GB/s, median %.2f GB/s (before %.2f / %.2f, after "
-               "%.2f / %.2f)\n",
-               nt, tb, tm, s0.best_gbps, s0.median_gbps, s1.best_gbps, s1.median_gbps);
         mamba2_context_destroy(ctx);
     }
     if (json) {
