@@ -299,14 +299,13 @@ def main():
                     ours.quantize("q8_0")
                     hf = None
             wbytes = decode_bytes(ours)
+            vocab = a.vocab if hf is not None else ours.backbone.embedding.weight.shape[0]
             bw = stream_triad_gbs()
             bound = bw * 1e9 / wbytes
             print(f"# {mname} {dname}: {wbytes / 1e6:.0f} MB of weights; STREAM triad "
                   f"{bw:.1f} GB/s -> bound {bound:.2f} tok/s; {load()}", flush=True)
             for L in (int(x) for x in a.prefill.split(",")):
-                ids = torch.randint(0, a.vocab, (1, L), generator=torch.Generator().manual_seed(L))
-                if hf is None:
-                    ids = ids % ours.config.vocab_size
+                ids = torch.randint(0, vocab, (1, L), generator=torch.Generator().manual_seed(L))
                 gens = {k: v for k, v in runners(hf, ours, ids).items()
                         if k in a.paths.split(",") and (hf is not None or k == "mamba2c")}
                 pre, gap, toks = time_paths(gens, a.decode, a.reps)
@@ -328,7 +327,7 @@ def main():
                             f"{wbytes / 1e6:.0f} MB at {bw:.1f} GB/s; {load()})", hdr,
                             tab[-len(gens):])
             if a.breakdown and "mamba2c" in a.paths.split(","):
-                ids = torch.randint(0, a.vocab, (1, 16), generator=torch.Generator().manual_seed(1))
+                ids = torch.randint(0, vocab, (1, 16), generator=torch.Generator().manual_seed(1))
                 b = breakdown(ours, ids, 8, max(a.reps, 3))
                 if b is None:
                     print("# breakdown: the decode plan does not serve this model")
