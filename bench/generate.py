@@ -11,6 +11,8 @@ and greedy decode, tokens/s, three paths with the same weights:
     .venv/bin/python bench/generate.py --shape 370m --dtype float32 --prefill 512,2048 --decode 128
     .venv/bin/python bench/generate.py --layers 4 --prefill 128 --decode 16   # a quick check
     .venv/bin/python bench/generate.py --plot docs/generate.png --json out.json --breakdown
+    .venv/bin/python bench/generate.py --shape 370m --dtype float32,bfloat16,q8_0   # + Q8_0
+    .venv/bin/python bench/generate.py --gguf model.gguf --paths mamba2c   # a GGUF file's model
 
 Per (model, dtype, prefill) the paths alternate in one process: after a short warm-up
 (generate with 4 new tokens, each path), round r runs each path's generate(decode new
@@ -29,6 +31,12 @@ average (os.getloadavg) is printed with every table. --breakdown splits mamba2c'
 token into the GEMVs (in_proj, out_proj, lm_head: torch), the C step ops (per layer
 block norm, conv step, SSD step, gated norm: the replayed calls alone) and the rest (the
 residual adds, dtype copies, embedding, final norm, sampling-free Python of the step).
+--dtype q8_0: the float32 model after MambaLMHeadModel.quantize("q8_0") (in_proj / out_proj
+Q8_0, embedding and lm_head bf16); only the mamba2c path runs it (transformers has no Q8_0),
+its tokens are not compared. --gguf FILE: the model of a GGUF file (models.from_gguf; Q8_0
+tensors of the file stay Q8_0 for the decode GEMV), mamba2c path only. The bound counts the
+bytes a decode token reads: each projection's GEMV weight (Q8_0: 34 bytes per 32) and every
+other parameter once.
 """
 from __future__ import annotations
 
@@ -81,6 +89,18 @@ class Clock:
 
     def end(self):
         pass
+
+
+def decode_bytes(model) -> int:
+    """Bytes of weights a decode token reads: a Linear's C GEMV weight (gemv_weight, set by
+    quantize / from_gguf) instead of its float weight, every other parameter once (a tied
+    embedding / lm_head once)."""
+    gemv = {}
+    for mod in model.modules():
+        g = getattr(mod, "gemv_weight", None)
+        if g is not None:
+            gemv[id(mod.weight)] = g.data.numel() * g.data.element_size()
+    return sum(gemv.get(id(q), q.numel() * q.element_size()) for q in model.parameters())
 
 
 def build(shape: dict, dtype, vocab: int, d_state: int):
@@ -158,12 +178,26 @@ def breakdown(ours, ids, n, reps):
             return None
         lm_w = dec.lm_w
         hf_ = torch.zeros(1, lm_w.shape[1], dtype=lm_w.dtype)
+        from mamba2c._native.context import _state
+        _state()
+
+        ctx = _context(_backend_code())
 
         def gemv():
-            for c, in_wt, in_b, out_wt, out_b in pl.calls:
-                torch.mm(pl.nh, in_wt, out=pl.zx)
-                torch.mm(pl.gin, out_wt, out=pl.h)
-            F.linear(hf_, lm_w)
+            for c, in_wt, in_b, out_wt, out_b, c_in, c_out in pl.calls:
+                if c_in is not None:
+                    c_in(ctx)
+                else:
+                    torch.mm(pl.nh, in_wt, out=pl.zx)
+                if c_out is not None:
+                    c_out(ctx)
+                else:
+                    torch.mm(pl.gin, out_wt, out=pl.h)
+            if dec.lm_gemv:
+                from mamba2c.models.quant import linear
+                linear(hf_.float(), dec.lm_gemv)
+            else:
+                F.linear(hf_, lm_w)
 
         def cops():
             ctx = _context(_backend_code())
@@ -230,6 +264,7 @@ def main():
     p.add_argument("--d-state", type=int, default=128)
     p.add_argument("--paths", default=",".join(PATHS))
     p.add_argument("--breakdown", action="store_true")
+    p.add_argument("--gguf", default=None, help="run the model of this GGUF file instead")
     p.add_argument("--plot", default=None, help="write a bar chart (PNG) of the results")
     p.add_argument("--json", default=None, help="write the rows as JSON")
     a = p.parse_args()
@@ -242,24 +277,37 @@ def main():
            "x hf prefill", "x hf decode", "tokens vs hf"]
     tab = []
     t_start = time.perf_counter()
-    for sname in a.shape.split(","):
-        shape = dict(SHAPES[sname])
-        if a.layers:
-            shape["layers"] = a.layers
-        mname = f"{sname}" + (f"/{shape['layers']}L" if a.layers else "")
-        for dname in a.dtype.split(","):
-            dtype = getattr(torch, dname)
+    shapes = ["gguf"] if a.gguf else a.shape.split(",")
+    for sname in shapes:
+        if a.gguf:
+            mname = os.path.basename(a.gguf)
+        else:
+            shape = dict(SHAPES[sname])
+            if a.layers:
+                shape["layers"] = a.layers
+            mname = f"{sname}" + (f"/{shape['layers']}L" if a.layers else "")
+        for dname in (["gguf"] if a.gguf else a.dtype.split(",")):
             torch.manual_seed(0)
-            hf, ours = build(shape, dtype, a.vocab, a.d_state)
-            wbytes = sum(q.numel() * q.element_size() for q in ours.parameters())
+            if a.gguf:
+                from mamba2c.models import from_gguf
+                hf, ours = None, from_gguf(a.gguf).eval()
+            else:
+                q8 = dname == "q8_0"
+                hf, ours = build(shape, torch.float32 if q8 else getattr(torch, dname), a.vocab,
+                                 a.d_state)
+                if q8:
+                    ours.quantize("q8_0")
+                    hf = None
+            wbytes = decode_bytes(ours)
+            vocab = a.vocab if hf is not None else ours.backbone.embedding.weight.shape[0]
             bw = stream_triad_gbs()
             bound = bw * 1e9 / wbytes
             print(f"# {mname} {dname}: {wbytes / 1e6:.0f} MB of weights; STREAM triad "
                   f"{bw:.1f} GB/s -> bound {bound:.2f} tok/s; {load()}", flush=True)
             for L in (int(x) for x in a.prefill.split(",")):
-                ids = torch.randint(0, a.vocab, (1, L), generator=torch.Generator().manual_seed(L))
+                ids = torch.randint(0, vocab, (1, L), generator=torch.Generator().manual_seed(L))
                 gens = {k: v for k, v in runners(hf, ours, ids).items()
-                        if k in a.paths.split(",")}
+                        if k in a.paths.split(",") and (hf is not None or k == "mamba2c")}
                 pre, gap, toks = time_paths(gens, a.decode, a.reps)
                 ref = toks.get("hf")
                 for k in gens:
@@ -279,7 +327,7 @@ def main():
                             f"{wbytes / 1e6:.0f} MB at {bw:.1f} GB/s; {load()})", hdr,
                             tab[-len(gens):])
             if a.breakdown and "mamba2c" in a.paths.split(","):
-                ids = torch.randint(0, a.vocab, (1, 16), generator=torch.Generator().manual_seed(1))
+                ids = torch.randint(0, vocab, (1, 16), generator=torch.Generator().manual_seed(1))
                 b = breakdown(ours, ids, 8, max(a.reps, 3))
                 if b is None:
                     print("# breakdown: the decode plan does not serve this model")

@@ -103,7 +103,8 @@ typedef enum mamba2_struct_id {
     MAMBA2_STRUCT_CONV1D_OPTIONS = 6,
     MAMBA2_STRUCT_CONV1D_GRADS = 7,
     MAMBA2_STRUCT_CONV1D_STEP_OPTIONS = 8,
-    MAMBA2_STRUCT_SSD_STEP_OPTIONS = 9
+    MAMBA2_STRUCT_SSD_STEP_OPTIONS = 9,
+    MAMBA2_STRUCT_LINEAR_OPTIONS = 10
 } mamba2_struct_id_t;
 
 /* sizeof the struct `id` in this library (0 for an unknown id). */
@@ -119,7 +120,10 @@ typedef enum mamba2_dtype {
     MAMBA2_DTYPE_BF16 = 2, /* activation storage of the fused SSD op (CPU and reference */
     MAMBA2_DTYPE_F16 = 3,  /* backends; see "dtypes" there), ssd_step's state_cache     */
     MAMBA2_DTYPE_I32 = 4,  /* index tensors (cu_seqlens)                                */
-    MAMBA2_DTYPE_I64 = 5
+    MAMBA2_DTYPE_I64 = 5,
+    MAMBA2_DTYPE_Q8_0 = 6  /* weights of mamba2_linear_forward only: GGUF's Q8_0 blocks of  */
+                           /* 32 elements, each 34 bytes: an f16 scale d, then 32 int8 q;   */
+                           /* element = d * q. mamba2_dtype_size() is 0 (no element size)   */
 } mamba2_dtype_t;
 
 #define MAMBA2_MAX_RANK 6
@@ -578,6 +582,44 @@ MAMBA2_API mamba2_status_t mamba2_ssd_step(mamba2_context_t *ctx,
                                            const mamba2_tensor_t *A, const mamba2_tensor_t *Bm,
                                            const mamba2_tensor_t *Cm,
                                            const mamba2_ssd_step_options_t *opts);
+
+/* ------------------------------------------------------------------------- */
+/* Linear layer for decode: matrix-vector and small-batch products           */
+/* ------------------------------------------------------------------------- */
+/*
+ * out[M,O] = (accumulate ? out : 0) + (x[M,I] · weight[O,I]ᵀ + bias[O])
+ * The products of a decode step (in_proj, out_proj, lm_head at batch M = 1..8): the cost is
+ * reading the weights once, so they may be stored narrow. Larger M works too (each group of
+ * two rows of x re-reads the weights, from cache when a block of rows fits).
+ * dtypes: x, out (and bias) F32 (CPU); F32 or F64 on the reference backend (bias follows x).
+ * weight: F32, BF16, or Q8_0 (GGUF's layout, row-major by output: row o is I/32 blocks of 34
+ * bytes, an f16 scale d then 32 int8 q, element d*q). For Q8_0, I and the row stride
+ * weight.stride[0] (in elements) must be multiples of 32 and the blocks need no alignment;
+ * row o starts at byte o * stride[0] / 32 * 34. weight.stride[1] is 1 for every dtype.
+ * Arithmetic is float32 (float64 on the reference, with the Q8_0 weights dequantized
+ * exactly); the CPU backend widens bf16 exactly and sums, per output element, the products
+ * in an order fixed by I and the kernel set alone: for Q8_0 the sum Σ q x of each block is
+ * taken in float32 and then multiplied by the block's scale and added (x is not quantized).
+ * So out[m,o] never depends on M, on m's position, on the thread count or on O. NaN or inf
+ * in x, weight or a Q8_0 scale propagates to the elements it enters. The bias is added to
+ * the float32 sum, and then (accumulate) that result to out.
+ * out is overwritten (accumulate == 0) or accumulated into; it may overlap no input. GPU
+ * backends: MAMBA2_STATUS_UNSUPPORTED. Needs no workspace.
+ */
+typedef struct mamba2_linear_options {
+    uint32_t struct_size;          /* sizeof(mamba2_linear_options_t), or 0 (v1)           */
+    const mamba2_tensor_t *bias;   /* [O] (x's dtype), or NULL                             */
+    int32_t accumulate;            /* nonzero: out += x Wᵀ + bias (a residual connection)  */
+} mamba2_linear_options_t;
+
+/* Defaults: struct_size set, no bias, out overwritten. */
+MAMBA2_API mamba2_linear_options_t mamba2_linear_options_default(void);
+
+/* opts may be NULL (defaults). */
+MAMBA2_API mamba2_status_t mamba2_linear_forward(mamba2_context_t *ctx, const mamba2_tensor_t *out,
+                                                 const mamba2_tensor_t *x,
+                                                 const mamba2_tensor_t *weight,
+                                                 const mamba2_linear_options_t *opts);
 
 /* ------------------------------------------------------------------------- */
 /* SSD staged chunk pipeline (SPEC §3), forward only                         */

@@ -43,6 +43,8 @@ static const struct_info infos[] = {
     [MAMBA2_STRUCT_SSD_STEP_OPTIONS] = {"mamba2_ssd_step_options_t",
                                         sizeof(mamba2_ssd_step_options_t),
                                         M2_END(mamba2_ssd_step_options_t, dt_limit_hi)},
+    [MAMBA2_STRUCT_LINEAR_OPTIONS] = {"mamba2_linear_options_t", sizeof(mamba2_linear_options_t),
+                                      M2_END(mamba2_linear_options_t, accumulate)},
 };
 #define NINFOS ((int)(sizeof infos / sizeof infos[0]))
 

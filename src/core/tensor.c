@@ -13,6 +13,7 @@ size_t mamba2_dtype_size(mamba2_dtype_t dtype) {
     case MAMBA2_DTYPE_F16: return 2;
     case MAMBA2_DTYPE_I32: return 4;
     case MAMBA2_DTYPE_I64: return 8;
+    case MAMBA2_DTYPE_Q8_0: return 0; /* 34-byte blocks of 32 elements: no element size */
     }
     return 0;
 }

@@ -18,6 +18,7 @@ const char *m2_dtype_name(mamba2_dtype_t d) {
     case MAMBA2_DTYPE_F16: return "f16";
     case MAMBA2_DTYPE_I32: return "i32";
     case MAMBA2_DTYPE_I64: return "i64";
+    case MAMBA2_DTYPE_Q8_0: return "q8_0";
     }
     return "unknown";
 }
@@ -52,7 +53,7 @@ static mamba2_status_t check_tensor(const char *name, const mamba2_tensor_t *t, 
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "%s has shape %s; expected %s = %s", name,
                         got, layout, exp);
     }
-    if ((unsigned)t->dtype > (unsigned)MAMBA2_DTYPE_I64)
+    if ((unsigned)t->dtype > (unsigned)MAMBA2_DTYPE_Q8_0)
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "%s has an unknown dtype (%d)", name,
                         (int)t->dtype);
     if (t->dtype != dtype) {

@@ -542,4 +542,66 @@ M2_INLINE void m2v_load_deint4(const float *p, m2v *a, m2v *b, m2v *c, m2v *d) {
  */
 #define M2_EXP_NEG_LIM (-88.0f) /* m2v_exp_neg(v), m2v_exp_neg_tab(v), m2v_exp(-v) clamp below it */
 
+/*
+ * Narrow weights (the decode linear layer, linear_kernels_impl.h): widen M2V_LEN stored
+ * weights to one m2v, exactly.
+ *   m2v_load_bf16(p)  p[0 .. M2V_LEN) bf16 (the top halves of float32s: a shift)
+ *   m2v_load_i8(p)    p[0 .. M2V_LEN) int8, converted to float (exact)
+ *   m2_load_f16(p)    one f16 at an unaligned address, to float (exact; NaN made quiet, as
+ *                     m2_f16_to_f32 in core/half.h does)
+ * The AVX2 and AVX-512 files using m2_load_f16 are compiled with -mf16c.
+ */
+#include <string.h>
+#if defined(M2_SIMD_AVX2)
+M2_INLINE m2v m2v_load_bf16(const uint16_t *p) {
+    const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+}
+M2_INLINE m2v m2v_load_i8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
+}
+M2_INLINE float m2_load_f16(const unsigned char *p) {
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return _cvtsh_ss(h);
+}
+#elif defined(M2_SIMD_AVX512)
+M2_INLINE m2v m2v_load_bf16(const uint16_t *p) {
+    const __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+}
+M2_INLINE m2v m2v_load_i8(const int8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)));
+}
+M2_INLINE float m2_load_f16(const unsigned char *p) {
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return _cvtsh_ss(h);
+}
+#elif defined(M2_SIMD_NEON)
+M2_INLINE m2v m2v_load_bf16(const uint16_t *p) {
+    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
+}
+M2_INLINE m2v m2v_load_i8(const int8_t *p) {
+    int32_t t;
+    memcpy(&t, p, sizeof t);
+    const int8x8_t b = vreinterpret_s8_s32(vdup_n_s32(t));
+    return vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(b))));
+}
+M2_INLINE float m2_load_f16(const unsigned char *p) {
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
+}
+#else
+#include "core/half.h"
+M2_INLINE m2v m2v_load_bf16(const uint16_t *p) { return m2_bf16_to_f32(*p); }
+M2_INLINE m2v m2v_load_i8(const int8_t *p) { return (float)*p; }
+M2_INLINE float m2_load_f16(const unsigned char *p) {
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return m2_f16_to_f32(h);
+}
+#endif
+
 #endif /* MAMBA2C_CPU_SIMD_H */

@@ -44,7 +44,7 @@ STATUS_BUSY = 7  # the context is in use by a call from another thread
 ABI_VERSION = 1  # MAMBA2C_ABI_VERSION this binding is written for
 
 # mamba2_dtype_t
-DT_F32, DT_F64, DT_BF16, DT_F16, DT_I32, DT_I64 = range(6)
+DT_F32, DT_F64, DT_BF16, DT_F16, DT_I32, DT_I64, DT_Q8_0 = range(7)
 TORCH_DTYPE = {
     torch.float32: DT_F32,
     torch.float64: DT_F64,
@@ -114,12 +114,15 @@ STRUCTS: Dict[str, Tuple[list, Optional[str], dict]] = {
     "conv1d_step_options": ([_SS, ("bias", _PTR), ("state_indices", _PTR), ("activation", _INT),
                              ("cache_seqlens", _PTR)],  # appended after ABI v1
                             "mamba2_conv1d_step_options_default", {}),
+    "linear_options": ([_SS, ("bias", _PTR), ("accumulate", _I32)],
+                       "mamba2_linear_options_default", {}),
 }
 
 # mamba2_struct_id_t: mamba2_struct_size(id), checked for every struct at load time
 STRUCT_IDS = {"tensor": 0, "ssd_options": 1, "ssd_grads": 2, "ssd_chunked_options": 3,
               "rmsnorm_gated_options": 4, "rmsnorm_gated_grads": 5, "conv1d_options": 6,
-              "conv1d_grads": 7, "conv1d_step_options": 8, "ssd_step_options": 9}
+              "conv1d_grads": 7, "conv1d_step_options": 8, "ssd_step_options": 9,
+              "linear_options": 10}
 
 _CODE = {_VP: "P", _I32: "i", _I64: "q", _F64: "d", _SZ: "N", ctypes.c_uint32: "I"}
 if _INT is not _I32:
@@ -188,6 +191,7 @@ RMSNORM_GRADS = LAYOUTS["rmsnorm_gated_grads"]
 CONV1D_OPTIONS = LAYOUTS["conv1d_options"]
 CONV1D_GRADS = LAYOUTS["conv1d_grads"]
 CONV1D_STEP_OPTIONS = LAYOUTS["conv1d_step_options"]
+LINEAR_OPTIONS = LAYOUTS["linear_options"]
 TSZ = TENSOR.size  # bytes of one descriptor slot
 
 # Per-rank tensor packers for the decode paths: data, dtype, rank, shape[:r], stride[:r]
@@ -241,6 +245,8 @@ PROTOTYPES = {
     "mamba2_conv1d_step": _ops(6),
     # ctx, state_cache, out, all_states, x, dt, A, Bm, Cm, opts
     "mamba2_ssd_step": _ops(10),
+    # ctx, out, x, weight, opts
+    "mamba2_linear_forward": _ops(5),
     # the staged pipeline (forward only)
     "mamba2_ssd_chunk_cumsum": _ops(6),   # ctx, dt_out, dA_cumsum, dt, A, opts
     "mamba2_ssd_bmm_chunk": _ops(5),      # ctx, CB, Bm, Cm, opts
@@ -278,6 +284,7 @@ SLOTS = {
     # the decode step's block: these 12 descriptors, then the options struct (see steps.py)
     "ssd_step": ("state", "out", "all_states", "x", "dt", "A", "B", "C", "D", "z", "dt_bias",
                  "state_indices", "options"),
+    "linear": ("out", "x", "weight", "bias"),
     "chunk_cumsum": ("dt_out", "dA_cumsum", "dt", "A", *CHUNKED_OPTION_TENSORS),
     "bmm_chunk": ("CB", "B", "C", *CHUNKED_OPTION_TENSORS),
     "chunk_state": ("states", "x", "B", "dt_out", "dA_cumsum", *CHUNKED_OPTION_TENSORS),

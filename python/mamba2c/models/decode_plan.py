@@ -9,11 +9,11 @@ is built, into memory the plan owns; a token then only replays the calls:
     per layer  residual add (torch, out=)         -> res
                [bf16: res rounded to the model dtype and widened, as the norm sees it]
                mamba2_rmsnorm_gated_forward (no gate)  the block's RMSNorm
-               in_proj   torch.mm(..., out=)       -> zx      (MKL / oneDNN GEMV)
+               in_proj   mamba2_linear_forward     -> zx      (the C GEMV; torch.mm for f16)
                mamba2_conv1d_step                  -> xbc     (cache updated in place)
                mamba2_ssd_step                     -> y       (state updated in place)
                mamba2_rmsnorm_gated_forward (gate z)
-               out_proj  torch.mm(..., out=)       -> h
+               out_proj  mamba2_linear_forward     -> h
 
 with no allocation, no descriptor packing and no dispatch in between: each C call is one
 ctypes call with constant arguments. The roundings are those of Mamba2.step and of the
@@ -25,6 +25,13 @@ Served: Mamba-2 mixers with the gated RMSNorm (rmsnorm=True, d_ssm == d_inner), 
 blocks, RMSNorm block norms with residual_in_fp32, float32 / bfloat16 / float16 weights,
 CPU tensors, float32 caches in the C layout. `plan_for` returns None otherwise and the
 decoder keeps its generic per-op path.
+
+The projections run on the C GEMV (mamba2_linear_forward) with the weight a Linear carries
+for it (`gemv_weight`, set by MambaLMHeadModel.quantize: Q8_0 or bf16) or else its own
+float32 / bfloat16 weight as is; the GEMV reads float32 activations and writes float32, so
+a half model's input is its dtype-rounded activation widened (exact) and the output is
+rounded to the model dtype, as torch's half matmul rounds them. float16 weights keep
+torch.mm. The lm_head of such a decoder runs on the same GEMV (generation._Decoder._final).
 """
 from __future__ import annotations
 
@@ -37,6 +44,7 @@ from .._native import abi, context, loader
 from .._native.abi import DT_F32, TENSOR_R
 from .._native.context import _context, _Scratch
 from .._native.tensors import _act_desc, _bc_desc, _desc, _out_desc
+from .quant import GemvWeight, LinearCall
 
 _F32 = torch.float32
 _HALF = (torch.bfloat16, torch.float16)
@@ -57,6 +65,18 @@ class _LayerCalls:
     """The packed descriptor memory of one layer's three C calls (kept alive here)."""
     __slots__ = ("norm", "conv", "ssd", "gnorm", "args_norm", "args_conv", "args_ssd",
                  "args_gnorm", "keep")
+
+
+def gemv_weight(lin_weight: torch.Tensor, module) -> Optional[GemvWeight]:
+    """The weight the C GEMV reads for a Linear: its `gemv_weight` (quantize()), else its
+    float32 / bfloat16 weight as is; None for other dtypes (torch.mm then)."""
+    g = getattr(module, "gemv_weight", None)
+    if g is not None and tuple(lin_weight.shape) == (g.O, g.I):
+        return g
+    w = lin_weight.detach()
+    if w.is_cpu and w.is_contiguous() and w.dtype in (_F32, torch.bfloat16) and w.dim() == 2:
+        return GemvWeight(w, "f32" if w.dtype is _F32 else "bf16", w.shape[0], w.shape[1])
+    return None
 
 
 def _norm_block(x, z, weight, out, rstd, eps, group_size, nbg):
@@ -158,6 +178,11 @@ class DecodePlan:
         self.grs = e(Bsz, G)
         self.gin = self.g_h if self.half else self.g32   # out_proj's input
         self.h = e(Bsz, d_model, d=dt)
+        # the C GEMV's float32 operands (half models: widened copies / rounded afterwards)
+        self.nh32 = e(Bsz, d_model) if self.half else self.nh
+        self.zx32 = e(Bsz, d_in) if self.half else self.zx
+        self.gin32 = e(Bsz, d_ssm) if self.half else self.gin
+        self.h32 = e(Bsz, d_model) if self.half else self.h
         self.calls = []
         for p in dec.layers:
             blk = p.blk
@@ -171,7 +196,11 @@ class DecodePlan:
                                            p.dt_bias, self.y, p.dt_lo, p.dt_hi)
             c.gnorm, c.args_gnorm = _norm_block(self.y.view(Bsz, d_ssm), self.z32, p.gnorm_w,
                                                 self.g32, self.grs, p.gnorm_eps, p.gsize, p.nbg)
-            self.calls.append((c, p.in_w.t(), p.in_b, p.out_w.t(), p.out_b))
+            m = p.mixer
+            gi, go = gemv_weight(p.in_w, m.in_proj), gemv_weight(p.out_w, m.out_proj)
+            c_in = None if gi is None else LinearCall(self.zx32, self.nh32, gi, p.in_b)
+            c_out = None if go is None else LinearCall(self.h32, self.gin32, go, p.out_b)
+            self.calls.append((c, p.in_w.t(), p.in_b, p.out_w.t(), p.out_b, c_in, c_out))
         lib = loader._lib if loader._lib is not None else loader.load()
         self.f_norm = lib.mamba2_rmsnorm_gated_forward
         self.f_conv = lib.mamba2_conv1d_step
@@ -205,7 +234,7 @@ class DecodePlan:
         res, zx, hb = self.res, self.zx, self.h
         mm, addmm = torch.mm, torch.addmm
         res.copy_(h)                                   # first layer: residual = hidden
-        for i, (c, in_wt, in_b, out_wt, out_b) in enumerate(self.calls):
+        for i, (c, in_wt, in_b, out_wt, out_b, c_in, c_out) in enumerate(self.calls):
             if i:
                 torch.add(res, hb, out=res)            # residual = hidden + residual
             if half and not fused:                     # norm(residual.to(dtype))
@@ -218,7 +247,13 @@ class DecodePlan:
                 loader._raise_status(st, "mamba2_rmsnorm_gated_forward")
             if half:
                 self.nh.copy_(self.n32)
-            if in_b is None:
+            if c_in is not None:
+                if half:
+                    self.nh32.copy_(self.nh)
+                c_in(ctx)
+                if half:
+                    zx.copy_(self.zx32)
+            elif in_b is None:
                 mm(self.nh, in_wt, out=zx)
             else:
                 addmm(in_b, self.nh, in_wt, out=zx)
@@ -243,7 +278,13 @@ class DecodePlan:
                 loader._raise_status(st, "mamba2_rmsnorm_gated_forward")
             if half:
                 self.g_h.copy_(self.g32)
-            if out_b is None:
+            if c_out is not None:
+                if half:
+                    self.gin32.copy_(self.g_h)
+                c_out(ctx)
+                if half:
+                    hb.copy_(self.h32)
+            elif out_b is None:
                 mm(self.gin, out_wt, out=hb)
             else:
                 addmm(out_b, self.gin, out_wt, out=hb)

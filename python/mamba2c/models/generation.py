@@ -68,13 +68,25 @@ class _Layer:
     __slots__ = ("blk", "mixer", "in_w", "in_b", "split", "xbc_split", "conv_w", "conv_b",
                  "A", "D", "dt_bias", "dt_lo", "dt_hi", "conv_state", "ssm_state", "H", "P",
                  "G", "N", "gnorm_w", "gnorm_eps", "gsize", "nbg", "z_in_scan", "out_w", "out_b",
-                 "d_mlp", "dtype")
+                 "d_mlp", "dtype", "in_g", "out_g")
+
+
+def _proj(x: Tensor, w: Tensor, b: Optional[Tensor], g) -> Tensor:
+    """A decode projection: the C GEMV on CPU activations when the weight has a GemvWeight
+    g (float32 in and out: a half input widened exactly, the result rounded to its dtype, as
+    the decode plan does), else F.linear."""
+    if g is None or not x.is_cpu:
+        return F.linear(x, w, b)
+    from .quant import linear
+    y = linear(x.reshape(-1, x.shape[-1]).to(torch.float32), g, b)
+    return y.view(*x.shape[:-1], g.O).to(x.dtype)
 
 
 class _Decoder:
     """The per-token decode of a MambaLMHeadModel over caches filled by a prefill."""
 
     def __init__(self, model, caches):
+        from .decode_plan import gemv_weight
         from .mamba_lm import add_norm
         self.add_norm = add_norm
         bb = model.backbone
@@ -84,6 +96,7 @@ class _Decoder:
         self.fused = bb.fused_add_norm
         self.r32 = bb.residual_in_fp32
         self.lm_w = model.lm_head.weight
+        self.lm_gemv = None   # the lm_head's C GEMV weight (decode plan only; False: none)
         f32 = torch.float32
         self.layers = []
         self.plan = None      # decode_plan.DecodePlan, built at the first step (False: none)
@@ -109,11 +122,13 @@ class _Decoder:
             p.out_w, p.out_b = m.out_proj.weight, m.out_proj.bias
             p.d_mlp = m.d_mlp
             p.dtype = m.in_proj.weight.dtype
+            p.in_g = gemv_weight(p.in_w, m.in_proj)     # the C GEMV's weights (CPU; None:
+            p.out_g = gemv_weight(p.out_w, m.out_proj)  # F.linear), as the decode plan's
             self.layers.append(p)
 
     def _mixer(self, p: _Layer, h: Tensor) -> Tensor:
         Bsz = h.shape[0]
-        zx = F.linear(h, p.in_w, p.in_b)                            # [B, d_in_proj]
+        zx = _proj(h, p.in_w, p.in_b, p.in_g)                       # [B, d_in_proj]
         z0, x0, z, xBC, dt = torch.split(zx, p.split, dim=-1)
         if p.conv_state.dtype == torch.float32 and p.conv_state.stride(-1) == 1:
             xBC = _native.conv1d_step(xBC, p.conv_state, p.conv_w, p.conv_b, True)
@@ -139,7 +154,7 @@ class _Decoder:
             y = torch.cat([F.silu(z0) * x0, y], dim=-1)
         if y.dtype != p.dtype:
             y = y.to(p.dtype)
-        return F.linear(y, p.out_w, p.out_b)
+        return _proj(y, p.out_w, p.out_b, p.out_g)
 
     def step(self, tokens: Tensor) -> Tensor:
         """tokens [B] -> logits [B, vocab] for the next position; caches advance by one."""
@@ -172,7 +187,10 @@ class _Decoder:
         else:
             residual = (h + residual) if residual is not None else h
             h = nf(residual.to(dtype=nf.weight.dtype))
-        return F.linear(h, self.lm_w)
+        if self.lm_gemv is None:
+            from .decode_plan import gemv_weight
+            self.lm_gemv = gemv_weight(self.lm_w, self.model.lm_head)
+        return _proj(h, self.lm_w, None, self.lm_gemv)
 
 
 class GenerationMixin:

@@ -45,7 +45,8 @@ ssm_out) take the file's dtype; norms, conv1d, biases, A and D stay float32, and
 matrix whose rows are not a multiple of 32 falls back to f16.
 
 Reading accepts F32, F16, BF16 and Q8_0 tensors (all dequantized to float32, then cast to
-`dtype`). Everything is read and checked before the model is built: a file that is not GGUF,
+`dtype`); a Q8_0 projection (ssm_in, ssm_out, output or a tied token_embd) also keeps the
+file's bytes as its decode GEMV weight (`gemv_weight`), so the CPU decode streams Q8_0. Everything is read and checked before the model is built: a file that is not GGUF,
 is truncated, is of another architecture, lacks a key or tensor, has an extra tensor, a shape
 that disagrees with the metadata, or a tensor type outside those four raises ValueError (a
 non-str path TypeError) naming it. A_log is recovered as log(-A), nudged by ulps so that
@@ -221,6 +222,9 @@ def _read(path: str):
                 raise ValueError(f"mamba2c.from_gguf: {path!r} is truncated: tensor {name!r} "
                                  f"needs bytes up to {t.data_offset + t.n_bytes}, the file has "
                                  f"{size}")
+            if ttype == "Q8_0" and len(ne) == 2:  # the bytes too, for the decode GEMV
+                meta.setdefault("q8_0", {})[name] = np.array(t.data, dtype=np.uint8,
+                                                             copy=True).reshape(ne[1], -1)
             a = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
             a = np.array(a, dtype=np.float32, copy=True).reshape(tuple(reversed(ne)))
             arrays[name] = a
@@ -290,7 +294,28 @@ def from_gguf(path, dtype: Optional[torch.dtype] = None, device=None,
     model.backbone.norm_f.eps = eps
     if dtype is not None or device is not None:
         model = model.to(device=device, dtype=dtype)
+    _keep_q8_0(model, meta)
     return model.eval()
+
+
+def _keep_q8_0(model: MambaLMHeadModel, meta: dict) -> None:
+    """The file's Q8_0 matrices stay Q8_0 for the CPU decode: each projection whose tensor
+    is Q8_0 gets the file's bytes as its C GEMV weight (`gemv_weight`, as quantize() sets);
+    its float weight holds their exact dequantized values for prefill."""
+    from .quant import GemvWeight
+    q = meta.get("q8_0", {})
+    if not q:
+        return
+    mods = {"output.weight": model.lm_head}
+    if meta["tied"]:
+        mods["token_embd.weight"] = model.lm_head
+    for i, blk in enumerate(model.backbone.layers):
+        mods[f"blk.{i}.ssm_in.weight"] = blk.mixer.in_proj
+        mods[f"blk.{i}.ssm_out.weight"] = blk.mixer.out_proj
+    for name, mod in mods.items():
+        if name in q and mod.weight.is_cpu:
+            O, I = mod.weight.shape
+            mod.gemv_weight = GemvWeight(torch.from_numpy(q[name]).contiguous(), "q8_0", O, I)
 
 
 # -- writing ------------------------------------------------------------------------------

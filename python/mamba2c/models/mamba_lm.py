@@ -230,6 +230,55 @@ class MambaLMHeadModel(nn.Module, GenerationMixin):
             hidden_states = hidden_states[:, -num_last_tokens:]
         return CausalLMOutput(logits=self.lm_head(hidden_states))
 
+    # -- weight formats of the CPU decode ---------------------------------------------------
+
+    def quantize(self, fmt: str = "q8_0", embedding: Optional[str] = "bf16",
+                 lm_head: Optional[str] = "bf16") -> "MambaLMHeadModel":
+        """Quantize the mixers' in_proj / out_proj weights to GGUF's Q8_0 (fmt "q8_0"; or
+        "bf16") for the CPU decode, in place; returns self.
+
+        Each Linear keeps a float weight holding the quantized values (d * q, rounded to the
+        model dtype: exact in float32), which prefill and every non-decode path use, and gets
+        the packed weight (models.quant.GemvWeight, attribute `gemv_weight`) that the decode
+        step's C GEMV (mamba2_linear_forward) streams instead. embedding: "bf16" rounds the
+        embedding table to bfloat16 values (None: unchanged). lm_head: "bf16" (default),
+        "q8_0" or None (float as is) for its decode GEMV, its float weight rounded the same
+        way; a tied lm_head / embedding is rounded by embedding's choice, then
+        lm_head's. The packed weights add to the float ones in memory (the float copies
+        serve prefill).
+        """
+        from .quant import GemvWeight
+        fmts = ("q8_0", "bf16", "f32", None)
+        for name, f in (("fmt", fmt), ("embedding", embedding), ("lm_head", lm_head)):
+            if f not in fmts or (name == "fmt" and f is None):
+                raise ValueError(f"quantize: {name}={f!r}; expected one of {fmts}")
+
+        @torch.no_grad()
+        def convert(lin: nn.Linear, f: Optional[str]):
+            w = lin.weight
+            if f is None:
+                return
+            if f == "q8_0" and w.shape[1] % 32:
+                raise ValueError(f"quantize: a weight of shape {list(w.shape)} has rows that "
+                                 f"are not a multiple of Q8_0's 32-element block")
+            g = GemvWeight.of(w.detach().cpu(), f)
+            w.copy_(g.dequantized().to(w.dtype))
+            lin.gemv_weight = g
+
+        for blk in self.backbone.layers:
+            m = blk.mixer
+            for lin in (m.in_proj, m.out_proj):
+                convert(lin, fmt)
+        emb = self.backbone.embedding.weight
+        if embedding == "bf16":
+            with torch.no_grad():
+                emb.copy_(emb.to(torch.bfloat16).to(emb.dtype))
+        elif embedding == "q8_0":
+            with torch.no_grad():
+                emb.copy_(GemvWeight.of(emb.detach().cpu(), "q8_0").dequantized().to(emb.dtype))
+        convert(self.lm_head, lm_head)
+        return self
+
     # -- local save / load ------------------------------------------------------------------
 
     def save_pretrained(self, save_directory: str, safe_serialization: Optional[bool] = None):

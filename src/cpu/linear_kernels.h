@@ -1,0 +1,42 @@
+/*
+ * linear_kernels.h — the CPU backend's decode linear-layer kernels: one table per
+ * instruction set, same signatures (the arrangement of rmsnorm_kernels.h).
+ *
+ * linear_cpu.c (row blocks, threads, bias and accumulation) calls these through an
+ * m2_linear_kernels table chosen from ctx->isa. A tile kernel computes the dot products of
+ * NR weight rows with MB rows of x and writes them, unrounded beyond float32, to
+ * res[m * 4 + r] (m < MB, r < NR). Each (r, m) product is one float32 accumulator chain over
+ * vectors of I (Q8_0: over 32-element blocks, Σ q x of a block times its scale), reduced over
+ * lanes, then the scalar tail: the same operations in every tile shape, so a result never
+ * depends on which tile (or which thread) computed it.
+ */
+#ifndef MAMBA2C_CPU_LINEAR_KERNELS_H
+#define MAMBA2C_CPU_LINEAR_KERNELS_H
+
+#include <stdint.h>
+
+#include "core/ksets.h"
+
+/* w: row 0 of the tile; row r at w + r * w_row_bytes. x: row 0; row m at x + m * x_stride. */
+typedef void (*m2_lin_tile_fn)(int64_t I, const unsigned char *w, int64_t w_row_bytes,
+                               const float *x, int64_t x_stride, float *res);
+
+/* weight formats, in table order */
+enum { M2_LIN_F32 = 0, M2_LIN_BF16 = 1, M2_LIN_Q8_0 = 2, M2_LIN_NFMT = 3 };
+/* tile shapes NR x MB, in table order */
+enum { M2_LIN_4x1 = 0, M2_LIN_2x2 = 1, M2_LIN_2x1 = 2, M2_LIN_1x2 = 3, M2_LIN_1x1 = 4, M2_LIN_NTILE = 5 };
+
+typedef struct m2_linear_kernels {
+    const char *isa;
+    m2_lin_tile_fn tile[M2_LIN_NFMT][M2_LIN_NTILE];
+} m2_linear_kernels;
+
+extern const m2_linear_kernels m2_linear_kernels_scalar;  /* linear_kernels_scalar.c       */
+#if defined(M2_KSETS_X86)
+extern const m2_linear_kernels m2_linear_kernels_avx2;    /* linear_kernels_avx2.c         */
+extern const m2_linear_kernels m2_linear_kernels_avx512;  /* linear_kernels_avx512.c       */
+#elif defined(M2_KSETS_NEON)
+extern const m2_linear_kernels m2_linear_kernels_neon;    /* linear_kernels_neon.c         */
+#endif
+
+#endif /* MAMBA2C_CPU_LINEAR_KERNELS_H */

@@ -1,0 +1,10 @@
+/*
+ * linear_kernels_neon.c — the decode linear-layer kernels for AArch64 with Advanced SIMD (NEON).
+ * Compiled into AArch64 builds only (CMakeLists.txt) and called when ctx->isa == M2_ISA_NEON.
+ * The kernel text is linear_kernels_impl.h over simd.h's 4-lane NEON mapping.
+ */
+#define M2_SIMD_NEON 1
+#define M2_KSUFFIX __neon
+#include "cpu/linear_kernels_impl.h"
+
+const m2_linear_kernels m2_linear_kernels_neon = {"neon", M2_LIN_TABLE};
