@@ -699,6 +699,12 @@ mamba2_status_t m2_cpu_conv1d_step(mamba2_context_t *ctx, const m2_conv1d_proble
     }
     J.ncb = ceil_div(pr->C, CB);
     J.ld = pack_width(pr);
-    m2_cpu_run_tasks(ctx, pr->B * J.ncb, step_task, &J);
+    /* as above: a step moving little data runs on the calling thread (e.g. transformers'
+     * [B,C,K] cache, Lc = W, at batch 1) */
+    const int64_t bytes = pr->B * pr->C * (int64_t)sizeof(float) * (2 * pr->L + pr->Lc);
+    if (bytes < STEP_SERIAL_BYTES || !ctx->pool)
+        for (int64_t t = 0; t < pr->B * J.ncb; t++) step_task(&J, t, 0);
+    else
+        m2_cpu_run_tasks(ctx, pr->B * J.ncb, step_task, &J);
     return MAMBA2_STATUS_OK;
 }
