@@ -109,8 +109,10 @@ def _decode(self, fam, hidden_states, cache, attention_mask):
     z_in = fam.falcon and not self.mamba_rms_norm and not fam.counts
     y = _steps.ssd_step(state, x, dt, A, Bm, Cm, self.D.float(),
                         gate.view(Bsz, H, P) if z_in else None, self.dt_bias.float(), True)
-    if y is NotImplemented:  # a layout the binding declines: nothing was written
-        return None
+    if y is NotImplemented:  # not reached: every case the binding declines is excluded above
+        raise RuntimeError(f"mamba2c.hf: layer {idx}: the C SSD step declined a decode step "
+                           f"after the conv state had advanced (state {tuple(state.shape)} "
+                           f"{state.dtype}, x {x.dtype})")
     y = y.view(Bsz, 1, H * P)
     if not fam.falcon or self.mamba_rms_norm:
         y = self.norm(y, gate)
