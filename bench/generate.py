@@ -13,6 +13,12 @@ and greedy decode, tokens/s, three paths with the same weights:
     .venv/bin/python bench/generate.py --plot docs/generate.png --json out.json --breakdown
     .venv/bin/python bench/generate.py --shape 370m --dtype float32,bfloat16,q8_0   # + Q8_0
     .venv/bin/python bench/generate.py --gguf model.gguf --paths mamba2c   # a GGUF file's model
+    .venv/bin/python bench/generate.py --family mamba2,bamba,granitemoehybrid,falcon_h1,nemotron_h,zamba2
+
+--family: each family's published small checkpoint's shapes (FAMILIES below: widths, heads,
+state size, layer pattern, vocabulary; random weights, nothing downloaded), cut to a window
+of its layer pattern that holds an attention (or MLP / hybrid) layer where the family has
+one (--layers N: the first N layers of the window instead), paths hf and hf+mamba2c.
 
 Per (model, dtype, prefill) the paths alternate in one process: after a short warm-up
 (generate with 4 new tokens, each path), round r runs each path's generate(decode new
@@ -57,6 +63,87 @@ from mamba2c.hf import use_mamba2c_in_transformers  # noqa: E402
 from mamba2c.models import from_transformers  # noqa: E402
 
 SHAPES = {"370m": dict(layers=48, d_model=1024), "130m": dict(layers=24, d_model=768)}
+
+
+def _pattern(n, attn, a="attention", m="mamba"):
+    return [a if i in attn else m for i in range(n)]
+
+
+# Each family's smallest published checkpoint with a Mamba-2 mixer, its config.json values
+# (transformers config class, keyword arguments) and the window of its layer pattern the
+# benchmark builds by default (start, count): the full models take minutes per token here.
+FAMILIES = {
+    # state-spaces/mamba2-370m
+    "mamba2": ("Mamba2Config", "Mamba2ForCausalLM", dict(
+        vocab_size=50288, hidden_size=1024, num_hidden_layers=48, state_size=128, expand=2,
+        head_dim=64, num_heads=32, n_groups=1, conv_kernel=4, chunk_size=256,
+        tie_word_embeddings=True), (0, 8)),
+    # ibm-fms/Bamba-9B (the only Bamba checkpoint): attention at layers 9, 18, 27
+    "bamba": ("BambaConfig", "BambaForCausalLM", dict(
+        vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        attn_layer_indices=[9, 18, 27], num_attention_heads=32, num_key_value_heads=8,
+        mamba_n_heads=128, mamba_d_head=64, mamba_n_groups=1, mamba_d_state=128,
+        mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=256, tie_word_embeddings=False),
+        (8, 3)),
+    # ibm-granite/granite-4.0-h-micro (dense: no experts): attention at 5, 15, 25, 35
+    "granitemoehybrid": ("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM", dict(
+        vocab_size=100352, hidden_size=2048, intermediate_size=8192,
+        shared_intermediate_size=8192, num_hidden_layers=40,
+        layer_types=_pattern(40, (5, 15, 25, 35)), num_attention_heads=32,
+        num_key_value_heads=8, num_local_experts=0, num_experts_per_tok=0, mamba_n_heads=64,
+        mamba_d_head=64, mamba_n_groups=1, mamba_d_state=128, mamba_d_conv=4, mamba_expand=2,
+        mamba_chunk_size=256, embedding_multiplier=12, logits_scaling=8,
+        attention_multiplier=0.015625, tie_word_embeddings=True), (2, 6)),
+    # tiiuae/Falcon-H1-0.5B-Base: attention, Mamba and MLP in every layer
+    "falcon_h1": ("FalconH1Config", "FalconH1ForCausalLM", dict(
+        vocab_size=32784, hidden_size=1024, intermediate_size=2048, num_hidden_layers=36,
+        num_attention_heads=8, num_key_value_heads=2, mamba_d_ssm=1536, mamba_n_heads=24,
+        mamba_d_head=64, mamba_n_groups=1, mamba_d_state=128, mamba_d_conv=4, mamba_expand=2,
+        mamba_chunk_size=128, mamba_rms_norm=False, mamba_norm_before_gate=False,
+        tie_word_embeddings=False), (0, 4)),
+    # nvidia/Nemotron-H-8B-Base-8K (transformers' NemotronHConfig defaults): the pattern
+    # M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M- (M Mamba, * attention, - MLP)
+    "nemotron_h": ("NemotronHConfig", "NemotronHForCausalLM", dict(
+        vocab_size=131072, hidden_size=4096, intermediate_size=21504,
+        layers_block_type=[{"M": "mamba", "*": "attention", "-": "mlp"}[c] for c in
+                           "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"],
+        num_attention_heads=32, num_key_value_heads=8, head_dim=128, mamba_num_heads=128,
+        mamba_head_dim=64, n_groups=8, ssm_state_size=128, conv_kernel=4, expand=2,
+        chunk_size=128, tie_word_embeddings=False), (4, 5)),
+    # Zyphra/Zamba2-2.7B: a shared attention block ("hybrid") after every 6 Mamba layers
+    "zamba2": ("Zamba2Config", "Zamba2ForCausalLM", dict(
+        vocab_size=32000, hidden_size=2560, intermediate_size=10240, num_hidden_layers=54,
+        layers_block_type=_pattern(54, (6, 12, 18, 24, 30, 36, 42, 47, 51), "hybrid"),
+        mamba_d_state=64, mamba_d_conv=4, mamba_expand=2, mamba_ngroups=1, n_mamba_heads=80,
+        num_attention_heads=32, num_key_value_heads=32, num_mem_blocks=2, adapter_rank=128,
+        chunk_size=256, tie_word_embeddings=True), (0, 7)),
+}
+_LAYER_KEYS = ("layer_types", "layers_block_type")
+
+
+def build_family(name: str, dtype, layers=None):
+    """A random-weight model of family `name` (FAMILIES), cut to its layer window; returns
+    (model, description of the window)."""
+    import transformers
+    cfg_name, model_name, kw, (start, count) = FAMILIES[name]
+    kw = dict(kw)
+    total = kw.get("num_hidden_layers") or len(next(kw[k] for k in _LAYER_KEYS if k in kw))
+    if layers:
+        count = layers
+    end = min(start + count, total)
+    for k in _LAYER_KEYS:
+        if k in kw:
+            kw[k] = kw[k][start:end]
+    if "attn_layer_indices" in kw:
+        kw["attn_layer_indices"] = [i - start for i in kw["attn_layer_indices"] if start <= i < end]
+    if "num_hidden_layers" in kw:
+        kw["num_hidden_layers"] = end - start
+    kw.update(use_cache=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    cfg = getattr(transformers, cfg_name)(**kw)
+    torch.manual_seed(0)
+    model = getattr(transformers, model_name)(cfg).eval().to(dtype)
+    model.generation_config.pad_token_id = 0
+    return model, f"{name}[{start}:{end} of {total}]", kw["vocab_size"]
 PATHS = ("hf", "hf+mamba2c", "mamba2c")
 
 
@@ -267,11 +354,15 @@ def main():
     p.add_argument("--gguf", default=None, help="run the model of this GGUF file instead")
     p.add_argument("--plot", default=None, help="write a bar chart (PNG) of the results")
     p.add_argument("--json", default=None, help="write the rows as JSON")
+    p.add_argument("--family", default=None,
+                   help="comma-separated families of FAMILIES (paths hf and hf+mamba2c)")
     a = p.parse_args()
     a.reps = a.reps or 1
     setup(a)
     import transformers
     transformers.logging.set_verbosity_error()
+    if a.family:
+        return families(a)
     rows = []
     hdr = ["model", "dtype", "prefill", "path", "prefill tok/s", "decode tok/s", "of bound",
            "x hf prefill", "x hf decode", "tokens vs hf"]
@@ -348,6 +439,38 @@ def main():
             json.dump(rows, f, indent=1)
     if a.plot:
         plot(rows, a.plot, a.decode)
+
+
+def families(a):
+    """--family: prefill and decode tokens/s of hf and hf+mamba2c per family and dtype."""
+    hdr = ["family (layers)", "dtype", "prefill", "path", "prefill tok/s", "decode tok/s",
+           "x hf prefill", "x hf decode", "tokens vs hf", "load"]
+    tab, rows = [], []
+    t_start = time.perf_counter()
+    for fam in a.family.split(","):
+        for dname in a.dtype.split(","):
+            dtype = getattr(torch, dname)
+            hf, desc, vocab = build_family(fam, dtype, a.layers)
+            for L in (int(x) for x in a.prefill.split(",")):
+                ids = torch.randint(3, vocab, (1, L), generator=torch.Generator().manual_seed(L))
+                gens = {k: v for k, v in runners(hf, None, ids).items() if k != "mamba2c"}
+                pre, gap, toks = time_paths(gens, a.decode, a.reps)
+                for k in gens:
+                    same = "-" if k == "hf" else _same(toks[k], toks["hf"], L)
+                    ld = "%.1f" % os.getloadavg()[0]
+                    rows.append(dict(family=desc, dtype=dname, prefill=L, path=k,
+                                     prefill_tok_s=L / pre[k], decode_tok_s=1.0 / gap[k],
+                                     x_prefill=pre["hf"] / pre[k], x_decode=gap["hf"] / gap[k],
+                                     tokens=same, load=os.getloadavg()[0]))
+                    tab.append([desc, dname, L, k, f"{L / pre[k]:.1f}", f"{1.0 / gap[k]:.2f}",
+                                f"{pre['hf'] / pre[k]:.2f}", f"{gap['hf'] / gap[k]:.2f}", same, ld])
+                print_table(f"{desc} {dname} prefill {L} ({load()})", hdr, tab[-len(gens):])
+            del hf
+    print_table(f"all ({a.threads} threads; {load()}; {time.perf_counter() - t_start:.0f} s)",
+                hdr, tab)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -117,8 +117,8 @@ MAMBA2_API size_t mamba2_struct_size(mamba2_struct_id_t id);
 typedef enum mamba2_dtype {
     MAMBA2_DTYPE_F32 = 0,
     MAMBA2_DTYPE_F64 = 1,  /* reference backend only (float64 oracle, gradient checks) */
-    MAMBA2_DTYPE_BF16 = 2, /* activation storage of the fused SSD op (CPU and reference */
-    MAMBA2_DTYPE_F16 = 3,  /* backends; see "dtypes" there), ssd_step's state_cache     */
+    MAMBA2_DTYPE_BF16 = 2, /* activation storage of the fused SSD op and the decode    */
+    MAMBA2_DTYPE_F16 = 3,  /* steps (see "dtypes" there), ssd_step's state_cache        */
     MAMBA2_DTYPE_I32 = 4,  /* index tensors (cu_seqlens)                                */
     MAMBA2_DTYPE_I64 = 5,
     MAMBA2_DTYPE_Q8_0 = 6  /* weights of mamba2_linear_forward only: GGUF's Q8_0 blocks of  */
@@ -497,8 +497,14 @@ MAMBA2_API mamba2_status_t mamba2_conv1d_backward(
  * slot b and then B <= S. A negative index marks a padding row: its out row is left
  * untouched and no slot changes. Non-negative indices must be < S and distinct.
  * out is overwritten (except padding rows); conv_cache is read and updated in place and
- * may overlap nothing else (its own elements must be distinct). dtypes as for the forward.
- * Needs no workspace. Every backend (CPU, reference, OpenCL, CUDA) serves every layout and
+ * may overlap nothing else (its own elements must be distinct).
+ * dtypes: x, out and conv_cache share one dtype: F32, F64 (reference backend), or BF16/F16
+ * (CPU and reference backends: the conv1d_step of a bf16 model on its own cache, without
+ * copies). With BF16/F16 x, weight and bias are F32 or x's dtype (both the same); otherwise
+ * as for the forward. Arithmetic is float32 (float64 on the reference) on the widened
+ * values; each output is rounded once to nearest even, and the cache receives the inputs
+ * as they are (nothing rounded). The GPU backends return MAMBA2_STATUS_UNSUPPORTED for
+ * half activations here (F32 only). Needs no workspace. Every backend (CPU, reference, OpenCL, CUDA) serves every layout and
  * both modes.
  */
 typedef struct mamba2_conv1d_step_options {
@@ -541,10 +547,12 @@ MAMBA2_API mamba2_status_t mamba2_conv1d_step(mamba2_context_t *ctx, const mamba
  * and then B <= S is required. A negative index marks a padding row: its rows of out and
  * all_states are left untouched and no slot changes. Non-negative indices must be < S and
  * distinct.
- * dtypes: x, dt, Bm, Cm, z, out share one dtype, F32 (CPU and GPU backends) or F32/F64
- * (reference backend); A, D and dt_bias are F32 (F64 with F64 activations). state_cache is
- * F32, BF16 or F16 with F32 activations (F64 with F64 activations), and all_states has
- * state_cache's dtype. Arithmetic is float32 (float64 on the reference) whatever the state
+ * dtypes: x, dt, Bm, Cm, z, out share one dtype: F32 (every backend), F64 (reference
+ * backend), or BF16/F16 (CPU and reference backends; the GPU backends return
+ * MAMBA2_STATUS_UNSUPPORTED for half activations here). A, D and dt_bias are F32 (F64 with
+ * F64 activations). state_cache is F32, BF16 or F16 with F32/BF16/F16 activations (F64 with
+ * F64 activations), and all_states has state_cache's dtype. Half activations are widened to
+ * float32 on load and out is rounded once to nearest even. Arithmetic is float32 (float64 on the reference) whatever the state
  * storage: with a BF16/F16 state_cache each token loads the slot's state, updates it, computes
  * y from the unrounded updated state, and stores the state rounded once to nearest even (as
  * mamba_ssm's selective_state_update does for a half state). The state between two tokens is
@@ -552,8 +560,7 @@ MAMBA2_API mamba2_status_t mamba2_conv1d_step(mamba2_context_t *ctx, const mamba
  * calls with one token give the same result; all_states[b,t] holds the same rounded values.
  * (F32 states: the reference carries float64 across a call's tokens, the CPU and GPU
  * backends float32.) The CPU backend takes a BF16/F16 state_cache for N <= 4096 (larger N:
- * MAMBA2_STATUS_UNSUPPORTED). Half activations are not accepted here (convert them to F32;
- * they are small at decode).
+ * MAMBA2_STATUS_UNSUPPORTED), and half activations likewise for N <= 4096.
  * out and all_states are overwritten (padding rows excepted); state_cache may overlap no
  * other tensor, and no output may overlap an input. Needs no workspace.
  */
@@ -726,7 +733,8 @@ MAMBA2_API mamba2_status_t mamba2_ssd_chunk_scan(
  * option; float32, or bf16/f16 activation storage), the five staged SSD stages, the causal
  * conv1d (forward, backward, conv1d_step with every cache layout and cache_seqlens), the
  * gated RMSNorm (forward, backward) and ssd_step (float32 activations; F32/BF16/F16
- * state_cache).
+ * state_cache). The decode steps take float32 activations only here (half ones: the CPU
+ * and reference backends).
  *
  * Host mode: mamba2_context_create(&ctx, MAMBA2_BACKEND_OPENCL, n) opens the first available
  * OpenCL device, or the one MAMBA2C_OPENCL_DEVICE names (an index in `clinfo -l` order, or a

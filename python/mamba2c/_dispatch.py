@@ -146,9 +146,11 @@ def _conv1d_step_reason(x, conv_state, weight, bias, cache_seqlens) -> Optional[
     if W > 8:
         return "kernel width W > 8"
     want = torch.float64 if x.dtype == torch.float64 else torch.float32
-    if conv_state.dtype != want:
+    if conv_state.dtype != want and not (
+            conv_state.dtype in (torch.bfloat16, torch.float16) and x.dtype == conv_state.dtype
+            and x.is_cpu):
         return ("conv_state is not in the compute dtype (the C step updates a float32 cache in "
-                "place; float64 only with float64 x)")
+                "place, float64 only with float64 x, bf16/f16 with x of that dtype on the CPU)")
     if any(s < 0 for s in conv_state.stride()):
         return "conv_state has a negative stride"
     if cache_seqlens is not None and (
@@ -166,7 +168,7 @@ def conv1d_step(x: Tensor, conv_state: Tensor, weight: Tensor, bias: Optional[Te
     """mamba2_conv1d_step serves a conv_state [S,D,K] with K >= W-1 and any strides (the
     [S,D,W-1] cache, mamba_ssm's and transformers' [B,D,d_conv], causal-conv1d's channel-last
     views; it is updated in place, zero-copy) in the compute dtype (float32; float64 for
-    float64 x), with or without cache_seqlens (circular buffer: int32/int64 [B], values
+    float64 x; on the CPU also bf16/f16 with x of that dtype), with or without cache_seqlens (circular buffer: int32/int64 [B], values
     >= 0), W <= 8, no gradient needed. A CPU call it cannot serve goes to torch with a
     FallbackWarning (once per reason), or FallbackError under set_strict(True)."""
     if not _c_device(x) or not c_library():

@@ -14,6 +14,9 @@ active (and restores them afterwards):
     causal_conv1d_fn / causal_conv1d_update -> mamba2c's
     Mamba2RMSNormGated.forward         -> mamba2c.rmsnorm_fn(group_size=..., norm_before_gate=False)
                                           (MambaRMSNormGated before transformers 5.25)
+    the mixer's forward, one token with a cache -> the conv step, SSD step and gated norm in
+                                          C on the cache's own tensors, in place
+                                          (hf_decode.py); any other call: the mixer's own
 
     with mamba2c.hf.use_mamba2c_in_transformers():
         logits = model(input_ids).logits
@@ -30,7 +33,7 @@ import importlib
 
 import torch
 
-from . import _dispatch, interface
+from . import _dispatch, hf_decode, interface
 
 __all__ = ["use_mamba2c_in_transformers"]
 
@@ -207,6 +210,11 @@ def use_mamba2c_in_transformers():
             for cls in norms:
                 saved.append((cls, "forward", cls.forward))
                 cls.forward = _routed_norm(_norm_forward, cls.forward)
+            for cls in hf_decode.mixer_classes(mod):
+                f = hf_decode.decode_forward(mod, cls, cls.forward)
+                if f is not None:
+                    saved.append((cls, "forward", cls.forward))
+                    cls.forward = f
         yield
     finally:
         for obj, n, f in reversed(saved):

@@ -126,7 +126,8 @@ def conv1d_step(x: Tensor, conv_state: Tensor, weight: Tensor, bias: Optional[Te
     a circular buffer written at (cache_seqlens + t) % K (the caller advances it).
     C op, zero-copy, for any K >= W-1 and any conv_state strides (the [S,D,W-1] cache,
     mamba_ssm's / transformers' [B,D,d_conv], causal-conv1d's channel-last views) in the
-    compute dtype (float32; float64 with float64 x), with or without cache_seqlens (int32 /
+    compute dtype (float32; float64 with float64 x; on the CPU bf16/f16 with x of that dtype),
+    with or without cache_seqlens (int32 /
     int64, values >= 0), W <= 8, no gradient needed. torch otherwise — for CPU tensors with
     a FallbackWarning once per reason (FallbackError under mamba2c.set_strict(True));
     backend_of("conv1d_step", x, conv_state, weight, ...) tells beforehand."""

@@ -3,7 +3,8 @@
  * the entry points in conv1d_api.c hand it to a backend.
  *
  * One struct serves the three calls (forward, backward, step); the fields a call does not use
- * are zero. Every tensor is an m2_view (data pointer + element strides, PyTorch order); the
+ * are zero. act_dtype is F32 or F64, and for the step also BF16/F16 where the backend
+ * declares step_extra_act_dtypes (x, out and conv_cache share it). Every tensor is an m2_view (data pointer + element strides, PyTorch order); the
  * last dimension is contiguous, except for the step's conv_cache (any strides). A backend may assume: 1 <= W <= 8, C >= 1, shapes agree,
  * dtypes are ones it declared, outputs overlap no input (the step's conv_cache is the one
  * in-place tensor), cu_seqlens is valid (B == 1), state indices are < S and the non-negative
@@ -21,7 +22,8 @@ struct m2_conv1d_problem {
     int64_t nseq;             /* forward/backward: state rows S (B, or cu_seqlens length - 1)  */
     int64_t S;                /* step: conv_cache slots                                         */
     mamba2_dtype_t act_dtype; /* x, out, conv states, dout, dx, dfinal, dinit                   */
-    mamba2_dtype_t par_dtype; /* weight, bias, dweight, dbias                                   */
+    mamba2_dtype_t par_dtype; /* weight, bias, dweight, dbias (the step with BF16/F16 x:
+                               * F32 or x's dtype)                                              */
     int silu;                 /* activation: 1 SiLU, 0 none                                     */
 
     /* cu_seqlens (NULL when absent: sequence s is batch row s, tokens [0, L)) */

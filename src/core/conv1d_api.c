@@ -71,11 +71,21 @@ static mamba2_status_t validate(const conv_call *c, m2_conv1d_problem *pr) {
 
     /* dtypes: x decides the activation dtype; the backend must support it */
     mamba2_dtype_t adt = c->x->dtype;
-    M2_TRY(m2_check_act_dtype("x", adt, ops->act_dtypes, ops->name, call_name(c->kind)));
+    const int step_kind = c->kind == CALL_STEP;
+    M2_TRY(m2_check_act_dtype("x", adt,
+                              ops->act_dtypes | (step_kind ? ops->step_extra_act_dtypes : 0u),
+                              ops->name, call_name(c->kind)));
     mamba2_dtype_t pdt = adt == MAMBA2_DTYPE_F64 ? MAMBA2_DTYPE_F64 : MAMBA2_DTYPE_F32;
     const char *awhy = "the dtype of x";
     const char *pwhy = pdt == MAMBA2_DTYPE_F64 ? "weight and bias follow f64 activations"
                                                : "weight and bias are f32";
+    const int half_act = adt == MAMBA2_DTYPE_BF16 || adt == MAMBA2_DTYPE_F16;
+    if (half_act) {
+        /* the step with half activations: weight (and bias) f32, or x's own dtype */
+        if (c->weight && c->weight->dtype == adt) pdt = adt;
+        pwhy = adt == MAMBA2_DTYPE_BF16 ? "weight and bias are f32, or bf16 like x, both alike"
+                                        : "weight and bias are f32, or f16 like x, both alike";
+    }
 
     /* sizes: B, L, C from x ([B,L,C]; the step also takes [B,C]), W from weight [C,W] */
     const int xrank = c->x->rank;

@@ -187,6 +187,11 @@ typedef struct m2_backend_ops {
      * a designated initializer) = none. Kept apart from act_dtypes so that enabling half
      * storage for the SSD op does not let other ops' kernels see half data. */
     uint32_t ssd_extra_act_dtypes;
+    /* further activation dtypes the decode steps (mamba2_conv1d_step, mamba2_ssd_step)
+     * accept: BF16/F16 storage of the activations (and of the conv cache), float32
+     * arithmetic. 0 = none (those calls return MAMBA2_STATUS_UNSUPPORTED for half
+     * activations, naming the backend). */
+    uint32_t step_extra_act_dtypes;
     /* one entry per operator of core/ops.def, its signature given by its kind */
 #define M2_OP(name, problem, kind) mamba2_status_t (*name)(M2_OP_ARGS_##kind(problem));
 #include "core/ops.def"

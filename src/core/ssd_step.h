@@ -3,7 +3,9 @@
  * ssd_step_api.c hands it to a backend.
  *
  * A backend may assume: B, H, P, G, N >= 1, T >= 0, H % G == 0, shapes agree, dtypes are ones
- * it declared (state_dtype: F32/BF16/F16 with F32 activations, F64 with F64 ones), the last
+ * it declared (act_dtype: F32, F64, or BF16/F16 where the backend declares
+ * step_extra_act_dtypes; state_dtype: F32/BF16/F16 with F32/BF16/F16 activations, F64 with F64
+ * ones; par_dtype F32, F64 with F64 activations), the last
  * dimension of every tensor is contiguous, state_cache overlaps no other
  * tensor, out and all_states overlap nothing, state indices are < S and the non-negative ones
  * are distinct (so the (b, h) tasks touch disjoint slots).
@@ -18,8 +20,8 @@ struct m2_ssd_step_problem {
     int64_t S;                /* state_cache slots                                             */
     mamba2_dtype_t act_dtype; /* x, dt, Bm, Cm, z, out                                         */
     mamba2_dtype_t par_dtype; /* A, D, dt_bias                                                 */
-    mamba2_dtype_t state_dtype; /* state_cache, all_states: par_dtype, or BF16/F16 with F32
-                                 * activations (stored rounded after every token)           */
+    mamba2_dtype_t state_dtype; /* state_cache, all_states: par_dtype, or BF16/F16 with
+                                 * F32/BF16/F16 activations (stored rounded after every token) */
 
     int dt_softplus;
     double dt_lo, dt_hi;

@@ -53,7 +53,8 @@ static mamba2_status_t validate(const step_call *c, m2_ssd_step_problem *pr) {
 
     /* dtypes: x decides the activation dtype; the backend must support it */
     const mamba2_dtype_t adt = c->x->dtype;
-    M2_TRY(m2_check_act_dtype("x", adt, ops->act_dtypes, ops->name, "ssd_step"));
+    M2_TRY(m2_check_act_dtype("x", adt, ops->act_dtypes | ops->step_extra_act_dtypes, ops->name,
+                              "ssd_step"));
     const mamba2_dtype_t pdt = adt == MAMBA2_DTYPE_F64 ? MAMBA2_DTYPE_F64 : MAMBA2_DTYPE_F32;
     const char *awhy = "the dtype of x";
     const char *pwhy = pdt == MAMBA2_DTYPE_F64 ? "parameters and states follow f64 activations"
@@ -162,7 +163,7 @@ static mamba2_status_t validate(const step_call *c, m2_ssd_step_problem *pr) {
 
     /* state_cache: checked as an output (no self-overlap); it is read too. It may overlap no
      * input; the outputs are checked against it below. */
-    /* state storage: the parameters' dtype, or BF16/F16 with F32 activations */
+    /* state storage: the parameters' dtype, or BF16/F16 with F32/BF16/F16 activations */
     mamba2_dtype_t sdt = pdt;
     const char *swhy = pwhy;
     if (pdt == MAMBA2_DTYPE_F32 &&
@@ -171,7 +172,8 @@ static mamba2_status_t validate(const step_call *c, m2_ssd_step_problem *pr) {
     } else if (c->cache->dtype != pdt && (unsigned)c->cache->dtype <= (unsigned)MAMBA2_DTYPE_I64) {
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                         "state_cache has dtype %s; expected %s", m2_dtype_name(c->cache->dtype),
-                        pdt == MAMBA2_DTYPE_F32 ? "f32, bf16 or f16 (with f32 activations)"
+                        pdt == MAMBA2_DTYPE_F32 ? "f32, bf16 or f16 (with f32, bf16 or f16 "
+                                                  "activations)"
                                                 : "f64 (it follows f64 activations)");
     }
     if (sdt != pdt) swhy = "all_states has state_cache's dtype";

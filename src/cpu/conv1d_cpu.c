@@ -35,11 +35,13 @@
  * Decode step with one token per row and a packed cache (the common case): a task is a block
  * of channels over all rows, its weights packed once; the step kernel de-interleaves each
  * cache slot in registers and writes it back in place. Small steps run on the calling thread.
+ * BF16/F16 steps widen each block's inputs to float32 and run the forward kernel on them.
  */
 #include <stdint.h>
 #include <string.h>
 
 #include "core/conv1d.h"
+#include "core/half.h"
 #include "cpu/conv1d_kernels.h"
 #include "cpu/cpu.h"
 
@@ -581,10 +583,104 @@ static void step_task(void *arg, int64_t task, int thread) {
     }
 }
 
+/* BF16/F16 activations (x, out and conv_cache share the dtype; weight and bias F32 or that
+ * dtype): the general case's structure, per (row, block of HCB channels), with the inputs
+ * widened to float32 on the way in. The window buffer holds the W-1 history rows followed by
+ * up to HTCH token rows; fwd runs on it (history rows in front of the token rows), its float
+ * outputs are rounded once (to nearest even) into out, and the last W-1 rows slide to the
+ * front for the next tokens. Each channel sees fwd's float operations on the widened values,
+ * so the result is the float32 step's on the same (rounded) inputs, rounded once. The cache
+ * update copies elements (x and the cache share the dtype: nothing is rounded there). */
+#define HCB 256 /* channels per half-activation step task (about 48 KiB of stack) */
+#define HTCH 16 /* tokens per kernel call of the half-activation step */
+#if HCB % ALIGN != 0
+#error "HCB must be a multiple of M2C1_BLOCK_ALIGN"
+#endif
+
+static float half_at(const uint16_t *p, mamba2_dtype_t dt) {
+    return dt == MAMBA2_DTYPE_BF16 ? m2_bf16_to_f32(*p) : m2_f16_to_f32(*p);
+}
+
+static void step_half_task(void *arg, int64_t task, int thread) {
+    (void)thread;
+    const step_job *J = (const step_job *)arg;
+    const m2_conv1d_problem *pr = J->pr;
+    const int64_t b = task / J->ncb, cb = task % J->ncb;
+    const int64_t q = m2_conv1d_slot(pr, b);
+    if (q < 0) return; /* padding row: out and cache untouched */
+    const mamba2_dtype_t dt = pr->act_dtype;
+    const int64_t W1 = pr->W - 1, T = pr->L, c0 = cb * HCB, Lc = pr->Lc;
+    const int64_t n = pr->C - c0 < HCB ? pr->C - c0 : HCB;
+    const int64_t ld = J->ld, s1 = pr->cache.s[1], s2 = pr->cache.s[2];
+    const int64_t sl = pr->cache_seqlens ? m2_conv1d_seqlen(pr, b) : 0;
+    float wt[MAXW * HCB], win[(MAXW - 1 + HTCH) * HCB], ob[HTCH * HCB], hb[HCB];
+    if (pr->par_dtype == MAMBA2_DTYPE_F32) {
+        pack_weights(J->k, pr, c0, n, ld, wt);
+    } else {
+        const uint16_t *w = (const uint16_t *)pr->weight.p + c0 * pr->weight.s[0];
+        for (int64_t c = 0; c < n; c++)
+            for (int64_t k = 0; k < pr->W; k++)
+                wt[k * ld + c] = half_at(w + c * pr->weight.s[0] + k, pr->par_dtype);
+    }
+    const float *bias = NULL;
+    if (pr->bias.p && pr->par_dtype == MAMBA2_DTYPE_F32) {
+        bias = (const float *)pr->bias.p + c0;
+    } else if (pr->bias.p) {
+        m2_row_to_f32((const uint16_t *)pr->bias.p + c0, pr->par_dtype, n, hb);
+        bias = hb;
+    }
+    /* Lc == 0 (only with W = 1): the cache holds nothing and may have no data */
+    uint16_t *cache = Lc > 0 ? (uint16_t *)pr->cache.p + q * pr->cache.s[0] + c0 * s1 : NULL;
+    for (int64_t i = 0; i < W1; i++) {
+        const int64_t pos = m2_conv1d_cache_pos(pr, sl, i);
+        for (int64_t c = 0; c < n; c++) win[i * ld + c] = half_at(cache + c * s1 + pos * s2, dt);
+    }
+    /* T = 0: x and out may be empty tensors with no data (no offset from NULL) */
+    const uint16_t *x = pr->x.p ? (const uint16_t *)pr->x.p + b * pr->x.s[0] + c0 : NULL;
+    uint16_t *out = pr->out.p ? (uint16_t *)pr->out.p + b * pr->out.s[0] + c0 : NULL;
+    for (int64_t t0 = 0; t0 < T; t0 += HTCH) {
+        const int64_t nt = T - t0 < HTCH ? T - t0 : HTCH;
+        for (int64_t i = 0; i < nt; i++)
+            m2_row_to_f32(x + (t0 + i) * pr->x.s[1], dt, n, win + (W1 + i) * ld);
+        J->k->fwd(pr->W, pr->silu, nt, n, win + W1 * ld, ld, win, ld, wt, ld, bias, ob, ld);
+        for (int64_t i = 0; i < nt; i++)
+            m2_row_from_f32(out + (t0 + i) * pr->out.s[1], dt, n, ob + i * ld);
+        if (W1 > 0) memmove(win, win + nt * ld, (size_t)(W1 * ld) * sizeof(float));
+    }
+    if (Lc == 0 || T == 0) return;
+    if (pr->cache_seqlens) {
+        const int64_t p0 = sl % Lc;
+        for (int64_t t = 0; t < T; t++) {
+            const int64_t pos = (p0 + t % Lc) % Lc;
+            const uint16_t *xt = x + t * pr->x.s[1];
+            for (int64_t c = 0; c < n; c++) cache[c * s1 + pos * s2] = xt[c];
+        }
+        return;
+    }
+    for (int64_t c = 0; c < n; c++) {
+        uint16_t *cc = cache + c * s1;
+        for (int64_t i = 0; i < Lc; i++) {
+            const int64_t j = T + i; /* index into [old slot (Lc entries), x (T rows)] */
+            cc[i * s2] = j < Lc ? cc[j * s2] : x[(j - Lc) * pr->x.s[1] + c];
+        }
+    }
+}
+
 mamba2_status_t m2_cpu_conv1d_step(mamba2_context_t *ctx, const m2_conv1d_problem *pr) {
     step_job J;
     J.pr = pr;
     J.k = kernels_for(ctx);
+    if (pr->act_dtype != MAMBA2_DTYPE_F32) {
+        const int64_t ca = ceil_div(pr->C, ALIGN) * ALIGN;
+        const int64_t bytes = pr->B * pr->C * (int64_t)sizeof(uint16_t) * (2 * pr->L + pr->Lc);
+        J.ld = ca < HCB ? ca : HCB;
+        J.ncb = ceil_div(pr->C, HCB);
+        if (bytes < STEP_SERIAL_BYTES || !ctx->pool)
+            for (int64_t t = 0; t < pr->B * J.ncb; t++) step_half_task(&J, t, 0);
+        else
+            m2_cpu_run_tasks(ctx, pr->B * J.ncb, step_half_task, &J);
+        return MAMBA2_STATUS_OK;
+    }
     if (pr->L == 1 && pr->W > 1 && pr->Lc == pr->W - 1 && !pr->cache_seqlens &&
         pr->cache.s[2] == 1 && pr->cache.s[1] == pr->W - 1) {
         /* Equal blocks of at most STEP_CB channels (long contiguous runs of each cache slot);
@@ -603,6 +699,12 @@ mamba2_status_t m2_cpu_conv1d_step(mamba2_context_t *ctx, const m2_conv1d_proble
     }
     J.ncb = ceil_div(pr->C, CB);
     J.ld = pack_width(pr);
-    m2_cpu_run_tasks(ctx, pr->B * J.ncb, step_task, &J);
+    /* as above: a step moving little data runs on the calling thread (e.g. transformers'
+     * [B,C,K] cache, Lc = W, at batch 1) */
+    const int64_t bytes = pr->B * pr->C * (int64_t)sizeof(float) * (2 * pr->L + pr->Lc);
+    if (bytes < STEP_SERIAL_BYTES || !ctx->pool)
+        for (int64_t t = 0; t < pr->B * J.ncb; t++) step_task(&J, t, 0);
+    else
+        m2_cpu_run_tasks(ctx, pr->B * J.ncb, step_task, &J);
     return MAMBA2_STATUS_OK;
 }

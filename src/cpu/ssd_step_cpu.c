@@ -161,19 +161,115 @@ static void step_task_half(void *arg, int64_t task, int thread) {
     }
 }
 
+/*
+ * BF16/F16 activations (x, dt, Bm, Cm, z, out), with an F32, BF16 or F16 state_cache (task per
+ * (row, head) as above): token by token, Bm_t and Cm_t are widened to float scratch, and the
+ * state's rows are processed a block of at most RB rows at a time: x_t and z_t of the block
+ * widened, the rows widened too when the state is half (else used in place), the row kernel for
+ * that one token, a half state stored back rounded once (and into all_states[t]), the
+ * epilogue in float, and out rounded once. Every token runs the float operations of a
+ * one-token call on the widened values (rows are independent, so the blocking changes no
+ * result): the float32 step on the rounded inputs, with out rounded once.
+ */
+#define RB 64 /* state rows per block with half activations */
+
+static void step_task_hact(void *arg, int64_t task, int thread) {
+    (void)thread;
+    const step_job *job = (const step_job *)arg;
+    const m2_ssd_step_problem *pr = job->pr;
+    const m2_ssd_step_kernels *k = job->k;
+    const int64_t b = task / pr->H, h = task % pr->H, g = h / (pr->H / pr->G);
+    const int64_t q = m2_ssd_step_slot(pr, b);
+    if (q < 0) return; /* padding row */
+    const mamba2_dtype_t adt = pr->act_dtype, sdt = pr->state_dtype;
+    const int half_state = sdt != MAMBA2_DTYPE_F32;
+    const int64_t P = pr->P, N = pr->N;
+
+    const double A = (double)((const float *)pr->A.p)[h];
+    const double bias = pr->dt_bias.p ? (double)((const float *)pr->dt_bias.p)[h] : 0.0;
+    const float *D = NULL;
+    int64_t Ds = 0;
+    if (pr->D.p) {
+        D = pr->D_per_channel ? (const float *)pr->D.p + h * pr->D.s[0]
+                              : (const float *)pr->D.p + h;
+        Ds = pr->D_per_channel ? 1 : 0;
+    }
+    const size_t ss = mamba2_dtype_size(sdt);
+    char *S = (char *)pr->cache.p + (size_t)(q * pr->cache.s[0] + h * pr->cache.s[1]) * ss;
+    char *all = pr->all_states.p ? (char *)pr->all_states.p +
+                                       (size_t)(b * pr->all_states.s[0] +
+                                                h * pr->all_states.s[2]) * ss
+                                 : NULL;
+    const uint16_t *dt = (const uint16_t *)pr->dt.p + b * pr->dt.s[0] + h;
+    const uint16_t *x = (const uint16_t *)pr->x.p + b * pr->x.s[0] + h * pr->x.s[2];
+    const uint16_t *z = pr->z.p ? (const uint16_t *)pr->z.p + b * pr->z.s[0] + h * pr->z.s[2]
+                                : NULL;
+    const uint16_t *Bm = (const uint16_t *)pr->Bm.p + b * pr->Bm.s[0] + g * pr->Bm.s[2];
+    const uint16_t *Cm = (const uint16_t *)pr->Cm.p + b * pr->Cm.s[0] + g * pr->Cm.s[2];
+    uint16_t *out = (uint16_t *)pr->out.p + b * pr->out.s[0] + h * pr->out.s[2];
+
+    float bc[2 * HALF_SCRATCH], xs[RB], zs[RB], ys[RB], scr[HALF_SCRATCH];
+    /* rows per block: RB, and with a half state as many as the scratch holds (>= 1) */
+    int64_t R = P < RB ? P : RB;
+    if (half_state && HALF_SCRATCH / N < R) R = HALF_SCRATCH / N;
+    for (int64_t t = 0; t < pr->T; t++) {
+        float dtv;
+        m2_row_to_f32(dt + t * pr->dt.s[1], adt, 1, &dtv);
+        double v = (double)dtv + bias;
+        if (pr->dt_softplus && v <= 20.0) v = log1p(exp(v));
+        if (v < pr->dt_lo) v = pr->dt_lo;
+        if (v > pr->dt_hi) v = pr->dt_hi;
+        const float d = (float)v, a = (float)exp(v * A);
+        m2_row_to_f32(Bm + t * pr->Bm.s[1], adt, N, bc);
+        m2_row_to_f32(Cm + t * pr->Cm.s[1], adt, N, bc + N);
+        const uint16_t *xt = x + t * pr->x.s[1];
+        uint16_t *ot = out + t * pr->out.s[1];
+        for (int64_t p0 = 0; p0 < P; p0 += R) {
+            const int64_t r = P - p0 < R ? P - p0 : R;
+            m2_row_to_f32(xt + p0, adt, r, xs);
+            if (half_state) {
+                for (int64_t i = 0; i < r; i++)
+                    m2_row_to_f32(S + (size_t)((p0 + i) * pr->cache.s[2]) * ss, sdt, N,
+                                  scr + i * N);
+                k->rows(1, r, N, &a, &d, xs, 0, bc, 0, bc + N, 0, scr, N, ys, 0, NULL, 0, 0);
+                for (int64_t i = 0; i < r; i++) {
+                    m2_row_from_f32(S + (size_t)((p0 + i) * pr->cache.s[2]) * ss, sdt, N,
+                                    scr + i * N);
+                    if (all)
+                        m2_row_from_f32(all + (size_t)(t * pr->all_states.s[1] +
+                                                       (p0 + i) * pr->all_states.s[3]) * ss,
+                                        sdt, N, scr + i * N);
+                }
+            } else {
+                float *Sf = (float *)S + p0 * pr->cache.s[2];
+                float *af = all ? (float *)all + t * pr->all_states.s[1] +
+                                      p0 * pr->all_states.s[3]
+                                : NULL;
+                k->rows(1, r, N, &a, &d, xs, 0, bc, 0, bc + N, 0, Sf, pr->cache.s[2], ys, 0, af,
+                        0, pr->all_states.s[3]);
+            }
+            if (z) m2_row_to_f32(z + t * pr->z.s[1] + p0, adt, r, zs);
+            k->epilogue(r, ys, xs, D ? D + p0 * Ds : NULL, Ds, z ? zs : NULL, ys);
+            m2_row_from_f32(ot + p0, adt, r, ys);
+        }
+    }
+}
+
 mamba2_status_t m2_cpu_ssd_step(mamba2_context_t *ctx, const m2_ssd_step_problem *pr) {
-    if (pr->act_dtype != MAMBA2_DTYPE_F32 || pr->par_dtype != MAMBA2_DTYPE_F32)
-        return m2_error(MAMBA2_STATUS_UNSUPPORTED, "the cpu backend runs ssd_step with f32 "
-                                                   "activations only");
+    if (pr->par_dtype != MAMBA2_DTYPE_F32)
+        return m2_error(MAMBA2_STATUS_UNSUPPORTED, "the cpu backend runs ssd_step with f32, "
+                                                   "bf16 or f16 activations only");
     const int half = pr->state_dtype != MAMBA2_DTYPE_F32;
-    if (half && pr->N > HALF_SCRATCH)
+    const int hact = pr->act_dtype != MAMBA2_DTYPE_F32;
+    if ((half || hact) && pr->N > HALF_SCRATCH)
         return m2_error(MAMBA2_STATUS_UNSUPPORTED,
-                        "the cpu backend runs ssd_step with a %s state_cache for N <= %d only "
-                        "(N is %lld)",
-                        pr->state_dtype == MAMBA2_DTYPE_BF16 ? "bf16" : "f16", HALF_SCRATCH,
+                        "the cpu backend runs ssd_step with %s %s for N <= %d only (N is %lld)",
+                        m2_dtype_name(hact ? pr->act_dtype : pr->state_dtype),
+                        hact ? "activations" : "state_cache", HALF_SCRATCH,
                         (long long)pr->N);
     if (pr->T == 0) return MAMBA2_STATUS_OK;
     step_job job = {pr, kernels_for(ctx)};
-    m2_cpu_run_tasks(ctx, pr->B * pr->H, half ? step_task_half : step_task, &job);
+    m2_cpu_run_tasks(ctx, pr->B * pr->H, hact ? step_task_hact : half ? step_task_half : step_task,
+                     &job);
     return MAMBA2_STATUS_OK;
 }

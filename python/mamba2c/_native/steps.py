@@ -59,8 +59,10 @@ def ssd_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=Fa
     D [H] or [H,P] (per channel, or broadcast over P).
     The state's dtype (float32, or float64 on the reference backend) is the compute dtype;
     a bf16/f16 state is computed in float32 and stored rounded once per token (as mamba_ssm
-    does). The state is updated in place, so it is never converted; activations of another
-    floating dtype are converted to the compute dtype. Returns out in x.dtype — or (out, all_states
+    does). The state is updated in place, so it is never converted; bf16/f16 activations (x,
+    dt, B, C, z all of one half dtype, CPU tensors) are read as they are and out comes back in
+    that dtype (float32 arithmetic, rounded once); activations of another floating dtype are
+    converted to the compute dtype. Returns out in x.dtype — or (out, all_states
     [B,(T,)H,P,N]) with want_all — or NotImplemented (nothing written) when the C op cannot
     serve the call: a state that is not float32/float64/bf16/f16 or whose last dim is
     strided, float64 activations with a non-float64 state, per-(p,n) A, per-p dt or dt_bias.
@@ -144,6 +146,12 @@ def _ssd_step_general(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_lo, 
     else:
         return NotImplemented
     stc = _HALF_STATE.get(state.dtype, code)
+    # activations: bf16/f16 ones (x, dt, B, C, z of one half dtype, CPU tensors) are described
+    # as they are (the C step widens them and rounds out once); otherwise the compute dtype
+    adt, acode = sdt, code
+    if (code == DT_F32 and x.dtype in _HALF_STATE and state.is_cpu and dt.dtype is x.dtype
+            and B.dtype is x.dtype and C.dtype is x.dtype and (z is None or z.dtype is x.dtype)):
+        adt, acode = x.dtype, _HALF_STATE[x.dtype]
     if not state.is_cpu:
         _check_device("state", state)
     ssh = state.shape
@@ -155,7 +163,7 @@ def _ssd_step_general(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_lo, 
     xs = x.shape
     xr = len(xs)
     # parameters first: any of them may turn the call down before anything is allocated
-    kdt = _bc_desc(buf, S.dt, "dt", dt, xr - 1, sdt, code)
+    kdt = _bc_desc(buf, S.dt, "dt", dt, xr - 1, adt, acode)
     kA = _bc_desc(buf, S.A, "A", A, 1, sdt, code)
     kD = kb = None
     pD = pb = pi = 0
@@ -171,22 +179,22 @@ def _ssd_step_general(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_lo, 
             or kD is NotImplemented:
         return NotImplemented
     _TR[4].pack_into(buf, S.state, state.data_ptr(), stc, 4, *ssh, *sst)
-    kx = _act_desc(buf, S.x, "x", x, sdt, code)
-    kB = _act_desc(buf, S.B, "B", B, sdt, code)
-    kC = _act_desc(buf, S.C, "C", C, sdt, code)
+    kx = _act_desc(buf, S.x, "x", x, adt, acode)
+    kB = _act_desc(buf, S.B, "B", B, adt, acode)
+    kC = _act_desc(buf, S.C, "C", C, adt, acode)
     kz = ki = None
     pz = 0
     if z is not None:
-        kz = _act_desc(buf, S.z, "z", z, sdt, code)
+        kz = _act_desc(buf, S.z, "z", z, adt, acode)
         pz = base + S.z
     if state_indices is None:
-        out = torch.empty(*xs, dtype=sdt, device=state.device)
+        out = torch.empty(*xs, dtype=adt, device=state.device)
     else:
         ki = _index_desc(buf, S.state_indices, state_indices, "state_indices")
         pi = base + S.state_indices
         # padding rows are left untouched by the C op
-        out = torch.zeros(*xs, dtype=sdt, device=state.device)
-    _TR[xr].pack_into(buf, S.out, out.data_ptr(), code, xr, *xs, *out.stride())
+        out = torch.zeros(*xs, dtype=adt, device=state.device)
+    _TR[xr].pack_into(buf, S.out, out.data_ptr(), acode, xr, *xs, *out.stride())
     pall = 0
     alls = None
     if want_all:
@@ -216,8 +224,8 @@ def _ssd_step_general(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_lo, 
         plans = s.step_plans
         if len(plans) >= _STEP_PLANS_MAX:
             plans.clear()
-        plans[key] = (tuple(tmpl), tuple(xs), sdt, ref)
-    if x.dtype is not sdt:
+        plans[key] = (tuple(tmpl), tuple(xs), adt, ref)
+    if x.dtype is not adt:
         out = out.to(x.dtype)
     return (out, alls) if want_all else out
 
@@ -226,8 +234,9 @@ def conv1d_step(x, conv_cache, weight, bias=None, activation: bool = False, stat
                 cache_seqlens=None):
     """x [B,C] or [B,T,C]; conv_cache [S,C,K] with K >= W-1 and any strides (mamba_ssm's and
     transformers' [B,C,d_conv], causal-conv1d's channel-last views), float32/float64 as the
-    computation: it is updated IN PLACE and described with its own strides, so it is never
-    copied (the caller checks the dtype). cache_seqlens [B] (int32/int64): circular-buffer
+    computation, or on the CPU bf16/f16 (x and out in its dtype, float32 arithmetic): it is
+    updated IN PLACE and described with its own strides, so it is never copied (the caller
+    checks the dtype). cache_seqlens [B] (int32/int64): circular-buffer
     mode. Padding rows (negative index) get a zero output."""
     if x.is_cuda and _tls.__dict__.get("device") is None:
         # a CUDA call: through device_call (checked inline rather than by decorating this
@@ -238,10 +247,18 @@ def conv1d_step(x, conv_cache, weight, bias=None, activation: bool = False, stat
     lib = loader._lib if loader._lib is not None else loader.load()
     s = getattr(_tls, "scratch", None) or context._state()
     cdtype = conv_cache.dtype
-    if cdtype is not _F32 and cdtype is not _F64:
+    if cdtype is _F32 or cdtype is _F64:
+        code = DT_F64 if cdtype is _F64 else DT_F32
+        wdt, wcode = cdtype, code
+    elif cdtype in _HALF_STATE and conv_cache.is_cpu:
+        # a bf16/f16 cache (CPU): x and out in its dtype; weight and bias as they are when
+        # they share it, else float32
+        code = _HALF_STATE[cdtype]
+        wdt, wcode = (cdtype, code) if weight.dtype is cdtype else (_F32, DT_F32)
+    else:
         raise TypeError(f"mamba2c: conv_cache has dtype {cdtype}; the C step updates a float32 "
-                        f"(or float64) cache in place (use mamba2c.ops.conv1d_step)")
-    code = DT_F64 if cdtype is _F64 else DT_F32
+                        f"(or float64, or on the CPU bf16/f16) cache in place (use "
+                        f"mamba2c.ops.conv1d_step)")
     buf, base = s.buf, s.base
     S = _C
     out = (torch.zeros if state_indices is not None else torch.empty)(x.shape, dtype=cdtype,
@@ -249,10 +266,10 @@ def conv1d_step(x, conv_cache, weight, bias=None, activation: bool = False, stat
     _out_desc(buf, S.out, out, code)
     _out_desc(buf, S.conv_cache, conv_cache, code)  # its own strides, whatever they are
     keep = [_desc(buf, S.x, "x", x, cdtype, code),
-            _desc(buf, S.weight, "weight", weight, cdtype, code)]
+            _desc(buf, S.weight, "weight", weight, wdt, wcode)]
     pb = pi = ps = 0
     if bias is not None:
-        keep.append(_desc(buf, S.bias, "bias", bias, cdtype, code))
+        keep.append(_desc(buf, S.bias, "bias", bias, wdt, wcode))
         pb = base + S.bias
     if state_indices is not None:
         keep.append(_index_desc(buf, S.state_indices, state_indices, "state_indices"))
