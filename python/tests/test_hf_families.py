@@ -286,7 +286,9 @@ def test_family_bf16_prefill(case):
     assert e_hook <= 1.25 * e_torch + 1e-3 and e_hook <= 2e-2, (case, e_hook, e_torch)
 
 
-@pytest.mark.parametrize("case", ["mamba2", "bamba"])
+# (the families whose own forward runs on "meta": bamba, falcon_h1, nemotron_h and zamba2 call
+# Tensor.item() in transformers' attention-mask code, which meta tensors refuse, hook or not)
+@pytest.mark.parametrize("case", ["mamba2", "granitemoehybrid"])
 def test_family_other_device_left_to_transformers(case, monkeypatch):
     """Tensors on a device mamba2c has no backend for (here "meta") go to transformers' own
     functions inside the hook: the same result as without it, none of ours called."""
