@@ -3,7 +3,9 @@
  * values, every tensor backed by memory) that the CPU or OpenCL backend accepted runs again
  * on the float64 reference from the same inputs (every buffer restored from its snapshot, so
  * in/out caches start over), and each output must agree within SPEC §8's tolerance:
- * normalised error ‖got − ref‖/‖ref‖ <= 1e-5 for float32 storage, 2e-2 for bf16/f16. The
+ * normalised error ‖got − ref‖/‖ref‖ <= 1e-5 for float32 storage, 2e-2 when any tensor of the
+ * call is stored in bf16/f16 (a half state cache rounds each token's state: an element whose
+ * float32 and float64 values round to neighbouring bf16 values differs by 2^-8). The
  * reference refusing what the backend accepted is a finding too. Calls that pass a backward
  * the forward's saved output (out_x, rstd) are left out: the harness's values are random.
  */
@@ -79,7 +81,14 @@ void m2f_differential(m2f_case *c, mamba2_context_t *ref) {
     if (st != MAMBA2_STATUS_OK)
         m2f_fail(c, "differential: the backend accepted the call, the reference returned %d (%s)",
                  (int)st, mamba2_last_error());
-    const double tol = c->adt == MAMBA2_DTYPE_F32 ? 1e-5 : 2e-2;
+    /* SPEC §8's tiers go by storage: any bf16/f16 tensor in the call (activations, or a half
+     * state cache with float32 activations) puts every output in the half tier */
+    int half = c->adt == MAMBA2_DTYPE_BF16 || c->adt == MAMBA2_DTYPE_F16;
+    for (int i = 0; i < c->ns; i++)
+        if (c->s[i].present &&
+            (c->s[i].t.dtype == MAMBA2_DTYPE_BF16 || c->s[i].t.dtype == MAMBA2_DTYPE_F16))
+            half = 1;
+    const double tol = half ? 2e-2 : 1e-5;
     for (int i = 0; i < c->ns; i++) {
         if (!got[i]) continue;
         int64_t m;
