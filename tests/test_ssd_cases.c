@@ -93,6 +93,12 @@ static th_ssd_case cases[] = {
      .grad_mask = GBIT(TH_DX) | GBIT(TH_DA) | GBIT(TH_DCM) | GBIT(TH_DDTB)},
     {"partial_grads_b", SH(2, 33, 4, 8, 8, 16, 2), .D_mode = 2, ALL_OPTS,
      .grad_mask = GBIT(TH_DDT) | GBIT(TH_DBM) | GBIT(TH_DD) | GBIT(TH_DZ) | GBIT(TH_DINIT)},
+    /* dz and dCm without the decay's gradients (ddt, dA, ddt_bias): the CPU backward added
+     * the dCm rows' (r·u) B term a second time there (found by the differential fuzz mode) */
+    {"partial_grads_dz_dcm", SH(2, 33, 4, 8, 8, 16, 2), .D_mode = 2, ALL_OPTS,
+     .grad_mask = GBIT(TH_DCM) | GBIT(TH_DZ) | GBIT(TH_DD)},
+    {"partial_grads_dz_dcm_1chunk", SH(3, 28, 1, 1, 15, 32, 1), .D_mode = 2, .z = 1, .init = 1,
+     .softplus = 1, .grad_mask = GBIT(TH_DCM) | GBIT(TH_DZ)},
     /* realistic sizes */
     {"mamba2_dims_P64_N128", SH(1, 128, 4, 64, 128, 64, 1), .D_mode = 1, .z = 1, .dt_bias = 1,
      .softplus = 1, .final = 1},

@@ -290,8 +290,10 @@ static void pass_a_rows(const bwd_set *s, int64_t u, int64_t Tb) {
                 pl->want_y ? wb + jt : NULL, vx, ub + jt, rb + jt, xr, xr ? Dr : NULL, gzb + jt,
                 dzr, act_f32(pr)); /* stream into the tensor, not into a bf16/f16 staging row */
             if (dzr) act_flush(pr, K, &pr->dz, b, t, h, P, dzr);
-            if (pl->want_decay && pl->want_y) {
-                s1[(t - t0) * nh + j] = (double)sdy;
+            if (pl->want_y) {
+                /* the sweep ran in M2_SWEEP_R_PRE: acc already holds the dCm row Ŝ_tᵀ r (from
+                 * the updated state), so nothing is added to it here */
+                if (pl->want_decay) s1[(t - t0) * nh + j] = (double)sdy;
             } else if (pl->want_acc) {
                 /* without y, the sweep's w row (in acc) is Ŝ_{t-1}ᵀ r (M2_SWEEP_W_PRE):
                  * a_t dy·(S_{t-1} C) = C·acc, and the dCm row Ŝ_tᵀ r = acc + (r·u) B */
