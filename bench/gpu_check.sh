@@ -20,6 +20,8 @@
 #
 # Usage: bench/gpu_check.sh [--out DIR] [--build-dir DIR] [--python PY] [--mamba-ssm DIR]
 #                           [--cases LIST] [--skip-build] [--skip-tests] [--cpu-dry-run]
+#                           [--budget S]
+#   --budget: the whole run's seconds (default 570); the phase deadlines above scale with it.
 #   --out: default $OUT, else <build dir>/gpu_check. --cases: gpu-bench's and gpu_compare's
 #   cases (default: a first pass of 14, FIRST_PASS below; all, std or a,b,...).
 #   --cpu-dry-run: no GPU needed (make test runs it): the CUDA programs must report the
@@ -37,6 +39,7 @@ CASES=$FIRST_PASS
 SKIP_BUILD=0
 SKIP_TESTS=0
 DRY=0
+BUDGET=570
 while [ $# -gt 0 ]; do
     case "$1" in
     --out) OUTDIR=$2; shift 2 ;;
@@ -47,10 +50,14 @@ while [ $# -gt 0 ]; do
     --skip-build) SKIP_BUILD=1; shift ;;
     --skip-tests) SKIP_TESTS=1; shift ;;
     --cpu-dry-run) DRY=1; shift ;;
+    --budget) BUDGET=$2; shift 2 ;;
     -h | --help) sed -n '2,30p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
+case "$BUDGET" in '' | *[!0-9]*) echo "gpu_check.sh: --budget takes whole seconds" >&2; exit 2 ;; esac
+at() { echo $((BUDGET * $1 / 570)); } # a phase deadline of the 570 s plan, scaled to --budget
+E_BUILD=$(at 120) E_TESTS=$(at 250) E_SAN=$(at 340) E_BP=$(at 370) E_BT=$(at 400) E_CMP=$(at 570)
 case "$BUILD" in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
 [ -n "$OUTDIR" ] || OUTDIR=$BUILD/gpu_check
 case "$OUTDIR" in /*) ;; *) OUTDIR=$PWD/$OUTDIR ;; esac
@@ -127,7 +134,7 @@ if [ "$SKIP_BUILD" = 0 ]; then
         exit 1
     fi
     say "build (-j$NPROC)"
-    if ! timeout "$(left 120)" cmake --build "$BUILD" -j"$NPROC" --target mamba2c gpu-bench \
+    if ! timeout "$(left "$E_BUILD")" cmake --build "$BUILD" -j"$NPROC" --target mamba2c gpu-bench \
         test_cuda_device test_opencl_ssd test_opencl_ops test_ssd_half test_step_layouts \
         test_tc_tiles >"$LOG/build.log" 2>&1; then
         say "FAIL: build (see logs/build.log)"
@@ -157,25 +164,29 @@ run_test() { # end (s), name, command...: log logs/<name>.log, a PASS/FAIL/SKIP 
     esac
 }
 if [ "$SKIP_TESTS" = 0 ] && [ "$DRY" = 0 ]; then
-    run_test 250 cuda_device "$T/test_cuda_device"
-    run_test 250 cuda_ssd "$T/test_opencl_ssd" --backend cuda -q
-    run_test 250 cuda_ops "$T/test_opencl_ops" --backend cuda
-    run_test 250 cuda_half "$T/test_ssd_half" --backend cuda -q
-    run_test 250 cuda_step_layouts "$T/test_step_layouts" --backend cuda -q
-    [ -f "$BUILD/mamba2c_kernels.fatbin" ] && run_test 250 cuda_fatbin cmake \
+    run_test "$E_TESTS" cuda_device "$T/test_cuda_device"
+    run_test "$E_TESTS" cuda_ssd "$T/test_opencl_ssd" --backend cuda -q
+    run_test "$E_TESTS" cuda_ops "$T/test_opencl_ops" --backend cuda
+    run_test "$E_TESTS" cuda_half "$T/test_ssd_half" --backend cuda -q
+    run_test "$E_TESTS" cuda_step_layouts "$T/test_step_layouts" --backend cuda -q
+    [ -f "$BUILD/mamba2c_kernels.fatbin" ] && run_test "$E_TESTS" cuda_fatbin cmake \
         -DLIST="$ROOT/src/gpu/kernels/list.h" -DTC_LIST="$ROOT/src/cuda/tc_list.h" \
         -DFATBIN="$BUILD/mamba2c_kernels.fatbin" -P "$ROOT/cmake/check_fatbin.cmake"
-    run_test 250 tc_tiles_emulated "$T/test_tc_tiles"
-    run_test 250 tc_cuda_device env MAMBA2C_CUDA_TC=1 "$T/test_cuda_device"
-    run_test 250 tc_cuda_ssd env MAMBA2C_CUDA_TC=1 "$T/test_opencl_ssd" --backend cuda -q
-    run_test 250 tc_cuda_half env MAMBA2C_CUDA_TC=1 "$T/test_ssd_half" --backend cuda -q
+    run_test "$E_TESTS" tc_tiles_emulated "$T/test_tc_tiles"
+    run_test "$E_TESTS" tc_cuda_device env MAMBA2C_CUDA_TC=1 "$T/test_cuda_device"
+    run_test "$E_TESTS" tc_cuda_ssd env MAMBA2C_CUDA_TC=1 "$T/test_opencl_ssd" --backend cuda -q
+    run_test "$E_TESTS" tc_cuda_half env MAMBA2C_CUDA_TC=1 "$T/test_ssd_half" --backend cuda -q
     PYT=$ROOT/python/tests/test_cuda_tensors.py
-    [ -f "$PYT" ] && run_test 250 py_cuda_tensors env MAMBA2C_LIBRARY="$LIB" \
+    [ -f "$PYT" ] && run_test "$E_TESTS" py_cuda_tensors env MAMBA2C_LIBRARY="$LIB" \
         PYTHONPATH="$ROOT/python" "$PY" -m pytest -q -x "$PYT"
     if command -v compute-sanitizer >/dev/null 2>&1; then
         for tool in memcheck racecheck synccheck; do
             for tc in 0 1; do
-                run_test 340 "sanitizer_${tool}_tc$tc" env MAMBA2C_CUDA_TC=$tc compute-sanitizer \
+                # each run gets at most a quarter of the phase, so that a slow tool leaves time
+                # for the others
+                SAN_END=$(($(elapsed) + (E_SAN - E_TESTS) / 4))
+                [ "$SAN_END" -gt "$E_SAN" ] && SAN_END=$E_SAN
+                run_test "$SAN_END" "sanitizer_${tool}_tc$tc" env MAMBA2C_CUDA_TC=$tc compute-sanitizer \
                     --tool "$tool" --error-exitcode 1 "$T/test_cuda_device" -q
             done
         done
@@ -184,8 +195,8 @@ if [ "$SKIP_TESTS" = 0 ] && [ "$DRY" = 0 ]; then
         FAILED=1
     fi
 elif [ "$DRY" = 1 ]; then
-    run_test 250 cuda_device_unavailable "$T/test_cuda_device"
-    [ -x "$T/test_tc_tiles" ] && run_test 250 tc_tiles_emulated "$T/test_tc_tiles"
+    run_test "$E_TESTS" cuda_device_unavailable "$T/test_cuda_device"
+    [ -x "$T/test_tc_tiles" ] && run_test "$E_TESTS" tc_tiles_emulated "$T/test_tc_tiles"
 fi
 
 # ---- 4. gpu-bench: ours in C, portable then tensor cores ------------------------------------
@@ -206,8 +217,8 @@ run_bench() { # label, phase end (s), env assignments...
         say "PASS gpu-bench $label: $(grep -c '^RESULT' "$out") rows"
     fi
 }
-run_bench portable 370 MAMBA2C_CUDA_TC=0
-run_bench tc 400 MAMBA2C_CUDA_TC=1
+run_bench portable "$E_BP" MAMBA2C_CUDA_TC=0
+run_bench tc "$E_BT" MAMBA2C_CUDA_TC=1
 if [ "$DRY" = 0 ]; then # one table of the C timings: ms and TFLOP/s, portable and tc
     awk -F'\t' 'FNR == 1 { f++ } $1 == "RESULT" { k = $2 " " $3; ms[f, k] = $4; fl[k] = $6; sh[k] = $8; if (f == 1) o[++n] = k }
         END { printf "%-20s %-6s %-28s %9s %9s %8s %8s\n", "case", "mode", "B,L,H,P,N,Q,G", "ms", "tc ms", "TFLOP/s", "tc TF/s"
@@ -222,12 +233,12 @@ fi
 
 # ---- 5. side by side with mamba_ssm and torch (Python) ---------------------------------------
 "$BUILD/bench/gpu-bench" --cases "$CASES" --list >"$LOG/cases.tsv" 2>/dev/null
-CMP=(--out "$OUTDIR" --deadline "$(($(left 570) - 20))" --varlen)
+CMP=(--out "$OUTDIR" --deadline "$(($(left "$E_CMP") - 20))" --varlen)
 [ -s "$LOG/cases.tsv" ] && CMP+=(--cases-file "$LOG/cases.tsv")
 [ -n "$MSSM" ] && CMP+=(--mamba-ssm "$MSSM")
 [ "$DRY" = 1 ] && CMP+=(--cpu-dry-run)
 say "gpu_compare.py ${CMP[*]}"
-timeout "$(left 580)" env MAMBA2C_LIBRARY="$LIB" PYTHONPATH="$ROOT/python" \
+timeout "$(left $((E_CMP + 10)))" env MAMBA2C_LIBRARY="$LIB" PYTHONPATH="$ROOT/python" \
     TRITON_CACHE_DIR="$OUTDIR/triton-cache" "$PY" "$ROOT/bench/gpu_compare.py" "${CMP[@]}" \
     >"$LOG/compare.log" 2>&1
 rc=$?
