@@ -196,7 +196,8 @@ def call(side, t, Q, seq_idx, cot):
 
 
 def timed(fn, device, reps, budget):
-    """(median ms, n) of up to reps calls within budget seconds, after one untimed call."""
+    """(median ms, n, seconds of the untimed first call) of up to reps calls within budget
+    seconds, after one untimed call."""
     import torch
     t0 = time.perf_counter()
     fn()
@@ -216,7 +217,7 @@ def timed(fn, device, reps, budget):
             t0 = time.perf_counter()
             fn()
             ms.append(1e3 * (time.perf_counter() - t0))
-    return statistics.median(ms), len(ms)
+    return statistics.median(ms), len(ms), warm
 
 
 def nerr(a, b):
@@ -236,12 +237,12 @@ def peaks(device):
     for label, dt in (("f32", torch.float32), ("bf16", torch.bfloat16)):
         a = torch.randn(n, n, device=device, dtype=dt)
         b = torch.randn(n, n, device=device, dtype=dt)
-        ms, _ = timed(lambda: a @ b, device, 10, 2.0)
+        ms, _, _ = timed(lambda: a @ b, device, 10, 2.0)
         res[label] = 2 * n ** 3 / (ms * 1e-3) / 1e12
     m = (1 << 28) if device.type == "cuda" else (1 << 22)
     x = torch.empty(m, device=device)
     y = torch.empty_like(x)
-    ms, _ = timed(lambda: y.copy_(x), device, 10, 2.0)
+    ms, _, _ = timed(lambda: y.copy_(x), device, 10, 2.0)
     res["gbs"] = 8 * m / (ms * 1e-3) / 1e9
     return res
 
@@ -288,11 +289,17 @@ def main(argv=None):
                                 or (mode == "fwdbwd" and not s.bwd)):
                             continue
                         try:
+                            t0 = time.time()
                             t, sq, cot = make_inputs(shape, dtype, varlen, mode == "fwdbwd", device)
                             got[s.name] = call(s, t, shape[5], sq, cot)
-                            row["ms"][s.name], _ = timed(lambda: call(s, t, shape[5], sq, cot),
-                                                         device, args.reps, args.budget)
+                            first = time.time() - t0  # compiles and autotuning land here
+                            row["ms"][s.name], n, _ = timed(lambda: call(s, t, shape[5], sq, cot),
+                                                            device, args.reps, args.budget)
                             del t, cot
+                            # where the run's time goes, on stderr as it happens (the log)
+                            print(f"[{time.time() - t_start:6.1f} s] {row['case']} {dtype} {mode} "
+                                  f"{s.name}: first call {first:.2f} s, {n} timed, "
+                                  f"{time.time() - t0:.2f} s in all", file=sys.stderr, flush=True)
                         except Exception as e:  # noqa: BLE001 - one failed side, one note
                             if device.type == "cuda" and isinstance(e, torch.cuda.OutOfMemoryError):
                                 row["ms"][s.name] = "OOM"

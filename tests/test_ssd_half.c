@@ -155,6 +155,7 @@ static double get_elem(const mamba2_tensor_t *t, int64_t off) {
     case MAMBA2_DTYPE_F16: return m2_f16_to_f32(((const uint16_t *)t->data)[off]);
     case MAMBA2_DTYPE_I32: return ((const int32_t *)t->data)[off];
     case MAMBA2_DTYPE_I64: return (double)((const int64_t *)t->data)[off];
+    case MAMBA2_DTYPE_Q8_0: break; /* a weight format: no SSD tensor holds it */
     }
     return NAN;
 }
@@ -167,6 +168,7 @@ static void set_elem(const mamba2_tensor_t *t, int64_t off, double v) {
     case MAMBA2_DTYPE_F16: ((uint16_t *)t->data)[off] = m2_f32_to_f16((float)v); break;
     case MAMBA2_DTYPE_I32: ((int32_t *)t->data)[off] = (int32_t)v; break;
     case MAMBA2_DTYPE_I64: ((int64_t *)t->data)[off] = (int64_t)v; break;
+    case MAMBA2_DTYPE_Q8_0: break; /* a weight format: no SSD tensor holds it */
     }
 }
 
