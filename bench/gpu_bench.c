@@ -24,8 +24,12 @@
  * failing call.
  *
  * Usage: gpu-bench [--cases all|std|stress|name,name...] [--modes fwd,fwdbwd] [--reps N]
- *                  [--budget S] [--deadline S] [--device K] [--list]
+ *                  [--budget S] [--deadline S] [--device K] [--list] [--profile FILE]
  * (--list: print the selected cases, name and B,L,H,P,N,Q,G, and exit)
+ * --profile FILE: each case and mode in a context of its own, created with
+ * MAMBA2C_CUDA_PROFILE=FILE, so that FILE gets, per case and mode, a "## case mode shape" line
+ * and then the library's per-kernel table over the warm-up and timed calls (the events around
+ * every launch perturb the RESULT times a little: run it as a pass of its own).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -306,6 +310,7 @@ static int selected(const bcase *c, const char *sel) {
 int main(int argc, char **argv) {
     const char *sel = "all", *modes = "fwd,fwdbwd";
     int reps = 20, device = 0, list = 0;
+    const char *profile = NULL;
     double budget = 1.0, deadline = 240;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -317,9 +322,11 @@ int main(int argc, char **argv) {
         else if (v && !strcmp(a, "--budget")) budget = atof(v), i++;
         else if (v && !strcmp(a, "--deadline")) deadline = atof(v), i++;
         else if (v && !strcmp(a, "--device")) device = atoi(v), i++;
+        else if (v && !strcmp(a, "--profile")) profile = v, i++;
         else {
             fprintf(stderr, "usage: gpu-bench [--cases all|std|stress|a,b] [--modes fwd,fwdbwd] "
-                            "[--reps N] [--budget S] [--deadline S] [--device K] [--list]\n");
+                            "[--reps N] [--budget S] [--deadline S] [--device K] [--list] "
+                            "[--profile FILE]\n");
             return 2;
         }
     }
@@ -363,6 +370,7 @@ int main(int argc, char **argv) {
     cu.cuDeviceGetName(name, (int)sizeof name - 1, cu.device);
     cu.cuDeviceTotalMem_v2(&total, cu.device);
     printf("DEVICE\t%s\t%zu\n", name, total);
+    if (profile) setenv("MAMBA2C_CUDA_PROFILE", profile, 1); /* the contexts made from here on */
     fflush(stdout);
     const double start = now_s();
     int failed = 0;
@@ -388,7 +396,26 @@ int main(int argc, char **argv) {
                 continue;
             }
             int n = 0, use_outx = 1;
-            const double med = time_case(ctx, stream, c, &ts, bwd, reps, budget, &n, &use_outx);
+            mamba2_context_t *run = ctx;
+            if (profile) { /* a context of its own: its report is this case's */
+                FILE *f = fopen(profile, "a");
+                if (f) {
+                    const char *tc = getenv("MAMBA2C_CUDA_TC");
+                    fprintf(f, "## %s %s %lld,%lld,%lld,%lld,%lld,%lld,%lld MAMBA2C_CUDA_TC=%s\n",
+                            c->name, mode, (long long)c->B, (long long)c->L, (long long)c->H,
+                            (long long)c->P, (long long)c->N, (long long)c->Q, (long long)c->G,
+                            tc ? tc : "");
+                    fclose(f);
+                }
+                if ((st = mamba2_context_create_cuda(&run, device, stream)) != MAMBA2_STATUS_OK) {
+                    printf("SKIP\t%s\t%s\tprofile context: %s\n", c->name, mode,
+                           mamba2_last_error());
+                    failed = 1;
+                    continue;
+                }
+            }
+            const double med = time_case(run, stream, c, &ts, bwd, reps, budget, &n, &use_outx);
+            if (run != ctx) mamba2_context_destroy(run);
             if (med < 0) {
                 printf("SKIP\t%s\t%s\tthe call failed (see stderr)\n", c->name, mode);
                 failed = 1;

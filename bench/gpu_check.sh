@@ -57,7 +57,8 @@ while [ $# -gt 0 ]; do
 done
 case "$BUDGET" in '' | *[!0-9]*) echo "gpu_check.sh: --budget takes whole seconds" >&2; exit 2 ;; esac
 at() { echo $((BUDGET * $1 / 570)); } # a phase deadline of the 570 s plan, scaled to --budget
-E_BUILD=$(at 120) E_TESTS=$(at 250) E_SAN=$(at 340) E_BP=$(at 370) E_BT=$(at 400) E_CMP=$(at 570)
+E_BUILD=$(at 120) E_TESTS=$(at 250) E_SAN=$(at 340) E_BP=$(at 370) E_BT=$(at 400) E_PROF=$(at 420)
+E_CMP=$(at 570)
 case "$BUILD" in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
 [ -n "$OUTDIR" ] || OUTDIR=$BUILD/gpu_check
 case "$OUTDIR" in /*) ;; *) OUTDIR=$PWD/$OUTDIR ;; esac
@@ -80,7 +81,7 @@ finish() { # the exit trap: summary.txt and the log archive, whatever happened
              "in $(elapsed) s ($([ "$DRY" = 1 ] && echo 'CPU dry run' || echo 'GPU run'))"
         cat "$OUTDIR/preflight.txt" 2>/dev/null
         cat "$PHASES"
-        for f in bench_ours.txt compare.txt; do
+        for f in bench_ours.txt compare.txt profile.txt; do
             [ -s "$OUTDIR/$f" ] && { echo; cat "$OUTDIR/$f"; }
         done
     } >"$OUTDIR/summary.txt" 2>&1
@@ -229,6 +230,24 @@ if [ "$DRY" = 0 ]; then # one table of the C timings: ms and TFLOP/s, portable a
     sed -i '1i gpu-bench (C, CUDA device mode, CUDA-event medians; recurrence flops, docs/flops.md)' \
         "$OUTDIR/bench_ours.txt"
     cat "$OUTDIR/bench_ours.txt"
+fi
+
+# ---- 4b. where the time goes: per-kernel event times (MAMBA2C_CUDA_PROFILE, gpu-bench --profile)
+if [ "$DRY" = 0 ]; then
+    for tc in 0 1; do
+        rm -f "$LOG/profile_tc$tc.txt"
+        timeout "$(left $(((E_BT + E_PROF) / 2 + tc * (E_PROF - E_BT) / 2)))" env MAMBA2C_CUDA_TC=$tc \
+            "$BUILD/bench/gpu-bench" --cases "$BENCH_CASES" --reps 3 --budget 0.2 \
+            --deadline "$(($(left "$E_PROF") / 2))" --profile "$LOG/profile_tc$tc.txt" \
+            >"$LOG/profile_tc$tc.tsv" 2>&1 || { say "FAIL gpu-bench --profile (tc $tc)"; FAILED=1; }
+    done
+    # the five costliest kernels of each case and mode
+    awk '/^## / { hdr = $0; n = 0; next } /^#/ || /^kernel/ { next }
+         { if (n == 0) print hdr; if (n++ < 5) printf "    %-34s %6d launches %10.3f ms %9.1f us each\n", $1, $2, $3, $4 }' \
+        "$LOG/profile_tc0.txt" "$LOG/profile_tc1.txt" >"$OUTDIR/profile.txt" 2>/dev/null
+    sed -i '1i per-kernel event times over 1 warm-up + up to 3 calls (gpu-bench --profile; logs/profile_tc*.txt)' \
+        "$OUTDIR/profile.txt"
+    say "profile: $(grep -c '^## ' "$OUTDIR/profile.txt") case/mode tables in profile.txt"
 fi
 
 # ---- 5. side by side with mamba_ssm and torch (Python) ---------------------------------------

@@ -23,6 +23,10 @@
  * synchronise the device).
  * MAMBA2C_CUDA_TC=1 at context creation turns on the tensor-core forward (ssd_tc.c; off by
  * default, docs/gpu.md §3a).
+ * MAMBA2C_CUDA_PROFILE=<file> at context creation times every launch of the context with a
+ * pair of events around it and, when the context is destroyed, appends one line per kernel
+ * (launches, total / mean / min / max time) to the file: the diagnostic behind gpu-bench
+ * --profile (docs/gpu.md §5a). Off, it costs one test per launch.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -73,6 +77,7 @@ typedef unsigned long long CUdeviceptr;
     X(CUresult, cuEventRecord, (CUevent, CUstream))                                            \
     X(CUresult, cuEventSynchronize, (CUevent))                                                 \
     X(CUresult, cuEventDestroy_v2, (CUevent))                                                  \
+    X(CUresult, cuEventElapsedTime, (float *, CUevent, CUevent))                               \
     X(CUresult, cuFuncSetAttribute, (CUfunction, int, int))
 
 static struct {
@@ -128,6 +133,7 @@ typedef struct cu_dev {
     int ncache;
     cu_buf cache[CU_CACHE_MAX];
     int stage_next; /* device mode: the pinned staging ring of index-table uploads */
+    struct cu_prof *prof; /* MAMBA2C_CUDA_PROFILE, else NULL */
     cu_stage stage[CU_STAGE_SLOTS];
 } cu_dev;
 
@@ -271,6 +277,90 @@ static mamba2_status_t d_read(m2g_dev *d, void *dst, m2g_mem src, size_t off, si
 static const char *kname(int id) {
     return id < M2G_NUM_KERNELS ? m2g_kernel_names[id] : m2cu_tc_names[id - M2G_NUM_KERNELS];
 }
+/* MAMBA2C_CUDA_PROFILE: each launch between two events of its own, on the context's stream;
+ * the pairs are read back in batches of CU_PROF_RECS (the only wait this adds) and when the
+ * context is destroyed. Called with the context current. */
+#define CU_PROF_RECS 1024
+#define CU_NKERNELS (M2G_NUM_KERNELS + M2CU_TC_NUM)
+typedef struct cu_prof {
+    char path[512];
+    int nrec, failed; /* failed: an event call failed, so the report is incomplete */
+    int id[CU_PROF_RECS];
+    CUevent a[CU_PROF_RECS], b[CU_PROF_RECS];
+    long long launches[CU_NKERNELS];
+    double total[CU_NKERNELS], min[CU_NKERNELS], max[CU_NKERNELS]; /* ms */
+} cu_prof;
+static void prof_resolve(cu_prof *p) {
+    if (!p->nrec) return;
+    if (cu.cuEventSynchronize(p->b[p->nrec - 1]) != CUDA_SUCCESS) p->failed = 1;
+    for (int i = 0; i < p->nrec; i++) {
+        float ms = 0;
+        const int k = p->id[i];
+        if (cu.cuEventElapsedTime(&ms, p->a[i], p->b[i]) != CUDA_SUCCESS) {
+            p->failed = 1;
+            continue;
+        }
+        if (!p->launches[k] || ms < p->min[k]) p->min[k] = ms;
+        if (ms > p->max[k]) p->max[k] = ms;
+        p->total[k] += ms;
+        p->launches[k]++;
+    }
+    p->nrec = 0;
+}
+static int prof_begin(cu_dev *c) { /* the record's index, or -1 */
+    cu_prof *p = c->prof;
+    if (p->nrec == CU_PROF_RECS) prof_resolve(p);
+    const int i = p->nrec;
+    if ((!p->a[i] && cu.cuEventCreate(&p->a[i], 0) != CUDA_SUCCESS) ||
+        (!p->b[i] && cu.cuEventCreate(&p->b[i], 0) != CUDA_SUCCESS) ||
+        cu.cuEventRecord(p->a[i], c->stream) != CUDA_SUCCESS) {
+        p->failed = 1;
+        return -1;
+    }
+    return i;
+}
+static void prof_end(cu_dev *c, int i, int id) {
+    cu_prof *p = c->prof;
+    if (i < 0) return;
+    if (cu.cuEventRecord(p->b[i], c->stream) != CUDA_SUCCESS) {
+        p->failed = 1;
+        return;
+    }
+    p->id[i] = id;
+    p->nrec = i + 1;
+}
+/* appends the report to the file (kernels by total time, largest first) and frees it all */
+static void prof_report(cu_dev *c) {
+    cu_prof *p = c->prof;
+    prof_resolve(p);
+    FILE *f = fopen(p->path, "a");
+    if (f) {
+        fprintf(f, "# mamba2c CUDA profile: %s, %s mode%s\n", c->base.name,
+                c->base.device_memory ? "device" : "host",
+                p->failed ? " (an event call failed: incomplete)" : "");
+        fprintf(f, "kernel\tlaunches\ttotal_ms\tmean_us\tmin_us\tmax_us\n");
+        unsigned char done[CU_NKERNELS] = {0};
+        for (;;) {
+            int best = -1;
+            for (int k = 0; k < CU_NKERNELS; k++)
+                if (!done[k] && p->launches[k] && (best < 0 || p->total[k] > p->total[best]))
+                    best = k;
+            if (best < 0) break;
+            done[best] = 1;
+            fprintf(f, "%s\t%lld\t%.4f\t%.2f\t%.2f\t%.2f\n", kname(best), p->launches[best],
+                    p->total[best], 1e3 * p->total[best] / (double)p->launches[best],
+                    1e3 * p->min[best], 1e3 * p->max[best]);
+        }
+        fclose(f);
+    }
+    for (int i = 0; i < CU_PROF_RECS; i++) {
+        if (p->a[i]) cu.cuEventDestroy_v2(p->a[i]);
+        if (p->b[i]) cu.cuEventDestroy_v2(p->b[i]);
+    }
+    free(p);
+    c->prof = NULL;
+}
+
 mamba2_status_t m2cu_launch_smem(m2g_dev *d, int id, const size_t groups[3],
                                  const size_t local[3], size_t smem, int nargs,
                                  const m2g_arg *args) {
@@ -286,9 +376,11 @@ mamba2_status_t m2cu_launch_smem(m2g_dev *d, int id, const size_t groups[3],
     void *params[M2G_MAX_ARGS];
     for (int i = 0; i < nargs; i++) params[i] = (void *)&args[i].v; /* union: value at offset 0 */
     push(c);
+    const int rec = c->prof ? prof_begin(c) : -1;
     CUresult r = cu.cuLaunchKernel(c->fn[id], (unsigned)groups[0], (unsigned)groups[1],
                                    (unsigned)groups[2], (unsigned)local[0], (unsigned)local[1],
                                    (unsigned)local[2], (unsigned)smem, c->stream, params, NULL);
+    if (c->prof && r == CUDA_SUCCESS) prof_end(c, rec, id);
     pop();
     if (r != CUDA_SUCCESS)
         return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: launch of %s failed (error %d)",
@@ -311,6 +403,11 @@ static void d_destroy(m2g_dev *d) {
     if (!c) return;
     if (c->context) {
         d_finish(d);
+        if (c->prof) {
+            push(c);
+            prof_report(c);
+            pop();
+        }
         if (d->dummy) raw_release(d, d->dummy);
         if (d->arena) d_release(d, d->arena);
         for (int i = 0; i < c->ncache; i++) raw_release(d, (m2g_mem)c->cache[i].p);
@@ -328,6 +425,7 @@ static void d_destroy(m2g_dev *d) {
         }
         cu.cuDevicePrimaryCtxRelease_v2(c->device);
     }
+    free(c->prof); /* only where the context never came up */
     free(c);
 }
 
@@ -403,6 +501,17 @@ static mamba2_status_t open_cuda(mamba2_context_t *ctx, int ordinal, void *strea
             c->base.tc_seq_nmax = ok ? m2cu_tc_seq_nmax() : 0;
         }
         pop();
+    }
+    const char *prof = getenv("MAMBA2C_CUDA_PROFILE");
+    if (!st && prof && *prof) {
+        if (strlen(prof) >= sizeof c->prof->path)
+            st = m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                          "CUDA: MAMBA2C_CUDA_PROFILE is longer than %zu characters",
+                          sizeof c->prof->path - 1);
+        else if (!(c->prof = calloc(1, sizeof *c->prof)))
+            st = m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "cannot allocate the CUDA profile");
+        else
+            memcpy(c->prof->path, prof, strlen(prof) + 1);
     }
     if (!st) st = raw_alloc(&c->base, 64, &c->base.dummy);
     if (st) {

@@ -9,11 +9,15 @@
  * the outputs in one output buffer, fused forward and backward queued on a stream of the
  * test's own, twice (the second call reuses the context's scratch), and the results must be
  * bitwise the host-mode CUDA context's (same kernels, same order). Also: a misaligned data
- * pointer is INVALID_ARGUMENT.
+ * pointer is INVALID_ARGUMENT; MAMBA2C_CUDA_PROFILE: a context made with it gives the same
+ * results and appends its per-kernel table to the file when destroyed, and a path too long
+ * for it is INVALID_ARGUMENT.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu/cu_loader.h"
 #include "harness.h"
@@ -110,6 +114,55 @@ static void run_case(th_ssd_case *c, mamba2_context_t *host, mamba2_context_t *d
     th_end();
 }
 
+/* MAMBA2C_CUDA_PROFILE: same results (run_case), then the file holds the table */
+static void profile_case(th_ssd_case *c, mamba2_context_t *host, tcu_handle stream) {
+    char path[64], line[256], big[700];
+    snprintf(path, sizeof path, "/tmp/mamba2c_cuda_profile_%ld.txt", (long)getpid());
+    remove(path);
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    mamba2_context_t *dev = NULL;
+    setenv("MAMBA2C_CUDA_PROFILE", big, 1);
+    const mamba2_status_t st = mamba2_context_create_cuda(&dev, 0, stream);
+    th_begin("cuda profile: a path too long");
+    th_expect(st == MAMBA2_STATUS_INVALID_ARGUMENT && !dev && strstr(mamba2_last_error(),
+                                                                       "MAMBA2C_CUDA_PROFILE"),
+              "a 699-character path: %s: %s", mamba2_status_string(st), mamba2_last_error());
+    th_end();
+    mamba2_context_destroy(dev);
+    dev = NULL;
+    setenv("MAMBA2C_CUDA_PROFILE", path, 1);
+    const mamba2_status_t st2 = mamba2_context_create_cuda(&dev, 0, stream);
+    unsetenv("MAMBA2C_CUDA_PROFILE");
+    if (st2 != MAMBA2_STATUS_OK) {
+        th_begin("cuda profile");
+        th_fail("create: %s: %s", mamba2_status_string(st2), mamba2_last_error());
+        th_end();
+        return;
+    }
+    run_case(c, host, dev, stream); /* bitwise the host context's, events or not */
+    mamba2_context_destroy(dev);
+    th_begin("cuda profile: the report");
+    FILE *f = fopen(path, "r");
+    int header = 0, kernels = 0, scan = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        long long n = 0;
+        double total = -1;
+        char name[128];
+        if (!strncmp(line, "# mamba2c CUDA profile: ", 24)) header++;
+        else if (sscanf(line, "%127s\t%lld\t%lf", name, &n, &total) == 3 && n > 0 &&
+                 total >= 0) {
+            kernels++;
+            scan += !strncmp(name, "m2_ssd_", 7);
+        }
+    }
+    th_expect(f && header == 1 && kernels >= 3 && scan >= 3,
+              "%s: %d header lines, %d kernel lines (%d m2_ssd_*)", path, header, kernels, scan);
+    if (f) fclose(f);
+    remove(path);
+    th_end();
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "-q")) th_set_verbose(0);
     th_begin("cuda device mode: arguments");
@@ -156,6 +209,7 @@ int main(int argc, char **argv) {
                  .D_mode = 1, .init = 1, .final = 1, .dfinal = 1},
             };
             for (int i = 0; i < 2; i++) run_case(&cases[i], host, dev, stream);
+            profile_case(&cases[0], host, stream);
         }
         mamba2_context_destroy(host);
     }
