@@ -57,7 +57,8 @@ while [ $# -gt 0 ]; do
 done
 case "$BUDGET" in '' | *[!0-9]*) echo "gpu_check.sh: --budget takes whole seconds" >&2; exit 2 ;; esac
 at() { echo $((BUDGET * $1 / 570)); } # a phase deadline of the 570 s plan, scaled to --budget
-E_BUILD=$(at 120) E_TESTS=$(at 250) E_SAN=$(at 340) E_BP=$(at 370) E_BT=$(at 400) E_PROF=$(at 420)
+E_BUILD=$(at 120) E_TESTS=$(at 250) E_SAN=$(at 340) E_BP=$(at 362) E_BS=$(at 377) E_BT=$(at 392)
+E_BTS=$(at 405) E_PROF=$(at 425)
 E_CMP=$(at 570)
 case "$BUILD" in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
 [ -n "$OUTDIR" ] || OUTDIR=$BUILD/gpu_check
@@ -219,15 +220,20 @@ run_bench() { # label, phase end (s), env assignments...
     fi
 }
 run_bench portable "$E_BP" MAMBA2C_CUDA_TC=0
+run_bench staged "$E_BS" MAMBA2C_CUDA_TC=0 MAMBA2C_GPU_SSD_FWD=staged
 run_bench tc "$E_BT" MAMBA2C_CUDA_TC=1
-if [ "$DRY" = 0 ]; then # one table of the C timings: ms and TFLOP/s, portable and tc
+run_bench tc_staged "$E_BTS" MAMBA2C_CUDA_TC=1 MAMBA2C_GPU_SSD_FWD=staged
+if [ "$DRY" = 0 ]; then # one table of the C timings: ms of the four forward forms, TFLOP/s of the best
     awk -F'\t' 'FNR == 1 { f++ } $1 == "RESULT" { k = $2 " " $3; ms[f, k] = $4; fl[k] = $6; sh[k] = $8; if (f == 1) o[++n] = k }
-        END { printf "%-20s %-6s %-28s %9s %9s %8s %8s\n", "case", "mode", "B,L,H,P,N,Q,G", "ms", "tc ms", "TFLOP/s", "tc TF/s"
-              for (i = 1; i <= n; i++) { k = o[i]; split(k, a, " "); t = ms[1, k]; c = ms[2, k]
-                  printf "%-20s %-6s %-28s %9.3f %9s %8.2f %8s\n", a[1], a[2], sh[k], t, c == "" ? "-" : sprintf("%.3f", c),
-                         fl[k] / t / 1e9, c == "" ? "-" : sprintf("%.2f", fl[k] / c / 1e9) } }' \
-        "$LOG/bench_portable.tsv" "$LOG/bench_tc.tsv" >"$OUTDIR/bench_ours.txt" 2>/dev/null
-    sed -i '1i gpu-bench (C, CUDA device mode, CUDA-event medians; recurrence flops, docs/flops.md)' \
+        function c(v) { return v == "" ? "-" : sprintf("%.3f", v) }
+        END { printf "%-20s %-6s %-28s %9s %9s %9s %9s %8s\n", "case", "mode", "B,L,H,P,N,Q,G", "walk", "staged", "tc walk", "tc staged", "best TF/s"
+              for (i = 1; i <= n; i++) { k = o[i]; split(k, a, " "); b = ms[1, k]
+                  for (j = 2; j <= 4; j++) if (ms[j, k] != "" && ms[j, k] < b) b = ms[j, k]
+                  printf "%-20s %-6s %-28s %9s %9s %9s %9s %8.2f\n", a[1], a[2], sh[k], c(ms[1, k]), c(ms[2, k]),
+                         c(ms[3, k]), c(ms[4, k]), fl[k] / b / 1e9 } }' \
+        "$LOG/bench_portable.tsv" "$LOG/bench_staged.tsv" "$LOG/bench_tc.tsv" "$LOG/bench_tc_staged.tsv" \
+        >"$OUTDIR/bench_ours.txt" 2>/dev/null
+    sed -i '1i gpu-bench (C, CUDA device mode, CUDA-event medians, ms; forward forms: portable on-chip walk (the default), portable staged (MAMBA2C_GPU_SSD_FWD=staged), tensor-core walk (MAMBA2C_CUDA_TC=1), tensor-core staged; the backward is the portable one in all four; TFLOP/s of the recurrence count, docs/flops.md)' \
         "$OUTDIR/bench_ours.txt"
     cat "$OUTDIR/bench_ours.txt"
 fi
@@ -236,7 +242,7 @@ fi
 if [ "$DRY" = 0 ]; then
     for tc in 0 1; do
         rm -f "$LOG/profile_tc$tc.txt"
-        timeout "$(left $(((E_BT + E_PROF) / 2 + tc * (E_PROF - E_BT) / 2)))" env MAMBA2C_CUDA_TC=$tc \
+        timeout "$(left $(((E_BTS + E_PROF) / 2 + tc * (E_PROF - E_BTS) / 2)))" env MAMBA2C_CUDA_TC=$tc \
             "$BUILD/bench/gpu-bench" --cases "$BENCH_CASES" --reps 3 --budget 0.2 \
             --deadline "$(($(left "$E_PROF") / 2))" --profile "$LOG/profile_tc$tc.txt" \
             >"$LOG/profile_tc$tc.tsv" 2>&1 || { say "FAIL gpu-bench --profile (tc $tc)"; FAILED=1; }
