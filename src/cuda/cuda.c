@@ -21,8 +21,10 @@
  * for its copies back; device mode: the next call's work on the same stream runs after this
  * call's), so a call repeating earlier sizes allocates and frees nothing (cuMemFree would
  * synchronise the device).
- * MAMBA2C_CUDA_TC=1 at context creation turns on the tensor-core forward (ssd_tc.c; off by
- * default, docs/gpu.md §3a).
+ * MAMBA2C_CUDA_TC at context creation chooses the tensor-core forward (ssd_tc.c, docs/gpu.md
+ * §3a): "1" for every fused forward, "0" never (float32 storage stays exact float32), unset,
+ * empty or "auto" (the default) where it measured faster: its on-chip scan, with at least two
+ * blocks per multiprocessor.
  * MAMBA2C_CUDA_PROFILE=<file> at context creation times every launch of the context with a
  * pair of events around it and, when the context is destroyed, appends one line per kernel
  * (launches, total / mean / min / max time) to the file: the diagnostic behind gpu-bench
@@ -54,6 +56,7 @@ typedef unsigned long long CUdeviceptr;
     X(CUresult, cuDeviceGetCount, (int *))                                                     \
     X(CUresult, cuDeviceGet, (CUdevice *, int))                                                \
     X(CUresult, cuDeviceGetName, (char *, int, CUdevice))                                      \
+    X(CUresult, cuDeviceGetAttribute, (int *, int, CUdevice))                                  \
     X(CUresult, cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                             \
     X(CUresult, cuDevicePrimaryCtxRelease_v2, (CUdevice))                                      \
     X(CUresult, cuCtxPushCurrent_v2, (CUcontext))                                              \
@@ -451,6 +454,15 @@ static mamba2_status_t open_cuda(mamba2_context_t *ctx, int ordinal, void *strea
             return m2_error(MAMBA2_STATUS_BACKEND_UNAVAILABLE,
                             "CUDA: MAMBA2C_CUDA_DEVICE=%s but there are %d devices", want, count);
     }
+    const char *tc = getenv("MAMBA2C_CUDA_TC"); /* the tensor-core forward: 0, 1 or auto */
+    const int tc_mode = !tc || !*tc || !strcmp(tc, "auto") ? 2 : !strcmp(tc, "1") ? 1
+                        : !strcmp(tc, "0")                 ? 0
+                                                           : -1;
+    if (tc_mode < 0)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "CUDA: MAMBA2C_CUDA_TC=%.40s; use 0 (exact float32), 1 (tensor cores) "
+                        "or auto (the default)",
+                        tc);
     cu_dev *c = calloc(1, sizeof *c);
     if (!c) return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "cannot allocate a CUDA context");
     c->base.api = "CUDA";
@@ -465,8 +477,7 @@ static mamba2_status_t open_cuda(mamba2_context_t *ctx, int ordinal, void *strea
     c->base.launch = d_launch;
     c->base.finish = d_finish;
     c->base.destroy = d_destroy;
-    const char *tc = getenv("MAMBA2C_CUDA_TC"); /* the tensor-core forward: off by default */
-    if (tc && !strcmp(tc, "1")) c->base.ssd_tc = m2cu_ssd_tc;
+    if (tc_mode) c->base.ssd_tc = m2cu_ssd_tc;
     mamba2_status_t st = MAMBA2_STATUS_OK;
     if ((r = cu.cuDeviceGet(&c->device, ordinal)) != CUDA_SUCCESS) st = cu_fail(r, "cuDeviceGet");
     if (!st && (r = cu.cuDevicePrimaryCtxRetain(&c->context, c->device)) != CUDA_SUCCESS) {
@@ -499,6 +510,15 @@ static mamba2_status_t open_cuda(mamba2_context_t *ctx, int ordinal, void *strea
                                             8 /* MAX_DYNAMIC_SHARED_SIZE_BYTES */,
                                             m2cu_tc_seq_max_smem()) == CUDA_SUCCESS;
             c->base.tc_seq_nmax = ok ? m2cu_tc_seq_nmax() : 0;
+            /* auto: the on-chip scan with two blocks per multiprocessor or more; without the
+             * scan or the count, no tensor cores */
+            int sms = 0;
+            if (tc_mode == 2 &&
+                (!ok || cu.cuDeviceGetAttribute(&sms, 16 /* MULTIPROCESSOR_COUNT */,
+                                                c->device) != CUDA_SUCCESS || sms <= 0))
+                c->base.ssd_tc = NULL;
+            else if (tc_mode == 2)
+                c->base.tc_min_blocks = 2 * (int64_t)sms;
         }
         pop();
     }

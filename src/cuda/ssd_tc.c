@@ -1,6 +1,6 @@
 /*
- * ssd_tc.c — the host side of the CUDA tensor-core forward (kernels: ssd_tc.cuh). With
- * MAMBA2C_CUDA_TC=1 at context creation, the fused forward (src/gpu/ssd_ops.c) runs chunk_cumsum
+ * ssd_tc.c — the host side of the CUDA tensor-core forward (kernels: ssd_tc.cuh). Where the
+ * context's mode picks it (MAMBA2C_CUDA_TC, cuda.c), the fused forward (src/gpu/ssd_ops.c) runs chunk_cumsum
  * portable, then either the tensor-core on-chip scan (M2G_TC_SEQ: one launch for everything
  * else) or, for N > M2TC_SEQ_NMAX / states at positions, the chunk states (M2G_TC_STATE), the
  * portable state_passing and the chunk scan with CB computed on chip (M2G_TC_SCAN). bf16 MMA for bf16 activations, tf32 otherwise (f32 and f16 storage); float32
@@ -17,6 +17,7 @@ const char *const m2cu_tc_names[M2CU_TC_NUM] = {
 };
 
 static const size_t L128[3] = {M2TC_THREADS, 1, 1};
+_Static_assert(M2TC_SEQ_PC == M2G_TC_SEQ_PC, "gpu.h's copy of the on-chip scan's block width");
 
 int m2cu_tc_seq_nmax(void) { return M2TC_SEQ_NMAX; }
 int m2cu_tc_seq_max_smem(void) {

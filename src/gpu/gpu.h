@@ -64,6 +64,8 @@ typedef struct m2g_dev m2g_dev;
 struct ssd_dev; /* gpu/ssd_host.h */
 /* stages of m2g_dev.ssd_tc */
 enum { M2G_TC_STATE = 0, M2G_TC_SCAN = 1, M2G_TC_SEQ = 2 };
+/* channels per block of the tensor-core on-chip scan (M2TC_SEQ_PC of cuda/tc_tiles.h) */
+#define M2G_TC_SEQ_PC 32
 struct m2g_dev {
     const char *api;   /* "OpenCL", "CUDA" (for messages) */
     char name[192];    /* device name (for messages)      */
@@ -84,12 +86,16 @@ struct m2g_dev {
     mamba2_status_t (*launch)(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
                               int nargs, const m2g_arg *args);
     mamba2_status_t (*finish)(m2g_dev *d); /* wait for everything queued */
-    /* CUDA contexts created with MAMBA2C_CUDA_TC=1 only (src/cuda/ssd_tc.c), else NULL: the
+    /* CUDA contexts only (src/cuda/ssd_tc.c; not with MAMBA2C_CUDA_TC=0), else NULL: the
      * fused forward's chunk states (M2G_TC_STATE), its chunk scan with CB on chip
      * (M2G_TC_SCAN), or the on-chip scan replacing both and state_passing (M2G_TC_SEQ) on
      * the tensor cores; bf16: bf16 MMA, else tf32 (float32 accumulate) */
     mamba2_status_t (*ssd_tc)(m2g_dev *d, const struct ssd_dev *s, int stage, int bf16);
     int64_t tc_seq_nmax; /* ssd_tc: the largest N of its on-chip scan (M2G_TC_SEQ); 0: none */
+    /* ssd_tc in its automatic mode (MAMBA2C_CUDA_TC unset or "auto"): only the on-chip scan,
+     * and only with at least this many blocks (sequences x H x ceil(P / M2G_TC_SEQ_PC));
+     * 0: ssd_tc for every call (MAMBA2C_CUDA_TC=1) */
+    int64_t tc_min_blocks;
     void (*destroy)(m2g_dev *d);            /* release the device objects and d itself */
 };
 

@@ -21,6 +21,7 @@ typedef void *tcu_handle; /* CUcontext, CUstream, CUevent */
     X(tcu_result, cuDeviceGet, (int *, int))                                                   \
     X(tcu_result, cuDeviceGetName, (char *, int, int))                                         \
     X(tcu_result, cuDeviceTotalMem_v2, (size_t *, int))                                        \
+    X(tcu_result, cuDeviceGetAttribute, (int *, int, int))                                     \
     X(tcu_result, cuDevicePrimaryCtxRetain, (tcu_handle *, int))                               \
     X(tcu_result, cuDevicePrimaryCtxRelease_v2, (int))                                         \
     X(tcu_result, cuCtxSetCurrent, (tcu_handle))                                               \

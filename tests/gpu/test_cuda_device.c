@@ -11,7 +11,9 @@
  * bitwise the host-mode CUDA context's (same kernels, same order). Also: a misaligned data
  * pointer is INVALID_ARGUMENT; MAMBA2C_CUDA_PROFILE: a context made with it gives the same
  * results and appends its per-kernel table to the file when destroyed, and a path too long
- * for it is INVALID_ARGUMENT.
+ * for it is INVALID_ARGUMENT; the tensor-core forward's choice (read from those tables):
+ * MAMBA2C_CUDA_TC=1 always, 0 never, unset or auto on a shape with 2 blocks per
+ * multiprocessor and not on a small one; any other value is INVALID_ARGUMENT.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -114,23 +116,28 @@ static void run_case(th_ssd_case *c, mamba2_context_t *host, mamba2_context_t *d
     th_end();
 }
 
-/* MAMBA2C_CUDA_PROFILE: same results (run_case), then the file holds the table */
-static void profile_case(th_ssd_case *c, mamba2_context_t *host, tcu_handle stream) {
+/* MAMBA2C_CUDA_PROFILE: same results (run_case), then the file holds the table, with a
+ * kernel whose name holds `want` and none whose name holds `unwanted` (either may be NULL) */
+static void profile_case(th_ssd_case *c, mamba2_context_t *host, tcu_handle stream,
+                         const char *want, const char *unwanted) {
     char path[64], line[256], big[700];
     snprintf(path, sizeof path, "/tmp/mamba2c_cuda_profile_%ld.txt", (long)getpid());
     remove(path);
     memset(big, 'x', sizeof big - 1);
     big[sizeof big - 1] = 0;
     mamba2_context_t *dev = NULL;
-    setenv("MAMBA2C_CUDA_PROFILE", big, 1);
-    const mamba2_status_t st = mamba2_context_create_cuda(&dev, 0, stream);
-    th_begin("cuda profile: a path too long");
-    th_expect(st == MAMBA2_STATUS_INVALID_ARGUMENT && !dev && strstr(mamba2_last_error(),
-                                                                       "MAMBA2C_CUDA_PROFILE"),
-              "a 699-character path: %s: %s", mamba2_status_string(st), mamba2_last_error());
-    th_end();
-    mamba2_context_destroy(dev);
-    dev = NULL;
+    static int once;
+    if (!once++) {
+        setenv("MAMBA2C_CUDA_PROFILE", big, 1);
+        const mamba2_status_t st = mamba2_context_create_cuda(&dev, 0, stream);
+        th_begin("cuda profile: a path too long");
+        th_expect(st == MAMBA2_STATUS_INVALID_ARGUMENT && !dev &&
+                      strstr(mamba2_last_error(), "MAMBA2C_CUDA_PROFILE"),
+                  "a 699-character path: %s: %s", mamba2_status_string(st), mamba2_last_error());
+        th_end();
+        mamba2_context_destroy(dev);
+        dev = NULL;
+    }
     setenv("MAMBA2C_CUDA_PROFILE", path, 1);
     const mamba2_status_t st2 = mamba2_context_create_cuda(&dev, 0, stream);
     unsetenv("MAMBA2C_CUDA_PROFILE");
@@ -144,7 +151,7 @@ static void profile_case(th_ssd_case *c, mamba2_context_t *host, tcu_handle stre
     mamba2_context_destroy(dev);
     th_begin("cuda profile: the report");
     FILE *f = fopen(path, "r");
-    int header = 0, kernels = 0, scan = 0;
+    int header = 0, kernels = 0, scan = 0, wanted = !want, bad = 0;
     while (f && fgets(line, sizeof line, f)) {
         long long n = 0;
         double total = -1;
@@ -154,10 +161,15 @@ static void profile_case(th_ssd_case *c, mamba2_context_t *host, tcu_handle stre
                  total >= 0) {
             kernels++;
             scan += !strncmp(name, "m2_ssd_", 7);
+            wanted |= want && strstr(name, want);
+            bad |= unwanted && strstr(name, unwanted);
         }
     }
-    th_expect(f && header == 1 && kernels >= 3 && scan >= 3,
+    th_expect(f && header == 1 && kernels >= 2 && scan >= 2,
               "%s: %d header lines, %d kernel lines (%d m2_ssd_*)", path, header, kernels, scan);
+    th_expect(wanted && !bad, "%s: the forward ran%s%s%s%s", c->name,
+              want && !wanted ? " without " : "", want && !wanted ? want : "",
+              bad ? " with " : "", bad ? unwanted : "");
     if (f) fclose(f);
     remove(path);
     th_end();
@@ -192,6 +204,16 @@ int main(int argc, char **argv) {
         th_expect(mamba2_context_create_cuda(&x, 1 << 20, NULL) ==
                       MAMBA2_STATUS_INVALID_ARGUMENT,
                   "a device past the count must be INVALID_ARGUMENT");
+        char keep[16] = "";
+        const char *tc = getenv("MAMBA2C_CUDA_TC");
+        if (tc) snprintf(keep, sizeof keep, "%s", tc);
+        setenv("MAMBA2C_CUDA_TC", "2", 1);
+        const mamba2_status_t s2 = mamba2_context_create_cuda(&x, 0, NULL);
+        th_expect(s2 == MAMBA2_STATUS_INVALID_ARGUMENT && !x &&
+                      strstr(mamba2_last_error(), "MAMBA2C_CUDA_TC"),
+                  "MAMBA2C_CUDA_TC=2: %s: %s", mamba2_status_string(s2), mamba2_last_error());
+        if (tc) setenv("MAMBA2C_CUDA_TC", keep, 1);
+        else unsetenv("MAMBA2C_CUDA_TC");
     }
     th_end();
     if (have_gpu && dev) {
@@ -209,7 +231,19 @@ int main(int argc, char **argv) {
                  .D_mode = 1, .init = 1, .final = 1, .dfinal = 1},
             };
             for (int i = 0; i < 2; i++) run_case(&cases[i], host, dev, stream);
-            profile_case(&cases[0], host, stream);
+            /* the tensor-core forward's choice (MAMBA2C_CUDA_TC: 1 always, 0 never, else
+             * auto: its on-chip scan from 2 blocks per multiprocessor, sequences x H x
+             * ceil(P/32); the emulated device and an H200 have 132) */
+            static th_ssd_case small = {"tc_rule_small", SH(1, 8, 4, 8, 16, 64, 2), .init = 1,
+                                        .final = 1, .dfinal = 1};
+            static th_ssd_case big = {"tc_rule_264_blocks", SH(1, 8, 264, 32, 16, 64, 2),
+                                      .init = 1, .final = 1, .dfinal = 1};
+            int sms = 0;
+            cu.cuDeviceGetAttribute(&sms, 16, cu.device);
+            const char *tc = getenv("MAMBA2C_CUDA_TC"), *t = "_tc128", *p = "scan_seq_16x16";
+            const int mode = tc && !strcmp(tc, "1") ? 1 : tc && !strcmp(tc, "0") ? 0 : 2;
+            profile_case(&small, host, stream, mode == 1 ? t : p, mode == 1 ? NULL : t);
+            if (sms == 132) profile_case(&big, host, stream, mode ? t : p, mode ? NULL : t);
         }
         mamba2_context_destroy(host);
     }

@@ -22,8 +22,10 @@
  *    unknown MAMBA2C_OPENCL_DEVICE is BACKEND_UNAVAILABLE.
  * The same units run on the CUDA backend where a GPU and driver exist (elsewhere its context
  * must report BACKEND_UNAVAILABLE with a message).
- * With MAMBA2C_CUDA_TC=1 the CUDA context runs the fused forward on the tensor cores (tf32 for
- * this test's float32 storage; docs/gpu.md §3a): a separate mode, off by default, whose
+ * Without MAMBA2C_CUDA_TC the test sets it to 0 (the exact float32 tier: the default, auto,
+ * would put large shapes on the tensor cores on a small GPU). With MAMBA2C_CUDA_TC=1 the CUDA
+ * context runs the fused forward on the tensor cores (tf32 for
+ * this test's float32 storage; docs/gpu.md §3a): a separate mode whose
  * forward outputs (out, final_state, states at positions) are checked against TOL_TC_TF32
  * instead of TH_TOL_F32, and its two forms (the on-chip scan, and the two-kernel form forced
  * by MAMBA2C_GPU_SSD_FWD=staged) each against the reference instead of bitwise to each other;
@@ -589,6 +591,8 @@ int main(int argc, char **argv) {
         printf("usage: test_opencl_ssd [--backend opencl|cuda|all] [-q] [name-substring]\n");
         return 2;
     }
+    const char *tc_env = getenv("MAMBA2C_CUDA_TC");
+    if (!tc_env || !*tc_env || !strcmp(tc_env, "auto")) setenv("MAMBA2C_CUDA_TC", "0", 1);
     /* the OpenCL backend (PoCL in CI), and the CUDA backend where a GPU and driver exist: the
      * same kernels through the other device layer */
     mamba2_context_t *gpus[2] = {want_cl ? open_gpu(MAMBA2_BACKEND_OPENCL, "opencl") : NULL,
