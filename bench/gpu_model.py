@@ -2,7 +2,7 @@
 """gpu_model.py — a per-kernel traffic and time model of the SSD on an H200: mamba2c's CUDA
 kernels (the portable default and the tensor-core forward) and mamba_ssm's Triton kernels,
 forward and forward + backward, over the 52 cases of shared/bench_shapes.md, fitted to the
-first H200 run (2026-12-04, bench/gpu_check.sh; docs/gpu.md §4a). Outside the measured rows
+first H200 run (2026-12-04, bench/gpu_check.sh; docs/gpu_model.md). Outside the measured rows
 its numbers are predictions, never measurements.
 
     python3 bench/gpu_model.py [--cases all|a,b] [--kernels] [--dtype bf16] [--old]
@@ -278,7 +278,7 @@ def times(shape, e):
             for m in ("mamba_ssm", "ours", "ours_tc", "ours_py", "design")}
 
 
-# The 2026-12-04 H200 run (bench/gpu_check.sh; docs/gpu.md §4a), ms, CUDA-event medians.
+# The 2026-12-04 H200 run (bench/gpu_check.sh; docs/gpu_model.md), ms, CUDA-event medians.
 # gpu-bench, float32, the C API: fwd, fwd + bwd (portable); fwd, fwd + bwd (MAMBA2C_CUDA_TC=1)
 MEASURED_BENCH = {
     "tiny": (0.083, 0.282, 0.087, 0.287),
