@@ -203,27 +203,36 @@ fi
 
 # ---- 4. gpu-bench: ours in C, portable then tensor cores ------------------------------------
 BENCH_CASES=$CASES
+# the dry run: without a device gpu-bench must exit 77; where the build has the emulated CUDA
+# device (cmake/cuda_emu.cmake), phases 4 and 4b run on it too (two small cases), so that
+# their tables and the profile are checked before a GPU is ever used
+EMU=
 [ "$DRY" = 1 ] && BENCH_CASES=generic_tiny,tiny
+[ "$DRY" = 1 ] && [ -f "$BUILD/cuda_emu/libcuda.so.1" ] && EMU=$BUILD/cuda_emu &&
+    BENCH_CASES=generic_tiny,generic_tail_l65
 run_bench() { # label, phase end (s), env assignments...
     local label=$1 end=$2 rc out=$LOG/bench_$1.tsv
     shift 2
-    timeout "$(left $((end + 10)))" env "$@" "$BUILD/bench/gpu-bench" --cases "$BENCH_CASES" \
+    timeout "$(left $((end + 10)))" env ${EMU:+LD_LIBRARY_PATH=$EMU} "$@" "$BUILD/bench/gpu-bench" --cases "$BENCH_CASES" \
         --reps 10 --budget 0.5 --deadline "$(($(left "$end") - 5))" >"$out" 2>"$out.err"
     rc=$?
-    if [ "$rc" = 77 ] && [ "$DRY" = 1 ]; then
+    if [ "$rc" = 77 ] && [ "$DRY" = 1 ] && [ -z "$EMU" ]; then
         say "PASS gpu-bench $label reports the missing device: $(head -1 "$out")"
     elif [ "$rc" != 0 ]; then
         say "FAIL gpu-bench $label exit $rc (logs/bench_$label.tsv.err)"
         FAILED=1
+    elif [ "$(grep -c '^RESULT' "$out")" = 0 ]; then
+        say "FAIL gpu-bench $label: no RESULT rows (logs/bench_$label.tsv)"
+        FAILED=1
     else
-        say "PASS gpu-bench $label: $(grep -c '^RESULT' "$out") rows"
+        say "PASS gpu-bench $label: $(grep -c '^RESULT' "$out") rows${EMU:+ (emulated device)}"
     fi
 }
 run_bench portable "$E_BP" MAMBA2C_CUDA_TC=0
 run_bench staged "$E_BS" MAMBA2C_CUDA_TC=0 MAMBA2C_GPU_SSD_FWD=staged
 run_bench tc "$E_BT" MAMBA2C_CUDA_TC=1
 run_bench tc_staged "$E_BTS" MAMBA2C_CUDA_TC=1 MAMBA2C_GPU_SSD_FWD=staged
-if [ "$DRY" = 0 ]; then # one table of the C timings: ms of the four forward forms, TFLOP/s of the best
+if [ "$DRY" = 0 ] || [ -n "$EMU" ]; then # one table of the C timings: ms of the four forward forms, TFLOP/s of the best
     awk -F'\t' 'FNR == 1 { f++ } $1 == "RESULT" { k = $2 " " $3; ms[f, k] = $4; fl[k] = $6; sh[k] = $8; if (f == 1) o[++n] = k }
         function c(v) { return v == "" ? "-" : sprintf("%.3f", v) }
         END { printf "%-20s %-6s %-28s %9s %9s %9s %9s %8s\n", "case", "mode", "B,L,H,P,N,Q,G", "walk", "staged", "tc walk", "tc staged", "best TF/s"
@@ -239,10 +248,11 @@ if [ "$DRY" = 0 ]; then # one table of the C timings: ms of the four forward for
 fi
 
 # ---- 4b. where the time goes: per-kernel event times (MAMBA2C_CUDA_PROFILE, gpu-bench --profile)
-if [ "$DRY" = 0 ]; then
+if [ "$DRY" = 0 ] || [ -n "$EMU" ]; then
     for tc in 0 1; do
         rm -f "$LOG/profile_tc$tc.txt"
-        timeout "$(left $(((E_BTS + E_PROF) / 2 + tc * (E_PROF - E_BTS) / 2)))" env MAMBA2C_CUDA_TC=$tc \
+        timeout "$(left $(((E_BTS + E_PROF) / 2 + tc * (E_PROF - E_BTS) / 2)))" \
+            env ${EMU:+LD_LIBRARY_PATH=$EMU} MAMBA2C_CUDA_TC=$tc \
             "$BUILD/bench/gpu-bench" --cases "$BENCH_CASES" --reps 3 --budget 0.2 \
             --deadline "$(($(left "$E_PROF") / 2))" --profile "$LOG/profile_tc$tc.txt" \
             >"$LOG/profile_tc$tc.tsv" 2>&1 || { say "FAIL gpu-bench --profile (tc $tc)"; FAILED=1; }
@@ -253,7 +263,13 @@ if [ "$DRY" = 0 ]; then
         "$LOG/profile_tc0.txt" "$LOG/profile_tc1.txt" >"$OUTDIR/profile.txt" 2>/dev/null
     sed -i '1i per-kernel event times over 1 warm-up + up to 3 calls (gpu-bench --profile; logs/profile_tc*.txt)' \
         "$OUTDIR/profile.txt"
-    say "profile: $(grep -c '^## ' "$OUTDIR/profile.txt") case/mode tables in profile.txt"
+    NPROF=$(grep -c '^## ' "$OUTDIR/profile.txt")
+    if [ "$NPROF" -gt 0 ]; then
+        say "PASS profile: $NPROF case/mode tables in profile.txt${EMU:+ (emulated device)}"
+    else
+        say "FAIL profile: no per-kernel table (logs/profile_tc*.txt)"
+        FAILED=1
+    fi
 fi
 
 # ---- 5. side by side with mamba_ssm and torch (Python) ---------------------------------------
