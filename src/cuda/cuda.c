@@ -81,6 +81,8 @@ typedef unsigned long long CUdeviceptr;
     X(CUresult, cuEventSynchronize, (CUevent))                                                 \
     X(CUresult, cuEventDestroy_v2, (CUevent))                                                  \
     X(CUresult, cuEventElapsedTime, (float *, CUevent, CUevent))                               \
+    X(CUresult, cuGetErrorName, (CUresult, const char **))                                     \
+    X(CUresult, cuGetErrorString, (CUresult, const char **))                                   \
     X(CUresult, cuFuncSetAttribute, (CUfunction, int, int))
 
 static struct {
@@ -140,8 +142,18 @@ typedef struct cu_dev {
     cu_stage stage[CU_STAGE_SLOTS];
 } cu_dev;
 
+/* "CUDA_ERROR_X (text)": the driver's own name and words for a result code */
+static const char *cu_why(CUresult r, char *buf, size_t n) {
+    const char *name = NULL, *text = NULL;
+    if (cu.cuGetErrorName(r, &name) != CUDA_SUCCESS || !name) name = "unknown error";
+    if (cu.cuGetErrorString(r, &text) != CUDA_SUCCESS || !text || !strcmp(text, name)) text = "";
+    snprintf(buf, n, "%s, error %d%s%s", name, (int)r, *text ? ": " : "", text);
+    return buf;
+}
 static mamba2_status_t cu_fail(CUresult r, const char *what) {
-    return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: %s failed (error %d)", what, (int)r);
+    char why[192];
+    return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: %s failed (%s)", what,
+                    cu_why(r, why, sizeof why));
 }
 static void push(cu_dev *c) { cu.cuCtxPushCurrent_v2(c->context); }
 static void pop(void) {
@@ -154,9 +166,11 @@ static mamba2_status_t raw_alloc(m2g_dev *d, size_t bytes, m2g_mem *mem) {
     push((cu_dev *)d);
     CUresult r = cu.cuMemAlloc_v2(&p, bytes);
     pop();
-    if (r != CUDA_SUCCESS)
-        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "CUDA: cannot allocate %zu bytes (error %d)",
-                        bytes, (int)r);
+    if (r != CUDA_SUCCESS) {
+        char why[192];
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "CUDA: cannot allocate %zu bytes (%s)",
+                        bytes, cu_why(r, why, sizeof why));
+    }
     *mem = (m2g_mem)p;
     return MAMBA2_STATUS_OK;
 }
@@ -385,9 +399,11 @@ mamba2_status_t m2cu_launch_smem(m2g_dev *d, int id, const size_t groups[3],
                                    (unsigned)local[2], (unsigned)smem, c->stream, params, NULL);
     if (c->prof && r == CUDA_SUCCESS) prof_end(c, rec, id);
     pop();
-    if (r != CUDA_SUCCESS)
-        return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: launch of %s failed (error %d)",
-                        kname(id), (int)r);
+    if (r != CUDA_SUCCESS) {
+        char why[192];
+        return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: launch of %s failed (%s)",
+                        kname(id), cu_why(r, why, sizeof why));
+    }
     return MAMBA2_STATUS_OK;
 }
 static mamba2_status_t d_launch(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
@@ -440,10 +456,13 @@ static mamba2_status_t open_cuda(mamba2_context_t *ctx, int ordinal, void *strea
     CUresult r = cu.cuInit(0);
     int count = 0;
     if (r == CUDA_SUCCESS) r = cu.cuDeviceGetCount(&count);
-    if (r != CUDA_SUCCESS || count == 0)
+    if (r != CUDA_SUCCESS || count == 0) {
+        char why[192] = "no error";
+        if (r != CUDA_SUCCESS) cu_why(r, why, sizeof why);
         return m2_error(MAMBA2_STATUS_BACKEND_UNAVAILABLE,
-                        "CUDA: no usable device (cuInit/cuDeviceGetCount: error %d, %d devices)",
-                        (int)r, count);
+                        "CUDA: no usable device (cuInit/cuDeviceGetCount: %s; %d devices)", why,
+                        count);
+    }
     if (device_mode && ordinal >= count)
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "CUDA: device %d but there are %d devices",
                         ordinal, count);
@@ -489,16 +508,20 @@ static mamba2_status_t open_cuda(mamba2_context_t *ctx, int ordinal, void *strea
         push(c);
         r = cu.cuModuleLoadData(&c->module, m2g_cuda_fatbin);
         if (r != CUDA_SUCCESS) {
+            char why[192];
             c->module = NULL;
             st = m2_error(MAMBA2_STATUS_BACKEND_UNAVAILABLE,
-                          "CUDA: the kernels do not load on %s (error %d; built for sm_80, "
-                          "sm_90 and compute_90 PTX)",
-                          c->base.name, (int)r);
+                          "CUDA: the kernels do not load on %s (%s; built for sm_80, sm_90 and "
+                          "compute_90 PTX: a driver older than the toolkit that built them "
+                          "cannot JIT that PTX)",
+                          c->base.name, cu_why(r, why, sizeof why));
         }
         for (int i = 0; !st && i < M2G_NUM_KERNELS + M2CU_TC_NUM; i++)
-            if ((r = cu.cuModuleGetFunction(&c->fn[i], c->module, kname(i))) != CUDA_SUCCESS)
-                st = m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: kernel %s not found (error %d)",
-                              kname(i), (int)r);
+            if ((r = cu.cuModuleGetFunction(&c->fn[i], c->module, kname(i))) != CUDA_SUCCESS) {
+                char why[192];
+                st = m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: kernel %s not found (%s)",
+                              kname(i), cu_why(r, why, sizeof why));
+            }
         /* the tensor-core on-chip scans take a dynamic shared block above the default 48 KB:
          * without it (a device with less), the tc forward keeps its two-kernel form */
         if (!st && c->base.ssd_tc) {
