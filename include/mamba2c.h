@@ -1,7 +1,8 @@
 /*
  * mamba2c.h — the whole public C API of mamba2c, the Mamba-2 operator library.
  *
- * Everything the library offers is declared here; every other header is private.
+ * Everything the library offers is declared here and in mamba2c_block.h, which this file
+ * includes at its end (the whole-block decode step); every other header is private.
  * The math of each operator is specified in SPEC.md (the operator contract); this
  * file says how to call it.
  *
@@ -104,7 +105,9 @@ typedef enum mamba2_struct_id {
     MAMBA2_STRUCT_CONV1D_GRADS = 7,
     MAMBA2_STRUCT_CONV1D_STEP_OPTIONS = 8,
     MAMBA2_STRUCT_SSD_STEP_OPTIONS = 9,
-    MAMBA2_STRUCT_LINEAR_OPTIONS = 10
+    MAMBA2_STRUCT_LINEAR_OPTIONS = 10,
+    MAMBA2_STRUCT_BLOCK_STEP_WEIGHTS = 11, /* mamba2c_block.h */
+    MAMBA2_STRUCT_BLOCK_STEP_OPTIONS = 12
 } mamba2_struct_id_t;
 
 /* sizeof the struct `id` in this library (0 for an unknown id). */
@@ -788,5 +791,7 @@ MAMBA2_API mamba2_status_t mamba2_context_create_cuda(mamba2_context_t **ctx, in
 #ifdef __cplusplus
 }
 #endif
+
+#include "mamba2c_block.h" /* the whole-block decode step (mamba2_block_step) */
 
 #endif /* MAMBA2C_H */

@@ -140,17 +140,19 @@ int main(int argc, char **argv) {
     th_end();
 
     th_begin("struct_size values");
-    const size_t want[11] = {sizeof(mamba2_tensor_t), sizeof(mamba2_ssd_options_t),
+    const size_t want[13] = {sizeof(mamba2_tensor_t), sizeof(mamba2_ssd_options_t),
                              sizeof(mamba2_ssd_grads_t), sizeof(mamba2_ssd_chunked_options_t),
                              sizeof(mamba2_rmsnorm_gated_options_t),
                              sizeof(mamba2_rmsnorm_gated_grads_t), sizeof(mamba2_conv1d_options_t),
                              sizeof(mamba2_conv1d_grads_t), sizeof(mamba2_conv1d_step_options_t),
-                             sizeof(mamba2_ssd_step_options_t), sizeof(mamba2_linear_options_t)};
-    for (int id = 0; id < 11; id++)
+                             sizeof(mamba2_ssd_step_options_t), sizeof(mamba2_linear_options_t),
+                             sizeof(mamba2_block_step_weights_t),
+                             sizeof(mamba2_block_step_options_t)};
+    for (int id = 0; id < 13; id++)
         th_expect(mamba2_struct_size((mamba2_struct_id_t)id) == want[id],
                   "mamba2_struct_size(%d) = %zu; sizeof is %zu", id,
                   mamba2_struct_size((mamba2_struct_id_t)id), want[id]);
-    th_expect(mamba2_struct_size((mamba2_struct_id_t)11) == 0 &&
+    th_expect(mamba2_struct_size((mamba2_struct_id_t)13) == 0 &&
                   mamba2_struct_size((mamba2_struct_id_t)-1) == 0,
               "an unknown struct id does not give 0");
     /* the defaults set struct_size to sizeof */

@@ -45,6 +45,13 @@ static const struct_info infos[] = {
                                         M2_END(mamba2_ssd_step_options_t, dt_limit_hi)},
     [MAMBA2_STRUCT_LINEAR_OPTIONS] = {"mamba2_linear_options_t", sizeof(mamba2_linear_options_t),
                                       M2_END(mamba2_linear_options_t, accumulate)},
+    [MAMBA2_STRUCT_BLOCK_STEP_WEIGHTS] = {"mamba2_block_step_weights_t",
+                                          sizeof(mamba2_block_step_weights_t),
+                                          M2_END(mamba2_block_step_weights_t, out_proj_bias)},
+    [MAMBA2_STRUCT_BLOCK_STEP_OPTIONS] = {"mamba2_block_step_options_t",
+                                          sizeof(mamba2_block_step_options_t),
+                                          M2_END(mamba2_block_step_options_t,
+                                                 conv_state_indices)},
 };
 #define NINFOS ((int)(sizeof infos / sizeof infos[0]))
 

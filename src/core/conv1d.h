@@ -106,4 +106,12 @@ static inline int64_t m2_conv1d_cache_pos(const m2_conv1d_problem *pr, int64_t s
     return r < 0 ? r + pr->Lc : r;
 }
 
+/* conv1d_api.c: mamba2_conv1d_step's checks (opts not NULL), for an entry point already
+ * holding ctx (mamba2_block_step). */
+mamba2_status_t m2_conv1d_step_prepare(mamba2_context_t *ctx, const mamba2_tensor_t *out,
+                                       const mamba2_tensor_t *conv_cache,
+                                       const mamba2_tensor_t *x, const mamba2_tensor_t *weight,
+                                       const mamba2_conv1d_step_options_t *opts,
+                                       m2_conv1d_problem *pr);
+
 #endif /* MAMBA2C_CONV1D_H */

@@ -441,3 +441,21 @@ mamba2_status_t mamba2_conv1d_step(mamba2_context_t *ctx, const mamba2_tensor_t 
     c.cache = conv_cache;
     return run(&c, NULL, 0);
 }
+
+/* The step's checks without the context bracket (block_step_api.c). */
+mamba2_status_t m2_conv1d_step_prepare(mamba2_context_t *ctx, const mamba2_tensor_t *out,
+                                       const mamba2_tensor_t *conv_cache,
+                                       const mamba2_tensor_t *x, const mamba2_tensor_t *weight,
+                                       const mamba2_conv1d_step_options_t *opts,
+                                       m2_conv1d_problem *pr) {
+    conv_call c;
+    memset(&c, 0, sizeof c);
+    c.kind = CALL_STEP;
+    c.ctx = ctx;
+    c.sopts = opts;
+    c.x = x;
+    c.weight = weight;
+    c.out = out;
+    c.cache = conv_cache;
+    return validate(&c, pr);
+}

@@ -31,4 +31,10 @@ struct m2_linear_problem {
     m2_view out;  /* [M,O]    element (m,o) at s[0]*m + o                                    */
 };
 
+/* linear_api.c: mamba2_linear_forward's checks (opts not NULL), for an entry point already
+ * holding ctx (mamba2_block_step). */
+mamba2_status_t m2_linear_prepare(mamba2_context_t *ctx, const mamba2_tensor_t *out,
+                                  const mamba2_tensor_t *x, const mamba2_tensor_t *weight,
+                                  const mamba2_linear_options_t *opts, m2_linear_problem *pr);
+
 #endif /* MAMBA2C_LINEAR_H */

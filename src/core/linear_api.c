@@ -171,3 +171,10 @@ mamba2_status_t mamba2_linear_forward(mamba2_context_t *ctx, const mamba2_tensor
     m2_ctx_leave(ctx);
     return st;
 }
+
+/* The checks without the context bracket (block_step_api.c). */
+mamba2_status_t m2_linear_prepare(mamba2_context_t *ctx, const mamba2_tensor_t *out,
+                                  const mamba2_tensor_t *x, const mamba2_tensor_t *weight,
+                                  const mamba2_linear_options_t *opts, m2_linear_problem *pr) {
+    return validate(ctx, out, x, weight, opts, pr);
+}

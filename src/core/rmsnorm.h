@@ -38,4 +38,12 @@ struct m2_rmsnorm_problem {
     m2_view dweight, dbias; /* [D], contiguous                                               */
 };
 
+/* rmsnorm_api.c: the forward's checks (no rstd, no bias) and its padded workspace size,
+ * for an entry point already holding ctx (mamba2_block_step). */
+mamba2_status_t m2_rmsnorm_forward_prepare(mamba2_context_t *ctx, const mamba2_tensor_t *out,
+                                           const mamba2_tensor_t *x, const mamba2_tensor_t *z,
+                                           const mamba2_tensor_t *weight,
+                                           const mamba2_rmsnorm_gated_options_t *opts,
+                                           m2_rmsnorm_problem *pr, size_t *bytes);
+
 #endif /* MAMBA2C_RMSNORM_H */

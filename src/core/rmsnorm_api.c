@@ -273,3 +273,15 @@ mamba2_status_t mamba2_rmsnorm_gated_backward(
     rms_call c = bwd_call(ctx, grads, dout, x, z, weight, bias, rstd, opts, &defaults);
     return run(&c, workspace, workspace_size);
 }
+
+/* The forward's checks and workspace query without the context bracket, for an entry point
+ * that composes ops on a context it already holds (block_step_api.c). */
+mamba2_status_t m2_rmsnorm_forward_prepare(mamba2_context_t *ctx, const mamba2_tensor_t *out,
+                                           const mamba2_tensor_t *x, const mamba2_tensor_t *z,
+                                           const mamba2_tensor_t *weight,
+                                           const mamba2_rmsnorm_gated_options_t *opts,
+                                           m2_rmsnorm_problem *pr, size_t *bytes) {
+    mamba2_rmsnorm_gated_options_t defaults;
+    rms_call c = fwd_call(ctx, out, NULL, x, z, weight, NULL, opts, &defaults);
+    return query(&c, pr, bytes);
+}

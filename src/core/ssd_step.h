@@ -55,4 +55,13 @@ static inline int64_t m2_ssd_step_slot(const m2_ssd_step_problem *pr, int64_t b)
     return ((const int64_t *)pr->state_indices)[b];
 }
 
+/* ssd_step_api.c: mamba2_ssd_step's checks (no all_states; opts not NULL), for an entry
+ * point already holding ctx (mamba2_block_step). */
+mamba2_status_t m2_ssd_step_prepare(mamba2_context_t *ctx, const mamba2_tensor_t *state_cache,
+                                    const mamba2_tensor_t *out, const mamba2_tensor_t *x,
+                                    const mamba2_tensor_t *dt, const mamba2_tensor_t *A,
+                                    const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
+                                    const mamba2_ssd_step_options_t *opts,
+                                    m2_ssd_step_problem *pr);
+
 #endif /* MAMBA2C_SSD_STEP_H */

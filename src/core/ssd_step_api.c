@@ -271,3 +271,24 @@ mamba2_status_t mamba2_ssd_step(mamba2_context_t *ctx, const mamba2_tensor_t *st
     m2_ctx_leave(ctx);
     return st;
 }
+
+/* The step's checks without the context bracket (block_step_api.c). */
+mamba2_status_t m2_ssd_step_prepare(mamba2_context_t *ctx, const mamba2_tensor_t *state_cache,
+                                    const mamba2_tensor_t *out, const mamba2_tensor_t *x,
+                                    const mamba2_tensor_t *dt, const mamba2_tensor_t *A,
+                                    const mamba2_tensor_t *Bm, const mamba2_tensor_t *Cm,
+                                    const mamba2_ssd_step_options_t *opts,
+                                    m2_ssd_step_problem *pr) {
+    step_call c;
+    memset(&c, 0, sizeof c);
+    c.ctx = ctx;
+    c.opts = opts;
+    c.cache = state_cache;
+    c.out = out;
+    c.x = x;
+    c.dt = dt;
+    c.A = A;
+    c.Bm = Bm;
+    c.Cm = Cm;
+    return validate(&c, pr);
+}

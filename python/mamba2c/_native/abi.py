@@ -84,6 +84,11 @@ SIZEOF = object()  # a constant field's value: the struct's own size (ABI v1 str
 #   field the packers fill with the struct's sizeof; structs are append-only.
 _SS = ("struct_size", _U32, SIZEOF)
 
+# the tensors of mamba2_block_step_weights_t, in field order
+BLOCK_STEP_WEIGHTS = ("norm_weight", "in_proj_weight", "in_proj_bias", "conv_weight",
+                      "conv_bias", "A", "D", "dt_bias", "gnorm_weight", "out_proj_weight",
+                      "out_proj_bias")
+
 STRUCTS: Dict[str, Tuple[list, Optional[str], dict]] = {
     "tensor": ([("data", _VP), ("dtype", _INT), ("rank", _I32),
                 ("shape", _I64 * MAX_RANK), ("stride", _I64 * MAX_RANK)], None, {}),
@@ -116,13 +121,23 @@ STRUCTS: Dict[str, Tuple[list, Optional[str], dict]] = {
                             "mamba2_conv1d_step_options_default", {}),
     "linear_options": ([_SS, ("bias", _PTR), ("accumulate", _I32)],
                        "mamba2_linear_options_default", {}),
+    # mamba2c_block.h: the whole-block decode step
+    "block_step_weights": ([_SS] + [(n, _PTR) for n in BLOCK_STEP_WEIGHTS],
+                           "mamba2_block_step_weights_default", {}),
+    "block_step_options": ([_SS, ("add_residual", _I32), ("norm_eps", _F64), ("gnorm_eps", _F64),
+                            ("gnorm_group_size", _I64), ("norm_before_gate", _I32),
+                            ("dt_softplus", _I32), ("dt_limit_lo", _F64), ("dt_limit_hi", _F64),
+                            ("state_indices", _PTR), ("conv_state_indices", _PTR)],
+                           "mamba2_block_step_options_default",
+                           {"add_residual": 1, "norm_eps": 1e-5, "gnorm_eps": 1e-5,
+                            "dt_softplus": 1, "dt_limit_hi": math.inf}),
 }
 
 # mamba2_struct_id_t: mamba2_struct_size(id), checked for every struct at load time
 STRUCT_IDS = {"tensor": 0, "ssd_options": 1, "ssd_grads": 2, "ssd_chunked_options": 3,
               "rmsnorm_gated_options": 4, "rmsnorm_gated_grads": 5, "conv1d_options": 6,
               "conv1d_grads": 7, "conv1d_step_options": 8, "ssd_step_options": 9,
-              "linear_options": 10}
+              "linear_options": 10, "block_step_weights": 11, "block_step_options": 12}
 
 _CODE = {_VP: "P", _I32: "i", _I64: "q", _F64: "d", _SZ: "N", ctypes.c_uint32: "I"}
 if _INT is not _I32:
@@ -192,6 +207,8 @@ CONV1D_OPTIONS = LAYOUTS["conv1d_options"]
 CONV1D_GRADS = LAYOUTS["conv1d_grads"]
 CONV1D_STEP_OPTIONS = LAYOUTS["conv1d_step_options"]
 LINEAR_OPTIONS = LAYOUTS["linear_options"]
+BLOCK_STEP_WEIGHTS_S = LAYOUTS["block_step_weights"]
+BLOCK_STEP_OPTIONS = LAYOUTS["block_step_options"]
 TSZ = TENSOR.size  # bytes of one descriptor slot
 
 # Per-rank tensor packers for the decode paths: data, dtype, rank, shape[:r], stride[:r]
@@ -247,6 +264,10 @@ PROTOTYPES = {
     "mamba2_ssd_step": _ops(10),
     # ctx, out, x, weight, opts
     "mamba2_linear_forward": _ops(5),
+    # ctx, hidden, residual, conv_cache, state_cache, weights, opts, workspace, workspace_size
+    "mamba2_block_step": _ops(7, True),
+    # ctx, hidden, residual, conv_cache, state_cache, weights, opts, size_t *workspace_size
+    "mamba2_block_step_workspace_size": _ops(7),
     # the staged pipeline (forward only)
     "mamba2_ssd_chunk_cumsum": _ops(6),   # ctx, dt_out, dA_cumsum, dt, A, opts
     "mamba2_ssd_bmm_chunk": _ops(5),      # ctx, CB, Bm, Cm, opts
@@ -285,6 +306,8 @@ SLOTS = {
     "ssd_step": ("state", "out", "all_states", "x", "dt", "A", "B", "C", "D", "z", "dt_bias",
                  "state_indices", "options"),
     "linear": ("out", "x", "weight", "bias"),
+    # the block step's packed call (decode_plan.py): these, then weights and options structs
+    "block_step": ("hidden", "residual", "conv_cache", "state_cache", *BLOCK_STEP_WEIGHTS),
     "chunk_cumsum": ("dt_out", "dA_cumsum", "dt", "A", *CHUNKED_OPTION_TENSORS),
     "bmm_chunk": ("CB", "B", "C", *CHUNKED_OPTION_TENSORS),
     "chunk_state": ("states", "x", "B", "dt_out", "dA_cumsum", *CHUNKED_OPTION_TENSORS),

@@ -26,6 +26,13 @@ blocks, RMSNorm block norms with residual_in_fp32, float32 / bfloat16 / float16 
 CPU tensors, float32 caches in the C layout. `plan_for` returns None otherwise and the
 decoder keeps its generic per-op path.
 
+float32 models whose layers all fit (every layer's projections on the C GEMV) take a shorter
+road: one mamba2_block_step call per layer (include/mamba2c_block.h) runs the residual add,
+the block norm, in_proj, the conv and SSD steps, the gated norm and out_proj on the same C
+ops, with the same bits (the C test checks the block step against the ops one by one), so a
+token costs one ctypes call per layer instead of seven. MAMBA2C_BLOCK_STEP=0 in the
+environment keeps the per-op replay (for measuring one against the other).
+
 The projections run on the C GEMV (mamba2_linear_forward) with the weight a Linear carries
 for it (`gemv_weight`, set by MambaLMHeadModel.quantize: Q8_0 or bf16) or else its own
 float32 / bfloat16 weight as is; the GEMV reads float32 activations and writes float32, so
@@ -35,6 +42,8 @@ torch.mm. The lm_head of such a decoder runs on the same GEMV (generation._Decod
 """
 from __future__ import annotations
 
+import ctypes
+import os
 import struct
 from typing import Optional
 
@@ -138,6 +147,64 @@ def _ssd_block(state, x, dt, A, B, C, D, dt_bias, out, dt_lo, dt_hi):
                base + S.B, base + S.C, base + S.options)
 
 
+class _BlockCall:
+    """One layer's packed mamba2_block_step call: the descriptors of the in/out tensors and
+    the weights, the weights and options structs, all in memory this object owns."""
+
+    __slots__ = ("buf", "args", "keep")
+    _B = abi.SLOT["block_step"]
+
+    def __init__(self, hidden, res, p, norm_w, norm_eps, gi, go, in_b, out_b, first):
+        B = self._B
+        w_off = B.out_proj_bias + abi.TSZ
+        o_off = (w_off + abi.BLOCK_STEP_WEIGHTS_S.size + 15) // 16 * 16
+        self.buf = buf = ctypes.create_string_buffer(o_off + abi.BLOCK_STEP_OPTIONS.size + 16)
+        base = ctypes.addressof(buf)
+        for off, t in ((B.hidden, hidden), (B.residual, res), (B.conv_cache, p.conv_state),
+                       (B.state_cache, p.ssm_state)):
+            TENSOR_R[t.dim()].pack_into(buf, off, t.data_ptr(), DT_F32, t.dim(), *t.shape,
+                                        *t.stride())
+        keep = [hidden, res, p.conv_state, p.ssm_state, gi, go]
+        ptr = {}
+
+        def f32(name, t, k=1):
+            if t is None:
+                ptr[name] = 0
+                return
+            t = t.detach().to(_F32).contiguous()
+            kept = _bc_desc(buf, getattr(B, name), name, t, k, _F32, DT_F32)
+            if kept is NotImplemented:
+                raise ValueError(f"decode plan: {name} does not fit the block step")
+            keep.append(kept)
+            ptr[name] = base + getattr(B, name)
+
+        f32("norm_weight", norm_w)
+        f32("in_proj_bias", in_b)
+        f32("conv_weight", p.conv_w, 2)
+        f32("conv_bias", p.conv_b)
+        f32("A", p.A)
+        D = p.D
+        f32("D", D, 1 if D.dim() == 1 or D.stride(1) == 0 else 2)
+        f32("dt_bias", p.dt_bias)
+        f32("gnorm_weight", p.gnorm_w)
+        f32("out_proj_bias", out_b)
+        gi.pack(buf, B.in_proj_weight)
+        go.pack(buf, B.out_proj_weight)
+        ptr["in_proj_weight"] = base + B.in_proj_weight
+        ptr["out_proj_weight"] = base + B.out_proj_weight
+        abi.BLOCK_STEP_WEIGHTS_S.pack_into(buf, w_off, *(ptr[n] for n in abi.BLOCK_STEP_WEIGHTS))
+        abi.BLOCK_STEP_OPTIONS.pack_into(buf, o_off, 0 if first else 1, float(norm_eps),
+                                         float(p.gnorm_eps), int(p.gsize), 1 if p.nbg else 0,
+                                         1, p.dt_lo, p.dt_hi, 0, 0)
+        self.keep = keep
+        self.args = (base + B.hidden, base + B.residual, base + B.conv_cache,
+                     base + B.state_cache, base + w_off, base + o_off)
+
+
+def _block_step_enabled() -> bool:
+    return os.environ.get("MAMBA2C_BLOCK_STEP", "1") != "0"
+
+
 class DecodePlan:
     """Buffers + packed C calls for one decoder (batch size Bsz); `step(h)` runs all layers
     on the embedded tokens h [Bsz, d_model] and returns (hidden, residual) for the final
@@ -202,6 +269,23 @@ class DecodePlan:
             c_out = None if go is None else LinearCall(self.h32, self.gin32, go, p.out_b)
             self.calls.append((c, p.in_w.t(), p.in_b, p.out_w.t(), p.out_b, c_in, c_out))
         lib = loader._lib if loader._lib is not None else loader.load()
+        # the one-call-per-layer road (float32 models with every projection on the GEMV)
+        self.blocks = None
+        if (not self.half and _block_step_enabled()
+                and all(c[5] is not None and c[6] is not None for c in self.calls)):
+            self.blocks = [_BlockCall(self.h, self.res, p, c[0].keep[0], p.blk.norm.eps,
+                                      c[5].keep[2], c[6].keep[2], p.in_b, p.out_b, i == 0)
+                           for i, (p, c) in enumerate(zip(dec.layers, self.calls))]
+            ctx = _context(context._backend_code())
+            need, n = 0, ctypes.c_size_t(0)
+            for b in self.blocks:
+                st = lib.mamba2_block_step_workspace_size(ctx, *b.args, ctypes.byref(n))
+                if st:
+                    loader._raise_status(st, "mamba2_block_step_workspace_size")
+                need = max(need, n.value)
+            self.ws = torch.empty(max(need, 1), dtype=torch.uint8)
+            self.ws_args = (self.ws.data_ptr(), need)
+        self.f_blk = lib.mamba2_block_step
         self.f_norm = lib.mamba2_rmsnorm_gated_forward
         self.f_conv = lib.mamba2_conv1d_step
         self.f_ssd = lib.mamba2_ssd_step
@@ -233,6 +317,14 @@ class DecodePlan:
         half = self.half
         res, zx, hb = self.res, self.zx, self.h
         mm, addmm = torch.mm, torch.addmm
+        if self.blocks is not None:                    # one C call per layer
+            f_blk, ws = self.f_blk, self.ws_args
+            hb.copy_(h)                                # the first block: residual = hidden
+            for b in self.blocks:
+                st = f_blk(ctx, *b.args, *ws)
+                if st:
+                    loader._raise_status(st, "mamba2_block_step")
+            return hb, res
         res.copy_(h)                                   # first layer: residual = hidden
         for i, (c, in_wt, in_b, out_wt, out_b, c_in, c_out) in enumerate(self.calls):
             if i:
