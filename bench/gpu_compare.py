@@ -273,53 +273,62 @@ def main(argv=None):
     name = torch.cuda.get_device_name(0) if device.type == "cuda" else "CPU (dry run)"
     dtypes, modes = args.dtypes.split(","), args.modes.split(",")
     rows, bad = [], []
-    for nm, shape in case_list(args):
-        for varlen in ([False, True] if args.varlen or args.cpu_dry_run else [False]):
-            for dtype in dtypes:
-                for mode in modes:
-                    if time.time() - t_start > args.deadline:
-                        notes.append(f"{nm} {dtype} {mode}{' varlen' if varlen else ''}: "
-                                     "skipped (deadline)")
+    cases = list(case_list(args))
+    # variant by variant (float32, then bf16, then their varlen rows), every case within each:
+    # each new variant costs mamba_ssm a round of Triton compiles and autotuning, so a run cut
+    # short by its deadline still has the first variants of every case (the report sorts the
+    # rows back by case)
+    variants = [(varlen, dtype) for varlen in
+                ([False, True] if args.varlen or args.cpu_dry_run else [False]) for dtype in dtypes]
+    for varlen, dtype in variants:
+        for nm, shape in cases:
+            for mode in modes:
+                if time.time() - t_start > args.deadline:
+                    notes.append(f"{nm} {dtype} {mode}{' varlen' if varlen else ''}: "
+                                 "skipped (deadline)")
+                    continue
+                row = dict(case=nm + ("/varlen" if varlen else ""), shape=shape,
+                           dtype=dtype, mode=mode, ms={}, err=None)
+                got = {}
+                for s in impls:
+                    if ((dtype == "bf16" and not s.bf16) or (varlen and not s.varlen)
+                            or (mode == "fwdbwd" and not s.bwd)):
                         continue
-                    row = dict(case=nm + ("/varlen" if varlen else ""), shape=shape,
-                               dtype=dtype, mode=mode, ms={}, err=None)
-                    got = {}
-                    for s in impls:
-                        if ((dtype == "bf16" and not s.bf16) or (varlen and not s.varlen)
-                                or (mode == "fwdbwd" and not s.bwd)):
-                            continue
-                        try:
-                            t0 = time.time()
-                            t, sq, cot = make_inputs(shape, dtype, varlen, mode == "fwdbwd", device)
-                            got[s.name] = call(s, t, shape[5], sq, cot)
-                            first = time.time() - t0  # compiles and autotuning land here
-                            row["ms"][s.name], n, _ = timed(lambda: call(s, t, shape[5], sq, cot),
-                                                            device, args.reps, args.budget)
-                            del t, cot
-                            # where the run's time goes, on stderr as it happens (the log)
-                            print(f"[{time.time() - t_start:6.1f} s] {row['case']} {dtype} {mode} "
-                                  f"{s.name}: first call {first:.2f} s, {n} timed, "
-                                  f"{time.time() - t0:.2f} s in all", file=sys.stderr, flush=True)
-                        except Exception as e:  # noqa: BLE001 - one failed side, one note
-                            if device.type == "cuda" and isinstance(e, torch.cuda.OutOfMemoryError):
-                                row["ms"][s.name] = "OOM"
-                            else:
-                                row["ms"][s.name] = "error"
-                                bad.append(f"{row['case']} {dtype} {mode} {s.name}: {e}")
-                        if device.type == "cuda":
-                            torch.cuda.empty_cache()
-                    peer = "mamba_ssm" if "mamba_ssm" in got else "torch" if "torch" in got else None
-                    if "ours" in got and peer:
-                        row["err"] = max(nerr(a, b) for a, b in zip(got["ours"], got[peer]))
-                        row["err_vs"] = peer
-                        if not row["err"] <= TOL[(dtype, mode)]:
-                            bad.append(f"{row['case']} {dtype} {mode}: ours vs {peer} "
-                                       f"{row['err']:.2e} > {TOL[(dtype, mode)]:.0e}")
-                    fl, by = work(shape, dtype, mode)
-                    roof = max(by / (pk["gbs"] * 1e9), fl / (pk[dtype] * 1e12)) * 1e3
-                    o = row["ms"].get("ours")
-                    row["roof_frac"] = roof / o if isinstance(o, float) else None
-                    rows.append(row)
+                    try:
+                        t0 = time.time()
+                        t, sq, cot = make_inputs(shape, dtype, varlen, mode == "fwdbwd", device)
+                        got[s.name] = call(s, t, shape[5], sq, cot)
+                        first = time.time() - t0  # compiles and autotuning land here
+                        row["ms"][s.name], n, _ = timed(lambda: call(s, t, shape[5], sq, cot),
+                                                        device, args.reps, args.budget)
+                        del t, cot
+                        # where the run's time goes, on stderr as it happens (the log)
+                        print(f"[{time.time() - t_start:6.1f} s] {row['case']} {dtype} {mode} "
+                              f"{s.name}: first call {first:.2f} s, {n} timed, "
+                              f"{time.time() - t0:.2f} s in all", file=sys.stderr, flush=True)
+                    except Exception as e:  # noqa: BLE001 - one failed side, one note
+                        if device.type == "cuda" and isinstance(e, torch.cuda.OutOfMemoryError):
+                            row["ms"][s.name] = "OOM"
+                        else:
+                            row["ms"][s.name] = "error"
+                            bad.append(f"{row['case']} {dtype} {mode} {s.name}: {e}")
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
+                peer = "mamba_ssm" if "mamba_ssm" in got else "torch" if "torch" in got else None
+                if "ours" in got and peer:
+                    row["err"] = max(nerr(a, b) for a, b in zip(got["ours"], got[peer]))
+                    row["err_vs"] = peer
+                    if not row["err"] <= TOL[(dtype, mode)]:
+                        bad.append(f"{row['case']} {dtype} {mode}: ours vs {peer} "
+                                   f"{row['err']:.2e} > {TOL[(dtype, mode)]:.0e}")
+                fl, by = work(shape, dtype, mode)
+                roof = max(by / (pk["gbs"] * 1e9), fl / (pk[dtype] * 1e12)) * 1e3
+                o = row["ms"].get("ours")
+                row["roof_frac"] = roof / o if isinstance(o, float) else None
+                rows.append(row)
+    order = {nm: k for k, (nm, _) in enumerate(cases)}
+    rows.sort(key=lambda r: (order[r["case"].split("/")[0]], "/" in r["case"],
+                             dtypes.index(r["dtype"]), modes.index(r["mode"])))
     lines = report(rows, notes + [f"run: {time.time() - t_start:.0f} s"], pk, name, device)
     if bad:
         lines += ["FAILED: " + b for b in bad]
