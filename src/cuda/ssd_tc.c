@@ -105,7 +105,9 @@ mamba2_status_t m2cu_ssd_tc(m2g_dev *d, const ssd_dev *s, int stage, int bf16) {
 
 /* the backward: the tensor-core twin of portable kernel `kernel` on its argument list (checked
  * against the portable kernel's signature), 128 threads per block; grids (chunks, G,
- * ceil(N/64)) for dbc, (chunks, H) for tok, (chunks, H, ceil(P/64)) for dx */
+ * ceil(N/64)) for dbc, (chunks, H) for tok, (chunks, H, ceil(P/64)) for dx, (chunks, H,
+ * ceil(P/64) ceil(N/64)) for chunk_state (both modes), (chunks, G) for bmm_chunk, (chunks,
+ * H) for E */
 mamba2_status_t m2cu_ssd_tc_bwd(m2g_dev *d, int kernel, const ssd_dev *s, int bf16,
                                 const m2g_args *a) {
     if (s->Q != M2TC_Q)
@@ -122,6 +124,14 @@ mamba2_status_t m2cu_ssd_tc_bwd(m2g_dev *d, int kernel, const ssd_dev *s, int bf
         g[2] = (size_t)m2g_cdiv(s->N, M2TC_TILE);
     } else if (kernel == M2G_K_m2_ssd_bwd_tok_16x16) {
         k = M2CU_TC_m2_ssd_bwd_tok_3xtf32_tc128; /* split tf32 for every storage */
+    } else if (kernel == M2G_K_m2_ssd_chunk_state_16x16) {
+        k = M2CU_TC_m2_ssd_chunk_state_3xtf32_tc128; /* split tf32 for every storage */
+        g[2] = (size_t)(m2g_cdiv(s->P, M2TC_TILE) * m2g_cdiv(s->N, M2TC_TILE));
+    } else if (kernel == M2G_K_m2_ssd_bmm_chunk_16x16) {
+        k = M2CU_TC_m2_ssd_bmm_chunk_3xtf32_tc128;
+        g[1] = (size_t)s->G;
+    } else if (kernel == M2G_K_m2_ssd_bwd_E_16x16) {
+        k = M2CU_TC_m2_ssd_bwd_E_3xtf32_tc128;
     } else if (kernel == M2G_K_m2_ssd_bwd_dx_16x16) {
         k = bf16 ? M2CU_TC_m2_ssd_bwd_dx_bf16_tc128 : M2CU_TC_m2_ssd_bwd_dx_tf32_tc128;
         g[2] = (size_t)m2g_cdiv(s->P, M2TC_TILE);

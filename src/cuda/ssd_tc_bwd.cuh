@@ -46,20 +46,21 @@ __device__ __forceinline__ void mma64(frag_c<BF> *acc, const typename ty<BF>::T 
 // mma64 in split tf32 ("3xTF32") on float tiles: each operand v = hi + lo with hi = tf32(v),
 // lo = tf32(v - hi) (v - hi is exact), and acc += lo.hi + hi.lo + hi.hi (the small terms
 // first): about 21 bits of each product kept, against tf32's 11, for 3 MMAs per step.
+template <int CA, int CB>
 __device__ __forceinline__ void mma64_3xtf32(frag_c<0> *acc, const float *as, const float *bs,
                                              int w, int kb, int ke) {
     const int ld = M2TC_LD64(0);
     for (int kk = kb; kk < ke; kk += M2TC_K(0)) {
-        frag_a<0, wmma::row_major> a, al;
-        wmma::load_matrix_sync(a, as + 16 * w * ld + kk, ld);
+        frag_a<0, typename lay<CA>::L> a, al;
+        wmma::load_matrix_sync(a, as + (CA ? kk * ld + 16 * w : 16 * w * ld + kk), ld);
         for (int e = 0; e < a.num_elements; e++) {
             const float v = a.x[e], hi = wmma::__float_to_tf32(v);
             a.x[e] = hi;
             al.x[e] = wmma::__float_to_tf32(v - hi);
         }
         for (int t = 0; t < 4; t++) {
-            frag_b<0, wmma::row_major> bq, bl;
-            wmma::load_matrix_sync(bq, bs + kk * ld + 16 * t, ld);
+            frag_b<0, typename lay<CB>::L> bq, bl;
+            wmma::load_matrix_sync(bq, bs + (CB ? 16 * t * ld + kk : kk * ld + 16 * t), ld);
             for (int e = 0; e < bq.num_elements; e++) {
                 const float v = bq.x[e], hi = wmma::__float_to_tf32(v);
                 bq.x[e] = hi;
@@ -204,7 +205,7 @@ __device__ __forceinline__ void bwd_tok(
                     bs[r * ld + q] = sv;
                 }
                 __syncthreads();
-                if (live) mma64_3xtf32(acc, as, bs, w, 0, m2tc_bwd_kend((int)(P - p0), K));
+                if (live) mma64_3xtf32<0, 0>(acc, as, bs, w, 0, m2tc_bwd_kend((int)(P - p0), K));
             }
             __syncthreads();
             stage64<0>(o, acc, w);
@@ -309,6 +310,140 @@ __device__ __forceinline__ void bwd_dx(
     }
 }
 
+// ---- chunk_state in split tf32 (the portable m2_ssd_chunk_state_16x16 in both modes): the
+// 64 x 64 tile (p0, n0) of S[p, n] = sum_{j < len} w_j x[j, p] Bm[j, n], mode 0 w_j =
+// e^(cs_last - cs_j) d_j (the backward's recomputed chunk states), mode 1 w_j = e^(cs_j) with
+// dy for x and Cm for Bm (the chunk's own state gradient). Grid (chunks, H,
+// ceil(P/64) * ceil(N/64)). Split, not plain tf32: these states reach dS, S0 and through them
+// gv and u, the inputs of the cancelling sums behind dA and ddt_bias.
+__device__ __forceinline__ void bwd_state(
+    const m2_i64 *ct, m2_i64 Q, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N,
+    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2,
+    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
+    const float *dto, m2_i64 dto_o, m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2,
+    const float *dac, m2_i64 dac_o, m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2,
+    float *S, m2_i64 S_o, m2_i64 S_s0, m2_i64 S_s1, m2_i64 S_s2, m2_i64 S_s3, m2_i32 mode) {
+    __shared__ __align__(128) unsigned char sm[M2TC_BWD_BYTES];
+    float *wv = (float *)sm, *as = (float *)(sm + M2TC_BWD_A_OFF);
+    float *bs = (float *)(sm + M2TC_BWD_B_OFF), *o = as;
+    const int tid = (int)threadIdx.x, w = tid >> 5, ld = M2TC_LD64(0), K = M2TC_K(0);
+    const m2_i64 c = blockIdx.x, h = blockIdx.y, g = h / (H / G);
+    long long p0, n0;
+    m2tc_state_tile((long long)blockIdx.z, (long long)N, &p0, &n0);
+    const m2_i64 b = ct[5 * c], t0 = ct[5 * c + 1], len = ct[5 * c + 2];
+    const m2_i64 sb = ct[5 * c + 3], sk = ct[5 * c + 4];
+    const m2_i64 od = dto_o + sb * dto_s0 + h * dto_s1 + sk * dto_s2;
+    const m2_i64 oc = dac_o + sb * dac_s0 + h * dac_s1 + sk * dac_s2;
+    const m2_i64 xb = x_o + b * x_s0 + h * x_s2, bb = B_o + b * B_s0 + g * B_s2;
+    if (tid < M2TC_Q) {
+        const m2_i64 j = tid;
+        float v = 0.0f;
+        if (j < len)
+            v = mode ? m2k_exp(dac[oc + j])
+                     : ssd_decay(dac[oc + Q - 1], dac[oc + j], j == len - 1) * dto[od + j];
+        wv[tid] = v;
+    }
+    __syncthreads();
+    for (int e = tid; e < 64 * 64; e += M2TC_THREADS) { // A[p][j] at as[j * ld + p]
+        const int r = e >> 6, q = e & 63;
+        const m2_i64 p = p0 + q, n = n0 + q;
+        as[r * ld + q] = r < len && p < P ? wv[r] * x[xb + (t0 + r) * x_s1 + p] : 0.0f;
+        bs[r * ld + q] = r < len && n < N ? Bm[bb + (t0 + r) * B_s1 + n] : 0.0f;
+    }
+    __syncthreads();
+    frag_c<0> acc[4];
+    for (int t = 0; t < 4; t++) wmma::fill_fragment(acc[t], 0.0f);
+    if (p0 + 16 * w < P) mma64_3xtf32<1, 0>(acc, as, bs, w, 0, m2tc_bwd_kend((int)len, K));
+    __syncthreads();
+    stage64<0>(o, acc, w);
+    __syncthreads();
+    const m2_i64 so = S_o + sb * S_s0 + sk * S_s1 + h * S_s2;
+    for (int e = tid; e < 64 * 64; e += M2TC_THREADS) {
+        const int r = e >> 6, q = e & 63;
+        const m2_i64 p = p0 + r, n = n0 + q;
+        if (p < P && n < N) S[so + p * S_s3 + n] = o[r * M2TC_FLD + q];
+    }
+}
+
+// ---- CB = C Bm^T of one (chunk, group) in split tf32 (the portable m2_ssd_bmm_chunk_16x16,
+// for the backward's recomputed forward: CB feeds dx and, through F and q, dA); grid
+// (chunks, G). k = state columns in 64-wide tiles; B = Bm as stored, column-major.
+__device__ __forceinline__ void bwd_bmm(
+    const m2_i64 *ct, m2_i64 Q, m2_i64 N,
+    const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2,
+    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
+    float *CB, m2_i64 CB_o, m2_i64 CB_s0, m2_i64 CB_s1, m2_i64 CB_s2, m2_i64 CB_s3) {
+    __shared__ __align__(128) unsigned char sm[M2TC_BWD_BYTES];
+    float *as = (float *)(sm + M2TC_BWD_A_OFF), *bs = (float *)(sm + M2TC_BWD_B_OFF), *o = as;
+    const int tid = (int)threadIdx.x, w = tid >> 5, ld = M2TC_LD64(0), K = M2TC_K(0);
+    const m2_i64 c = blockIdx.x, g = blockIdx.y;
+    const m2_i64 b = ct[5 * c], t0 = ct[5 * c + 1], len = ct[5 * c + 2];
+    const m2_i64 sb = ct[5 * c + 3], sk = ct[5 * c + 4];
+    const m2_i64 cb = C_o + b * C_s0 + g * C_s2, bb = B_o + b * B_s0 + g * B_s2;
+    frag_c<0> acc[4];
+    for (int t = 0; t < 4; t++) wmma::fill_fragment(acc[t], 0.0f);
+    for (m2_i64 n0 = 0; n0 < N; n0 += M2TC_TILE) {
+        __syncthreads();
+        for (int e = tid; e < 64 * 64; e += M2TC_THREADS) {
+            const int r = e >> 6, q = e & 63;
+            const m2_i64 n = n0 + q;
+            as[r * ld + q] = r < len && n < N ? Cm[cb + (t0 + r) * C_s1 + n] : 0.0f;
+            bs[r * ld + q] = r < len && n < N ? Bm[bb + (t0 + r) * B_s1 + n] : 0.0f;
+        }
+        __syncthreads();
+        if (16 * w < len) mma64_3xtf32<0, 1>(acc, as, bs, w, 0, m2tc_bwd_kend((int)(N - n0), K));
+    }
+    __syncthreads();
+    stage64<0>(o, acc, w);
+    __syncthreads();
+    const m2_i64 ob = CB_o + sb * CB_s0 + sk * CB_s1 + g * CB_s2;
+    for (int e = tid; e < 64 * 64; e += M2TC_THREADS) {
+        const int r = e >> 6, q = e & 63;
+        if (r < Q && q < Q) CB[ob + r * CB_s3 + q] = o[r * M2TC_FLD + q];
+    }
+}
+
+// ---- E[i, j] = e^(cs_i - cs_j) dy_i . x_j (j <= i < len, else 0) of one (chunk, head) in
+// split tf32 (the portable m2_ssd_bwd_E_16x16; E feeds dCBg and, through F and q, dA);
+// grid (chunks, H). k = channels in 64-wide tiles; B = x as stored, column-major.
+__device__ __forceinline__ void bwd_E(
+    const m2_i64 *ct, m2_i64 nc, m2_i64 Q, m2_i64 H, m2_i64 P, const float *dac, m2_i64 dac_o,
+    const float *dy, m2_i64 dy_o, m2_i64 dy_s0, m2_i64 dy_s1, m2_i64 dy_s2,
+    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, float *E, m2_i64 E_o) {
+    __shared__ __align__(128) unsigned char sm[M2TC_BWD_BYTES];
+    float *cs = (float *)sm, *as = (float *)(sm + M2TC_BWD_A_OFF);
+    float *bs = (float *)(sm + M2TC_BWD_B_OFF), *o = as;
+    const int tid = (int)threadIdx.x, w = tid >> 5, ld = M2TC_LD64(0), K = M2TC_K(0);
+    const m2_i64 c = blockIdx.x, h = blockIdx.y;
+    const m2_i64 b = ct[5 * c], t0 = ct[5 * c + 1], len = ct[5 * c + 2];
+    const m2_i64 oc = dac_o + (h * nc + c) * Q;
+    const m2_i64 yb = dy_o + b * dy_s0 + h * dy_s2, xb = x_o + b * x_s0 + h * x_s2;
+    if (tid < M2TC_Q) cs[tid] = tid < len ? dac[oc + tid] : 0.0f;
+    frag_c<0> acc[4];
+    for (int t = 0; t < 4; t++) wmma::fill_fragment(acc[t], 0.0f);
+    for (m2_i64 p0 = 0; p0 < P; p0 += M2TC_TILE) {
+        __syncthreads();
+        for (int e = tid; e < 64 * 64; e += M2TC_THREADS) {
+            const int r = e >> 6, q = e & 63;
+            const m2_i64 p = p0 + q;
+            as[r * ld + q] = r < len && p < P ? dy[yb + (t0 + r) * dy_s1 + p] : 0.0f;
+            bs[r * ld + q] = r < len && p < P ? x[xb + (t0 + r) * x_s1 + p] : 0.0f;
+        }
+        __syncthreads();
+        if (16 * w < len) mma64_3xtf32<0, 1>(acc, as, bs, w, 0, m2tc_bwd_kend((int)(P - p0), K));
+    }
+    __syncthreads();
+    stage64<0>(o, acc, w);
+    __syncthreads();
+    const m2_i64 eb = E_o + (c * H + h) * Q * Q;
+    for (int e = tid; e < 64 * 64; e += M2TC_THREADS) {
+        const int i = e >> 6, j = e & 63;
+        float v = 0.0f;
+        if (i < len && j <= i) v = ssd_decay(cs[i], cs[j], i == j) * o[i * M2TC_FLD + j];
+        if (i < Q && j < Q) E[eb + i * Q + j] = v;
+    }
+}
+
 } // namespace m2tc
 
 // ---- the kernels: the portable kernels' parameter lists -----------------------------------
@@ -354,6 +489,32 @@ extern "C" __global__ void __launch_bounds__(M2TC_THREADS)
 extern "C" __global__ void __launch_bounds__(M2TC_THREADS)
     m2_ssd_bwd_tok_3xtf32_tc128(M2TC_TOK_PARAMS) {
     m2tc::bwd_tok(M2TC_TOK_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(M2TC_THREADS) m2_ssd_chunk_state_3xtf32_tc128(
+    const m2_i64 *ct, m2_i64 Q, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N,
+    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2,
+    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
+    const float *dto, m2_i64 dto_o, m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2,
+    const float *dac, m2_i64 dac_o, m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2,
+    float *S, m2_i64 S_o, m2_i64 S_s0, m2_i64 S_s1, m2_i64 S_s2, m2_i64 S_s3, m2_i32 mode) {
+    m2tc::bwd_state(ct, Q, H, G, P, N, x, x_o, x_s0, x_s1, x_s2, Bm, B_o, B_s0, B_s1, B_s2, dto,
+                    dto_o, dto_s0, dto_s1, dto_s2, dac, dac_o, dac_s0, dac_s1, dac_s2, S, S_o,
+                    S_s0, S_s1, S_s2, S_s3, mode);
+}
+extern "C" __global__ void __launch_bounds__(M2TC_THREADS) m2_ssd_bmm_chunk_3xtf32_tc128(
+    const m2_i64 *ct, m2_i64 Q, m2_i64 N,
+    const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2,
+    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
+    float *CB, m2_i64 CB_o, m2_i64 CB_s0, m2_i64 CB_s1, m2_i64 CB_s2, m2_i64 CB_s3) {
+    m2tc::bwd_bmm(ct, Q, N, Cm, C_o, C_s0, C_s1, C_s2, Bm, B_o, B_s0, B_s1, B_s2, CB, CB_o,
+                  CB_s0, CB_s1, CB_s2, CB_s3);
+}
+extern "C" __global__ void __launch_bounds__(M2TC_THREADS) m2_ssd_bwd_E_3xtf32_tc128(
+    const m2_i64 *ct, m2_i64 nc, m2_i64 Q, m2_i64 H, m2_i64 P, const float *dac, m2_i64 dac_o,
+    const float *dy, m2_i64 dy_o, m2_i64 dy_s0, m2_i64 dy_s1, m2_i64 dy_s2,
+    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, float *E, m2_i64 E_o) {
+    m2tc::bwd_E(ct, nc, Q, H, P, dac, dac_o, dy, dy_o, dy_s0, dy_s1, dy_s2, x, x_o, x_s0, x_s1,
+                x_s2, E, E_o);
 }
 extern "C" __global__ void __launch_bounds__(M2TC_THREADS)
     m2_ssd_bwd_dx_tf32_tc128(M2TC_DX_PARAMS) {

@@ -16,4 +16,7 @@ M2G_TC_KERNEL(m2_ssd_bwd_dbc_bf16_tc128)
 M2G_TC_KERNEL(m2_ssd_bwd_tok_3xtf32_tc128)
 M2G_TC_KERNEL(m2_ssd_bwd_dx_tf32_tc128)
 M2G_TC_KERNEL(m2_ssd_bwd_dx_bf16_tc128)
+M2G_TC_KERNEL(m2_ssd_chunk_state_3xtf32_tc128)
+M2G_TC_KERNEL(m2_ssd_bmm_chunk_3xtf32_tc128)
+M2G_TC_KERNEL(m2_ssd_bwd_E_3xtf32_tc128)
 /* @@ more tensor-core kernels go above this line @@ */

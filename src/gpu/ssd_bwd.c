@@ -3,9 +3,10 @@
  * forward's chunk stages into device scratch (ssd_chunked.cl), then the backward kernels of
  * ssd_bwd.cl in dependency order. Every gradient SPEC §2 lists, any subset requested; the
  * saved out_x is not needed (y is recomputed when z needs it). Where the CUDA context's
- * tensor-core mode applies to the call (m2g_ssd_use_tc), dx, dB / dC and the per-token sums
- * run on their tensor-core twins (src/cuda/ssd_tc_bwd.cuh; tf32, or bf16 MMA for bf16
- * storage) with the same arguments; the recomputed forward stays portable.
+ * tensor-core mode applies to the call (m2g_ssd_use_tc), dx and dB / dC (tf32, or bf16 MMA
+ * for bf16 storage), E, the per-token sums, and bmm_chunk and chunk_state (both modes) of the
+ * recomputed forward (split tf32) run on their tensor-core twins (src/cuda/ssd_tc_bwd.cuh)
+ * with the same arguments.
  */
 #include <math.h>
 #include <string.h>
@@ -84,6 +85,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
     const int64_t nc = s.nc;
     const int tc = d->ssd_tc_bwd && m2g_ssd_use_tc(d, pr, S);
     const int bf16 = pr->act_dtype == MAMBA2_DTYPE_BF16;
+    s.tc_split = tc;
 
     /* the scratch block: piece sizes in elements, then offsets */
     size_t n[W_N], off[W_N], total = 0;
@@ -187,7 +189,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         m2g_arg_t(&a, &s.states, 4);
         m2g_arg_i32(&a, 1);
         const size_t gg[3] = {(size_t)(m2g_cdiv(P, 16) * m2g_cdiv(N, 16)), (size_t)H, (size_t)nc};
-        st = m2g_launch(d, M2G_K_m2_ssd_chunk_state_16x16, gg, L16x16, &a);
+        st = launch16(d, tc, bf16, &s, M2G_K_m2_ssd_chunk_state_16x16, gg, &a);
     }
     if (!st && (nc > 0 || dinit.present)) { /* backward state passing: states -> dS, dinit */
         a.n = 0;
@@ -231,7 +233,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_E));
         const int64_t nt = m2g_cdiv(Q, 16);
         const size_t gg[3] = {(size_t)(nt * nt), (size_t)H, (size_t)nc};
-        st = m2g_launch(d, M2G_K_m2_ssd_bwd_E_16x16, gg, L16x16, &a);
+        st = launch16(d, tc, bf16, &s, M2G_K_m2_ssd_bwd_E_16x16, gg, &a);
     }
     if (!st) { /* dCBg */
         a.n = 0;
