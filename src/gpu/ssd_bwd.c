@@ -2,8 +2,8 @@
  * ssd_bwd.c — host logic of the fused SSD backward on a GPU backend (SPEC §2): recompute the
  * forward's chunk stages into device scratch (ssd_chunked.cl), then the backward kernels of
  * ssd_bwd.cl in dependency order. Every gradient SPEC §2 lists, any subset requested; the
- * saved out_x is not needed (y is recomputed when z needs it). Where the CUDA context's
- * tensor-core mode applies to the call (m2g_ssd_use_tc), dx and dB / dC (tf32, or bf16 MMA
+ * saved out_x is not needed (y is recomputed when z needs it). On a CUDA context made with
+ * MAMBA2C_CUDA_TC=1 (m2g_dev.ssd_tc_bwd), dx and dB / dC (tf32, or bf16 MMA
  * for bf16 storage), E, the per-token sums, and bmm_chunk and chunk_state (both modes) of the
  * recomputed forward (split tf32) run on their tensor-core twins (src/cuda/ssd_tc_bwd.cuh)
  * with the same arguments.
@@ -83,7 +83,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
     m2g_call_begin(&c, d);
     mamba2_status_t st = m2g_fused_tables(&c, pr, Q, &s.nc, &s.ct, &s.stab);
     const int64_t nc = s.nc;
-    const int tc = d->ssd_tc_bwd && m2g_ssd_use_tc(d, pr, S);
+    const int tc = d->ssd_tc_bwd != NULL; /* MAMBA2C_CUDA_TC=1 */
     const int bf16 = pr->act_dtype == MAMBA2_DTYPE_BF16;
     s.tc_split = tc;
 

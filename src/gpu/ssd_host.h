@@ -30,9 +30,6 @@ mamba2_status_t m2g_run_bmm(m2g_dev *d, const ssd_dev *s);
 mamba2_status_t m2g_run_state(m2g_dev *d, const ssd_dev *s);
 mamba2_status_t m2g_run_passing(m2g_dev *d, const ssd_dev *s);
 mamba2_status_t m2g_run_scan(m2g_dev *d, const ssd_dev *s);
-/* whether a fused call of nseq sequences runs on the CUDA tensor cores (m2g_dev.ssd_tc):
- * always with MAMBA2C_CUDA_TC=1, by the shape rule of ssd_ops.c in the automatic mode */
-int m2g_ssd_use_tc(const m2g_dev *d, const m2_ssd_problem *pr, int64_t nseq);
 /* UNSUPPORTED unless both dtypes are F32 */
 mamba2_status_t m2g_need_f32(const char *api, mamba2_dtype_t at, mamba2_dtype_t pt);
 /* The chunk table of a fused call (chunks of every sequence in order, Q tokens each but the

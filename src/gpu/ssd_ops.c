@@ -345,9 +345,8 @@ static int use_scan_seq(const m2g_dev *d, const m2_ssd_problem *pr) {
 
 /* The tensor-core forward (CUDA): always with MAMBA2C_CUDA_TC=1; in the automatic mode only
  * its on-chip scan, where that has the blocks to fill the device (docs/gpu.md §3a: on an H200
- * it was 1.4-1.5x the portable walk with 512 blocks, 0.9x with 32 and 128). The fused
- * backward (ssd_bwd.c) puts its matmul kernels on the tensor cores by the same rule. */
-int m2g_ssd_use_tc(const m2g_dev *d, const m2_ssd_problem *pr, int64_t nseq) {
+ * it was 1.4-1.5x the portable walk with 512 blocks, 0.9x with 32 and 128). */
+static int use_tc(const m2g_dev *d, const m2_ssd_problem *pr, int64_t nseq) {
     if (!d->ssd_tc) return 0;
     if (!d->tc_min_blocks) return 1;
     return pr->npos == 0 && pr->N <= d->tc_seq_nmax && !staged_forced() &&
@@ -459,7 +458,7 @@ mamba2_status_t m2g_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr,
     m2g_call_begin(&c, d);
     mamba2_status_t st = m2g_fused_tables(&c, pr, Q, &s.nc, &s.ct, &s.stab);
     const int64_t nc = s.nc;
-    const int tc = m2g_ssd_use_tc(d, pr, S); /* the tensor-core forward needs no CB in scratch */
+    const int tc = use_tc(d, pr, S); /* the tensor-core forward needs no CB in scratch */
     /* scratch, one block: dt_out, dA_cumsum [1,H,nc,Q]; CB [1,nc,G,Q,Q] (not on the tensor
      * cores); states and states_start [1,nc,H,P,N] (float32 each) */
     size_t n_dt = 0, n_cb = 0, n_st = 0, total = 0;
