@@ -242,7 +242,7 @@ if [ "$DRY" = 0 ] || [ -n "$EMU" ]; then # one table of the C timings: ms of the
                          c(ms[3, k]), c(ms[4, k]), fl[k] / b / 1e9 } }' \
         "$LOG/bench_portable.tsv" "$LOG/bench_staged.tsv" "$LOG/bench_tc.tsv" "$LOG/bench_tc_staged.tsv" \
         >"$OUTDIR/bench_ours.txt" 2>/dev/null
-    sed -i '1i gpu-bench (C, CUDA device mode, CUDA-event medians, ms; forward forms: portable on-chip walk (the default), portable staged (MAMBA2C_GPU_SSD_FWD=staged), tensor-core walk (MAMBA2C_CUDA_TC=1), tensor-core staged; the backward is the portable one in all four; TFLOP/s of the recurrence count, docs/flops.md)' \
+    sed -i '1i gpu-bench (C, CUDA device mode, CUDA-event medians, ms; forward forms: portable on-chip walk (the default), portable staged (MAMBA2C_GPU_SSD_FWD=staged), tensor-core walk (MAMBA2C_CUDA_TC=1), tensor-core staged; the backward: portable in the first two, its tensor-core twins (docs/gpu.md §3b) in the two tc forms; TFLOP/s of the recurrence count, docs/flops.md)' \
         "$OUTDIR/bench_ours.txt"
     cat "$OUTDIR/bench_ours.txt"
 fi

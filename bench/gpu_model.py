@@ -212,6 +212,24 @@ def ours_tc(shape, e, bwd):
 
 MODELS = {"mamba_ssm": mamba_ssm, "ours": ours_portable, "ours_tc": ours_tc}
 
+# the backward's tensor-core twins as written (src/cuda/ssd_tc_bwd.cuh, docs/gpu.md §3b): tf32
+# (bf16) MMA, or split tf32 at 3x the MMA work; dcb and rq stay SIMT loops
+TC_BWD = {"re: chunk_state": 3, "chunk_state mode 1": 3, "bwd_dx_16x16": 1, "bwd_E_16x16": 3,
+          "bwd_dbc x2": 1, "bwd_tok_16x16": 3}
+
+
+def ours_tc_bwd(shape, e, bwd):
+    """The tensor-core forward walk and the backward with its tensor-core twins (not yet run on
+    a GPU: their efficiency is eff_tc, Triton's tiles, unfitted; a prediction). Bytes are the
+    portable kernels' (the twins read and write the same tensors)."""
+    f = ours_tc(shape, e, bwd)
+    for k in f:
+        if k.name in TC_BWD:
+            split = TC_BWD[k.name] == 3 or k.name == "bwd_tok_16x16"
+            k.cls, k.peak = "tc", ("bf16" if e == 2 and not split else "tf32")
+            k.flops *= TC_BWD[k.name]
+    return f
+
 
 
 
@@ -411,6 +429,8 @@ def main(argv=None):
     ap.add_argument("--fit", action="store_true", help="measured vs old and fitted model")
     ap.add_argument("--solve", action="store_true", help="re-run the fit, print the constants")
     ap.add_argument("--designs", action="store_true", help="predictions for unwritten designs")
+    ap.add_argument("--tc-bwd", action="store_true",
+                    help="prediction for the tensor-core backward as written (per kernel)")
     a = ap.parse_args(argv)
     e = 2 if a.dtype == "bf16" else 4
     use_constants(OLD if a.old or a.device == "a100" else FIT, a.device)
@@ -426,6 +446,19 @@ def main(argv=None):
         return
     if a.designs:
         print_designs(a.cases, e)
+        return
+    if a.tc_bwd:
+        print("prediction (not a measurement): ms on an H200, the C API, forward + backward, "
+              f"{a.dtype}; the written tc backward at eff_tc = {C['eff_tc']} (unfitted)")
+        for nm, shape in cases(a.cases):
+            now, tcb = ours_tc(shape, e, True), ours_tc_bwd(shape, e, True)
+            ms = times(shape, e)["mamba_ssm"][1]
+            print(f"{nm}: ours tc now {1e3 * total(now):.2f}, with the tc backward "
+                  f"{1e3 * total(tcb):.2f}; mamba_ssm (fit) {1e3 * ms:.2f}")
+            for k0, k1 in zip(now, tcb):
+                if k1.name in TC_BWD:
+                    print(f"   {k1.name:22s} {1e3 * k0.time():7.3f} -> {1e3 * k1.time():7.3f} ms"
+                          f"  ({k1.bytes / 1e9:.2f} GB, {k1.flops / 1e9:.1f} GFLOP issued)")
         return
     if a.device == "a100":
         print("the fit: mamba_ssm forward, f32, model vs published A100 ms")

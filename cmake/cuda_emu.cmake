@@ -51,6 +51,7 @@ const unsigned char m2g_cuda_fatbin[] = \"mamba2c: no CUDA image\";
   target_link_libraries(m2emu_cuda PRIVATE Threads::Threads)
   set_property(SOURCE ${e}/kernels_host.cpp APPEND PROPERTY OBJECT_DEPENDS
     ${MAMBA2C_GPU_KERNEL_FILES} ${PROJECT_SOURCE_DIR}/src/cuda/kernels.cu
-    ${PROJECT_SOURCE_DIR}/src/cuda/ssd_tc.cuh ${PROJECT_SOURCE_DIR}/src/cuda/tc_tiles.h
-    ${PROJECT_SOURCE_DIR}/src/cuda/tc_list.h ${PROJECT_SOURCE_DIR}/src/gpu/kernels/list.h)
+    ${PROJECT_SOURCE_DIR}/src/cuda/ssd_tc.cuh ${PROJECT_SOURCE_DIR}/src/cuda/ssd_tc_bwd.cuh
+    ${PROJECT_SOURCE_DIR}/src/cuda/tc_tiles.h ${PROJECT_SOURCE_DIR}/src/cuda/tc_list.h
+    ${PROJECT_SOURCE_DIR}/src/gpu/kernels/list.h)
 endif()

@@ -75,6 +75,7 @@ if(MAMBA2C_CUDA)
             -o ${MAMBA2C_FATBIN} ${PROJECT_SOURCE_DIR}/src/cuda/kernels.cu
     DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/kernels.cu ${MAMBA2C_GPU_KERNEL_FILES}
             ${PROJECT_SOURCE_DIR}/src/cuda/ssd_tc.cuh ${PROJECT_SOURCE_DIR}/src/cuda/tc_tiles.h
+            ${PROJECT_SOURCE_DIR}/src/cuda/ssd_tc_bwd.cuh ${PROJECT_SOURCE_DIR}/src/cuda/tc_list.h
     COMMENT "nvcc: the GPU kernels for sm_80, sm_90" VERBATIM)
   add_custom_command(OUTPUT ${MAMBA2C_FATBIN_SRC}
     COMMAND ${CMAKE_COMMAND} -DOUT=${MAMBA2C_FATBIN_SRC} -DNAME=m2g_cuda_fatbin -DBINARY=1

@@ -4,9 +4,9 @@
 # states at positions and staged stages (test_opencl_ssd), conv1d, gated RMSNorm and the steps
 # (test_opencl_ops), device mode (test_cuda_device), bf16/f16 storage (test_ssd_half), the step
 # cache layouts (test_step_layouts), and the emulator's own checks (cuda_emu/test_cuda_emu.c).
-# No skip code: a missing device here is a failure. cuda_emu_ssd_tc and cuda_emu_ssd_half_tc
-# run the fused forward on the (emulated) tensor cores (tf32 for f32/f16 storage, bf16 MMA for
-# bf16). Every run is reduced (MAMBA2C_TEST_REDUCED=1): the emulator runs a CUDA thread as a
+# No skip code: a missing device here is a failure. cuda_emu_ssd_tc, cuda_emu_ssd_half_tc and
+# cuda_emu_device_tc run the fused forward and backward on the (emulated) tensor cores (tf32
+# for f32/f16 storage, bf16 MMA for bf16; device mode bitwise equal to host mode there too). Every run is reduced (MAMBA2C_TEST_REDUCED=1): the emulator runs a CUDA thread as a
 # fiber, ~100x slower than PoCL, so test_opencl_ssd leaves out its layer-sized case and
 # test_ssd_half its CPU-split case (L = 6200) on the GPU backends; every op, option, dtype and
 # kernel form still runs (timings: docs/gpu.md, "The emulated CUDA device").
@@ -16,6 +16,7 @@ if(MAMBA2C_CUDA_EMU_ACTIVE)
   add_test(NAME cuda_emu_ssd_tc COMMAND test_opencl_ssd --backend cuda -q)
   add_test(NAME cuda_emu_ops COMMAND test_opencl_ops --backend cuda)
   add_test(NAME cuda_emu_device COMMAND test_cuda_device -q)
+  add_test(NAME cuda_emu_device_tc COMMAND test_cuda_device -q)
   add_test(NAME cuda_emu_ssd_half COMMAND test_ssd_half --backend cuda -q)
   add_test(NAME cuda_emu_ssd_half_tc COMMAND test_ssd_half --backend cuda -q)
   add_test(NAME cuda_emu_step_layouts COMMAND test_step_layouts --backend cuda -q)
@@ -24,11 +25,11 @@ if(MAMBA2C_CUDA_EMU_ACTIVE)
   target_include_directories(test_cuda_emu PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
   target_link_libraries(test_cuda_emu PRIVATE mamba2c_test_harness ${CMAKE_DL_LIBS})
   add_test(NAME cuda_emu_selftest COMMAND test_cuda_emu)
-  set(emu_tests cuda_emu_ssd cuda_emu_ssd_tc cuda_emu_ops cuda_emu_device cuda_emu_ssd_half
-      cuda_emu_ssd_half_tc cuda_emu_step_layouts cuda_emu_selftest)
+  set(emu_tests cuda_emu_ssd cuda_emu_ssd_tc cuda_emu_ops cuda_emu_device cuda_emu_device_tc
+      cuda_emu_ssd_half cuda_emu_ssd_half_tc cuda_emu_step_layouts cuda_emu_selftest)
   set_tests_properties(${emu_tests} PROPERTIES ENVIRONMENT "${emu_env}" TIMEOUT 900
                        LABELS "gpu;cuda;cuda_emu")
-  set_property(TEST cuda_emu_ssd_tc cuda_emu_ssd_half_tc APPEND PROPERTY ENVIRONMENT
-               MAMBA2C_CUDA_TC=1)
+  set_property(TEST cuda_emu_ssd_tc cuda_emu_ssd_half_tc cuda_emu_device_tc APPEND PROPERTY
+               ENVIRONMENT MAMBA2C_CUDA_TC=1)
   add_dependencies(mamba2c_test_harness m2emu_cuda) # built with every test program
 endif()

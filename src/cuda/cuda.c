@@ -24,7 +24,8 @@
  * MAMBA2C_CUDA_TC at context creation chooses the tensor-core forward (ssd_tc.c, docs/gpu.md
  * §3a): "1" for every fused forward, "0" never (float32 storage stays exact float32), unset,
  * empty or "auto" (the default) where it measured faster: its on-chip scan, with at least two
- * blocks per multiprocessor.
+ * blocks per multiprocessor. The fused backward's tensor-core twins (ssd_tc_bwd.cuh,
+ * docs/gpu.md §3b) run with "1" only: no device run has measured them yet.
  * MAMBA2C_CUDA_PROFILE=<file> at context creation times every launch of the context with a
  * pair of events around it and, when the context is destroyed, appends one line per kernel
  * (launches, total / mean / min / max time) to the file: the diagnostic behind gpu-bench
@@ -497,6 +498,7 @@ static mamba2_status_t open_cuda(mamba2_context_t *ctx, int ordinal, void *strea
     c->base.finish = d_finish;
     c->base.destroy = d_destroy;
     if (tc_mode) c->base.ssd_tc = m2cu_ssd_tc;
+    if (tc_mode == 1) c->base.ssd_tc_bwd = m2cu_ssd_tc_bwd; /* auto: not until measured */
     mamba2_status_t st = MAMBA2_STATUS_OK;
     if ((r = cu.cuDeviceGet(&c->device, ordinal)) != CUDA_SUCCESS) st = cu_fail(r, "cuDeviceGet");
     if (!st && (r = cu.cuDevicePrimaryCtxRetain(&c->context, c->device)) != CUDA_SUCCESS) {

@@ -11,4 +11,5 @@
 #include "../gpu/kernels/step.cl"
 // CUDA only: the tensor-core twins of the forward's matmul stages (off by default)
 #include "ssd_tc.cuh"
+#include "ssd_tc_bwd.cuh" // and of the backward's
 // @@ more kernel files go above this line @@

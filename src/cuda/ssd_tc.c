@@ -1,10 +1,12 @@
 /*
  * ssd_tc.c — the host side of the CUDA tensor-core forward (kernels: ssd_tc.cuh). Where the
- * context's mode picks it (MAMBA2C_CUDA_TC, cuda.c), the fused forward (src/gpu/ssd_ops.c) runs chunk_cumsum
- * portable, then either the tensor-core on-chip scan (M2G_TC_SEQ: one launch for everything
- * else) or, for N > M2TC_SEQ_NMAX / states at positions, the chunk states (M2G_TC_STATE), the
- * portable state_passing and the chunk scan with CB computed on chip (M2G_TC_SCAN). bf16 MMA for bf16 activations, tf32 otherwise (f32 and f16 storage); float32
- * accumulate. The fused Q is the kernels' tile (64 tokens).
+ * context's mode picks it (MAMBA2C_CUDA_TC, cuda.c), the fused forward (src/gpu/ssd_ops.c)
+ * runs chunk_cumsum portable, then either the tensor-core on-chip scan (M2G_TC_SEQ: one launch
+ * for everything else) or, for N > M2TC_SEQ_NMAX / states at positions, the chunk states
+ * (M2G_TC_STATE), the portable state_passing and the chunk scan with CB computed on chip
+ * (M2G_TC_SCAN). bf16 MMA for bf16 activations, tf32 otherwise (f32 and f16 storage); float32
+ * accumulate. The fused Q is the kernels' tile (64 tokens). Also the launches of the fused
+ * backward's tensor-core twins (ssd_tc_bwd.cuh; m2cu_ssd_tc_bwd).
  */
 #include "cuda/tc.h"
 #include "cuda/tc_tiles.h"
@@ -99,4 +101,43 @@ mamba2_status_t m2cu_ssd_tc(m2g_dev *d, const ssd_dev *s, int stage, int bf16) {
     const int k =
         bf16 ? M2CU_TC_m2_ssd_chunk_scan_bf16_tc128 : M2CU_TC_m2_ssd_chunk_scan_tf32_tc128;
     return d->launch(d, M2CU_TC_ID(k), g, L128, a.n, a.a);
+}
+
+/* the backward: the tensor-core twin of portable kernel `kernel` on its argument list (checked
+ * against the portable kernel's signature), 128 threads per block; grids (chunks, G,
+ * ceil(N/64)) for dbc, (chunks, H) for tok, (chunks, H, ceil(P/64)) for dx, (chunks, H,
+ * ceil(P/64) ceil(N/64)) for chunk_state (both modes), (chunks, G) for bmm_chunk, (chunks,
+ * H) for E */
+mamba2_status_t m2cu_ssd_tc_bwd(m2g_dev *d, int kernel, const ssd_dev *s, int bf16,
+                                const m2g_args *a) {
+    if (s->Q != M2TC_Q)
+        return m2_error(MAMBA2_STATUS_INTERNAL_ERROR,
+                        "CUDA: the tensor-core backward needs chunks of %d tokens (got %lld)",
+                        M2TC_Q, (long long)s->Q);
+    M2_TRY(m2g_check_args(kernel, a));
+    const size_t nc = (size_t)s->nc;
+    int k;
+    size_t g[3] = {nc, (size_t)s->H, 1};
+    if (kernel == M2G_K_m2_ssd_bwd_dbc_16x16) {
+        k = bf16 ? M2CU_TC_m2_ssd_bwd_dbc_bf16_tc128 : M2CU_TC_m2_ssd_bwd_dbc_tf32_tc128;
+        g[1] = (size_t)s->G;
+        g[2] = (size_t)m2g_cdiv(s->N, M2TC_TILE);
+    } else if (kernel == M2G_K_m2_ssd_bwd_tok_16x16) {
+        k = M2CU_TC_m2_ssd_bwd_tok_3xtf32_tc128; /* split tf32 for every storage */
+    } else if (kernel == M2G_K_m2_ssd_chunk_state_16x16) {
+        k = M2CU_TC_m2_ssd_chunk_state_3xtf32_tc128; /* split tf32 for every storage */
+        g[2] = (size_t)(m2g_cdiv(s->P, M2TC_TILE) * m2g_cdiv(s->N, M2TC_TILE));
+    } else if (kernel == M2G_K_m2_ssd_bmm_chunk_16x16) {
+        k = M2CU_TC_m2_ssd_bmm_chunk_3xtf32_tc128;
+        g[1] = (size_t)s->G;
+    } else if (kernel == M2G_K_m2_ssd_bwd_E_16x16) {
+        k = M2CU_TC_m2_ssd_bwd_E_3xtf32_tc128;
+    } else if (kernel == M2G_K_m2_ssd_bwd_dx_16x16) {
+        k = bf16 ? M2CU_TC_m2_ssd_bwd_dx_bf16_tc128 : M2CU_TC_m2_ssd_bwd_dx_tf32_tc128;
+        g[2] = (size_t)m2g_cdiv(s->P, M2TC_TILE);
+    } else {
+        return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: no tensor-core twin of kernel %d",
+                        kernel);
+    }
+    return d->launch(d, M2CU_TC_ID(k), g, L128, a->n, a->a);
 }

@@ -111,6 +111,28 @@ M2TC_HD void m2tc_seq_layout_of(int bf, int N, m2tc_seq_layout *L) {
     L->bytes = L->kc + M2TC_SEQ_PC * M2TC_LDKT(bf) * es;
 }
 
+/* ---- the backward (ssd_tc_bwd.cuh): 128 threads, 64 x 64 output tiles (warp w: rows
+ * [16w, 16w + 16), 4 column tiles), k in 64-wide tiles. Shared block: 3 x 64 floats (per-row
+ * weights, or the 128 partial sums of a reduction) | A tile | B tile, each M2TC_F64TILE
+ * bytes: a [64][LD64] tile of the MMA type (tf32 fills it, bf16 half of it), later a float
+ * [64][M2TC_FLD] staging tile. */
+#define M2TC_BWD_A_OFF (3 * 64 * 4)
+#define M2TC_BWD_B_OFF (M2TC_BWD_A_OFF + M2TC_F64TILE)
+#define M2TC_BWD_BYTES (M2TC_BWD_B_OFF + M2TC_F64TILE)
+/* the k range [*kb, *ke) of row tile w in a causal token product over a chunk of len tokens
+ * (k-steps of k): mode 0 rows i need k <= i (dC's dCBg), mode 1 k >= i (dB's dCBg^T, dx's
+ * W^T); the tokens from len on are zero and left out */
+M2TC_HD void m2tc_bwd_krange(int mode, int w, int len, int k, int *kb, int *ke) {
+    const int klen = m2tc_ksteps(len, k) * k;
+    *kb = mode ? 16 * w : 0;
+    *ke = mode || klen < 16 * (w + 1) ? klen : 16 * (w + 1);
+}
+/* the k end of a 64-wide tile of which rem (> 0) columns are real */
+M2TC_HD int m2tc_bwd_kend(int rem, int k) {
+    const int e = m2tc_ksteps(rem, k) * k;
+    return e < M2TC_TILE ? e : M2TC_TILE;
+}
+
 /* the largest static shared block either kernel may use */
 #define M2TC_SMEM_MAX (48 * 1024)
 

@@ -62,6 +62,7 @@ typedef struct m2g_region {
 
 typedef struct m2g_dev m2g_dev;
 struct ssd_dev; /* gpu/ssd_host.h */
+struct m2g_args; /* below */
 /* stages of m2g_dev.ssd_tc */
 enum { M2G_TC_STATE = 0, M2G_TC_SCAN = 1, M2G_TC_SEQ = 2 };
 /* channels per block of the tensor-core on-chip scan (M2TC_SEQ_PC of cuda/tc_tiles.h) */
@@ -96,6 +97,12 @@ struct m2g_dev {
      * and only with at least this many blocks (sequences x H x ceil(P / M2G_TC_SEQ_PC));
      * 0: ssd_tc for every call (MAMBA2C_CUDA_TC=1) */
     int64_t tc_min_blocks;
+    /* CUDA contexts with MAMBA2C_CUDA_TC=1 only, else NULL: the tensor-core twin of the
+     * backward's kernel `kernel` (a portable id: M2G_K_m2_ssd_bwd_{dbc,tok,dx,E}_16x16,
+     * chunk_state_16x16, bmm_chunk_16x16) launched on the same argument list, its grid taken
+     * from s (src/cuda/ssd_tc.c) */
+    mamba2_status_t (*ssd_tc_bwd)(m2g_dev *d, int kernel, const struct ssd_dev *s, int bf16,
+                                  const struct m2g_args *a);
     void (*destroy)(m2g_dev *d);            /* release the device objects and d itself */
 };
 

@@ -2,7 +2,11 @@
  * ssd_bwd.c — host logic of the fused SSD backward on a GPU backend (SPEC §2): recompute the
  * forward's chunk stages into device scratch (ssd_chunked.cl), then the backward kernels of
  * ssd_bwd.cl in dependency order. Every gradient SPEC §2 lists, any subset requested; the
- * saved out_x is not needed (y is recomputed when z needs it).
+ * saved out_x is not needed (y is recomputed when z needs it). On a CUDA context made with
+ * MAMBA2C_CUDA_TC=1 (m2g_dev.ssd_tc_bwd), dx and dB / dC (tf32, or bf16 MMA
+ * for bf16 storage), E, the per-token sums, and bmm_chunk and chunk_state (both modes) of the
+ * recomputed forward (split tf32) run on their tensor-core twins (src/cuda/ssd_tc_bwd.cuh)
+ * with the same arguments.
  */
 #include <math.h>
 #include <string.h>
@@ -43,6 +47,12 @@ static float f32_down(double v) {
     return f;
 }
 
+/* a 16x16 kernel of ssd_bwd.cl, or its tensor-core twin on the same arguments */
+static mamba2_status_t launch16(m2g_dev *d, int tc, int bf16, const ssd_dev *s, int id,
+                                const size_t g[3], const m2g_args *a) {
+    return tc ? d->ssd_tc_bwd(d, id, s, bf16, a) : m2g_launch(d, id, g, L16x16, a);
+}
+
 static void g64(size_t g[3], int64_t n) {
     g[0] = (size_t)m2g_cdiv(n, 64);
     g[1] = g[2] = 1;
@@ -73,6 +83,9 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
     m2g_call_begin(&c, d);
     mamba2_status_t st = m2g_fused_tables(&c, pr, Q, &s.nc, &s.ct, &s.stab);
     const int64_t nc = s.nc;
+    const int tc = d->ssd_tc_bwd != NULL; /* MAMBA2C_CUDA_TC=1 */
+    const int bf16 = pr->act_dtype == MAMBA2_DTYPE_BF16;
+    s.tc_split = tc;
 
     /* the scratch block: piece sizes in elements, then offsets */
     size_t n[W_N], off[W_N], total = 0;
@@ -176,7 +189,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         m2g_arg_t(&a, &s.states, 4);
         m2g_arg_i32(&a, 1);
         const size_t gg[3] = {(size_t)(m2g_cdiv(P, 16) * m2g_cdiv(N, 16)), (size_t)H, (size_t)nc};
-        st = m2g_launch(d, M2G_K_m2_ssd_chunk_state_16x16, gg, L16x16, &a);
+        st = launch16(d, tc, bf16, &s, M2G_K_m2_ssd_chunk_state_16x16, gg, &a);
     }
     if (!st && (nc > 0 || dinit.present)) { /* backward state passing: states -> dS, dinit */
         a.n = 0;
@@ -208,7 +221,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         m2g_arg_i32(&a, s.D_mode);
         m2g_arg_t(&a, &dx, 3);
         const size_t gg[3] = {(size_t)(m2g_cdiv(Q, 16) * m2g_cdiv(P, 16)), (size_t)H, (size_t)nc};
-        st = m2g_launch(d, M2G_K_m2_ssd_bwd_dx_16x16, gg, L16x16, &a);
+        st = launch16(d, tc, bf16, &s, M2G_K_m2_ssd_bwd_dx_16x16, gg, &a);
     }
     if (!st) { /* E */
         a.n = 0;
@@ -220,7 +233,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_E));
         const int64_t nt = m2g_cdiv(Q, 16);
         const size_t gg[3] = {(size_t)(nt * nt), (size_t)H, (size_t)nc};
-        st = m2g_launch(d, M2G_K_m2_ssd_bwd_E_16x16, gg, L16x16, &a);
+        st = launch16(d, tc, bf16, &s, M2G_K_m2_ssd_bwd_E_16x16, gg, &a);
     }
     if (!st) { /* dCBg */
         a.n = 0;
@@ -259,7 +272,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         m2g_arg_mem(&a, w), m2g_arg_i64(&a, mode ? WO(W_ST) : WO(W_S0));
         m2g_arg_t(&a, out, 3);
         const size_t gg[3] = {(size_t)(m2g_cdiv(Q, 16) * m2g_cdiv(N, 16)), (size_t)G, (size_t)nc};
-        st = m2g_launch(d, M2G_K_m2_ssd_bwd_dbc_16x16, gg, L16x16, &a);
+        st = launch16(d, tc, bf16, &s, M2G_K_m2_ssd_bwd_dbc_16x16, gg, &a);
     }
     if (!st) { /* u, g, the decay term */
         a.n = 0;
@@ -276,7 +289,7 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_G));
         m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_DEC));
         const size_t gt[3] = {(size_t)m2g_cdiv(Q, 16), (size_t)H, (size_t)nc};
-        st = m2g_launch(d, M2G_K_m2_ssd_bwd_tok_16x16, gt, L16x16, &a);
+        st = launch16(d, tc, bf16, &s, M2G_K_m2_ssd_bwd_tok_16x16, gt, &a);
     }
     if (!st) { /* ddt and the chunks' partial dA, ddt_bias */
         a.n = 0;

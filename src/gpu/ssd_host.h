@@ -20,6 +20,8 @@ typedef struct ssd_dev {
     float lo, hi;       /* the dt limits rounded to nearest: the clamp's values          */
     float lo_up, hi_dn; /* the least float >= lo, the greatest <= hi: its compares       */
     m2g_t dto, dac, CB, states, start, final, out, outx;
+    int tc_split; /* m2g_run_bmm, m2g_run_state on the CUDA tensor cores in split tf32 (the
+                   * backward's recomputed forward; m2g_dev.ssd_tc_bwd) */
 } ssd_dev;
 
 /* one launch of each stage kernel of ssd_chunked.cl over the tensors of s */

@@ -88,6 +88,7 @@ mamba2_status_t m2g_run_bmm(m2g_dev *d, const ssd_dev *s) {
     m2g_arg_t(&a, &s->Cm, 3);
     m2g_arg_t(&a, &s->Bm, 3);
     m2g_arg_t(&a, &s->CB, 4);
+    if (s->tc_split) return d->ssd_tc_bwd(d, M2G_K_m2_ssd_bmm_chunk_16x16, s, 0, &a);
     const int64_t nt = m2g_cdiv(s->Q, 16);
     const size_t g[3] = {(size_t)(nt * nt), (size_t)s->G, (size_t)s->nc};
     return m2g_launch(d, M2G_K_m2_ssd_bmm_chunk_16x16, g, L16x16, &a);
@@ -107,6 +108,7 @@ mamba2_status_t m2g_run_state(m2g_dev *d, const ssd_dev *s) {
     m2g_arg_t(&a, &s->dac, 3);
     m2g_arg_t(&a, &s->states, 4);
     m2g_arg_i32(&a, 0);
+    if (s->tc_split) return d->ssd_tc_bwd(d, M2G_K_m2_ssd_chunk_state_16x16, s, 0, &a);
     const size_t g[3] = {(size_t)(m2g_cdiv(s->P, 16) * m2g_cdiv(s->N, 16)), (size_t)s->H,
                          (size_t)s->nc};
     return m2g_launch(d, M2G_K_m2_ssd_chunk_state_16x16, g, L16x16, &a);

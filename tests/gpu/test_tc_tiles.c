@@ -1,6 +1,8 @@
 /*
  * test_tc_tiles.c — a host emulation of the CUDA tensor-core SSD kernels' tile arithmetic
- * (src/cuda/ssd_tc.cuh over src/cuda/tc_tiles.h), since no GPU runs them in CI.
+ * (src/cuda/ssd_tc.cuh over src/cuda/tc_tiles.h), since no GPU runs them in CI. For the
+ * backward's kernels (ssd_tc_bwd.cuh, whose values the emulated device checks) only their
+ * layout, wmma pointers, causal k ranges and the split-tf32 product's accuracy.
  *
  * The two kernels are mirrored step by step over an emulated shared-memory block laid out by
  * the macros of tc_tiles.h: the same cooperative loads (with tf32 or bf16 rounding, or none),
@@ -451,6 +453,68 @@ static void ref_chunk(const chunk *k, double *st, double *y) {
         }
 }
 
+/* ---- the backward's tiles (ssd_tc_bwd.cuh): layout, wmma pointers, causal k ranges ------ */
+static void check_bwd(void) {
+    for (int bf = 0; bf < 2; bf++) {
+        const int ld = M2TC_LD64(bf), K = M2TC_K(bf), esz = bf ? 2 : 4;
+        const int A = M2TC_BWD_A_OFF, B = M2TC_BWD_B_OFF;
+        check(M2TC_BWD_BYTES <= M2TC_SMEM_MAX, "backward shared block <= 48 KB", bf, 0);
+        check(A >= 3 * 64 * 4 && A % 128 == 0, "backward vectors before A, A aligned", A, bf);
+        check(B - A >= 64 * ld * esz && B - A >= 64 * M2TC_FLD * 4, "A tile and staging fit", B, bf);
+        check(M2TC_BWD_BYTES - B >= 64 * ld * esz && M2TC_BWD_BYTES - B >= 64 * M2TC_FLD * 4,
+              "B tile and staging fit", B, bf);
+        for (int w = 0; w < M2TC_WARPS; w++)
+            for (int kk = 0; kk < 64; kk += K)
+                for (int col = 0; col < 2; col++) { /* mma64: row- and column-major tiles */
+                    const int ea = col ? kk * ld + 16 * w : 16 * w * ld + kk;
+                    const int eb = col ? 16 * w * ld + kk : kk * ld + 16 * w; /* t = w */
+                    check((A + ea * esz) % 32 == 0 && (B + eb * esz) % 32 == 0,
+                          "backward wmma load 32-byte aligned", w, kk);
+                    /* the last element a fragment reads stays in the 64 x ld tile */
+                    const int last = col ? ea + (K - 1) * ld + 15 : ea + 15 * ld + K - 1;
+                    check(last < 64 * ld && (col ? kk + K - 1 : 16 * w + 15) < 64,
+                          "backward fragment inside its tile", w, kk);
+                }
+        for (int w = 0; w < M2TC_WARPS; w++)
+            for (int t = 0; t < 4; t++)
+                check((A + 4 * (16 * w * M2TC_FLD + 16 * t)) % 32 == 0,
+                      "backward staging store aligned", w, t);
+        /* causal ranges: every needed k inside, none past the chunk's k-steps */
+        for (int m = 0; m < 2; m++)
+            for (int len = 1; len <= 64; len++)
+                for (int w = 0; w < M2TC_WARPS; w++) {
+                    int kb, ke;
+                    m2tc_bwd_krange(m, w, len, K, &kb, &ke);
+                    check(kb % K == 0 && ke % K == 0 && kb >= 0 && ke <= 64, "krange steps", kb, ke);
+                    check(ke <= m2tc_ksteps(len, K) * K, "krange ends at the chunk", len, ke);
+                    for (int i = 16 * w; i < 16 * w + 16 && i < len; i++)
+                        for (int k = 0; k < len; k++)
+                            if (m ? k >= i : k <= i) check(kb <= k && k < ke, "krange covers", i, k);
+                }
+        for (int rem = 1; rem <= 80; rem++) {
+            const int e = m2tc_bwd_kend(rem, K);
+            check(e % K == 0 && e <= 64 && e >= (rem < 64 ? rem : 64), "kend", rem, e);
+        }
+    }
+    /* split tf32 (mma64_3xtf32): 64-term dot products of SPEC §8-like inputs within TOL_F32 */
+    double worst = 0;
+    for (int r = 0; r < 200; r++) {
+        double want = 0, mag = 0;
+        float got = 0;
+        for (int k = 0; k < 64; k++) {
+            const float a = (float)nrand(), b = (float)(nrand() / 5);
+            const float ah = round_tf32(a), al = round_tf32(a - ah);
+            const float bh = round_tf32(b), bl = round_tf32(b - bh);
+            got += al * bh, got += ah * bl, got += ah * bh;
+            want += (double)a * b, mag += fabs((double)a * b);
+        }
+        const double e = fabs(got - want) / mag;
+        worst = e > worst ? e : worst;
+    }
+    printf("backward tiles checked; split tf32 64-term dot: worst error %.2e of sum |a b|\n", worst);
+    check(worst <= TOL_F32, "split tf32 keeps float32 accuracy", 0, 0);
+}
+
 int main(void) {
     static const int shapes[][3] = {{64, 64, 64}, {1, 1, 1}, {37, 17, 9}, {64, 80, 160},
                                     {50, 3, 5}, {63, 64, 128}, {16, 16, 16}, {17, 40, 33}};
@@ -512,6 +576,7 @@ int main(void) {
     }
     free(ys), free(ysw), free(wy);
     free(st), free(stw), free(y), free(yw), free(wr);
+    check_bwd();
     printf("%s: %d checks, %d failures\n", failures ? "FAIL" : "PASS", checks, failures);
     return failures ? 1 : 0;
 }
