@@ -115,14 +115,22 @@ const mamba2_tensor_t *m2f_t(m2f_case *c, int i);
 double m2f_opt_d(m2f_case *c, int field, double dflt);
 int64_t m2f_opt_i(m2f_case *c, int field, int64_t dflt);
 
-/* the struct_size to put in an options/grads struct whose sizeof is `real` (ABI v1):
- * real, or a hostile value from an M2F_O_STRUCT_SIZE record (then c->struct_bad notes
- * whether the library must refuse it) */
-uint32_t m2f_struct_size(m2f_case *c, size_t real);
+/* the struct_size to put in an options/grads struct whose sizeof is `real` and whose v1
+ * fields end at byte v1_end (the library takes 0 or v1_end..real): real, or a hostile value
+ * from an M2F_O_STRUCT_SIZE record (then c->struct_bad notes whether the library must
+ * refuse it) */
+uint32_t m2f_struct_size(m2f_case *c, size_t real, size_t v1_end);
 #ifdef MAMBA2C_ABI_VERSION
-#define M2F_SET_SIZE(c, st) ((st).struct_size = m2f_struct_size((c), sizeof(st)))
+/* a struct whose last v1 field ends within its last 8 bytes (all but the one below) */
+#define M2F_SET_SIZE(c, st) ((st).struct_size = m2f_struct_size((c), sizeof(st), sizeof(st) - 7))
+/* a struct that grew after v1: its v1 fields end with `last` */
+#define M2F_SET_SIZE_V1(c, st, last)                                                             \
+    ((st).struct_size =                                                                        \
+         m2f_struct_size((c), sizeof(st), (size_t)((char *)&(st).last - (char *)&(st)) +       \
+                                              sizeof((st).last)))
 #else
 #define M2F_SET_SIZE(c, st) ((void)0)
+#define M2F_SET_SIZE_V1(c, st, last) ((void)0)
 #endif
 
 /* per-op: build the slots of a valid call from c->dim / c->f; call the entry point.

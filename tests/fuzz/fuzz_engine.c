@@ -82,16 +82,15 @@ int64_t m2f_opt_i(m2f_case *c, int field, int64_t dflt) {
     return c->oset[field] ? m2f_big_values[c->oval[field] & 15] : dflt;
 }
 
-uint32_t m2f_struct_size(m2f_case *c, size_t real) {
+uint32_t m2f_struct_size(m2f_case *c, size_t real, size_t v1_end) {
     if (!c->oset[M2F_O_STRUCT_SIZE]) return (uint32_t)real;
     const uint32_t r = (uint32_t)real;
     static const int64_t delta[8] = {0, 0, -1, 1, 8, -8, -((int64_t)1 << 40), 4};
     const int k = c->oval[M2F_O_STRUCT_SIZE] & 7;
     uint32_t v = k == 0 ? 0 : k == 6 ? UINT32_MAX : (uint32_t)((int64_t)r + delta[k]);
-    /* valid: 0, or from the end of the struct's last v1 field up to sizeof; that end lies in
-     * (sizeof - 8, sizeof] (the structs are 8-byte aligned), so only values outside that
-     * window are known to be invalid */
-    if (v != 0 && (v > r || (uint64_t)v + 8 <= r)) c->struct_bad = 1;
+    /* valid: 0, or from the end of the struct's last v1 field up to sizeof (a struct that
+     * grew after v1, like conv1d_step's options, takes its v1 size: sizeof - 8 and less) */
+    if (v != 0 && (v > r || v < v1_end)) c->struct_bad = 1;
     return v;
 }
 

@@ -217,7 +217,7 @@ static mamba2_status_t conv_step_call(m2f_case *c, mamba2_context_t *ctx, size_t
     o.state_indices = T(CS_IX);
     o.cache_seqlens = T(CS_SEQL);
     o.activation = (mamba2_activation_t)m2f_opt_i(c, M2F_O_ACT, (c->f[0] & 0x10) ? 1 : 0);
-    if (!NULL_OPTS()) M2F_SET_SIZE(c, o);
+    if (!NULL_OPTS()) M2F_SET_SIZE_V1(c, o, activation); /* cache_seqlens came after v1 */
     return mamba2_conv1d_step(ctx, T(CS_OUT), T(CS_CACHE), T(CS_X), T(CS_W), NULL_OPTS() ? NULL : &o);
 }
 
