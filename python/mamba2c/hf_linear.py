@@ -12,7 +12,7 @@ C GEMV when all of these hold, and to the original forward otherwise:
     input, weight (and bias) are plain CPU tensors of one dtype, float32 or bfloat16, the
         weight 2-D and contiguous,
     at most _MAX_ROWS rows (the input's elements / in_features): decode, not prefill,
-    the weight holds at least _MIN_WEIGHT_BYTES (below, the binding's fixed cost per call
+    the weight holds more than _MIN_WEIGHT_BYTES (below, the binding's fixed cost per call
         is no longer small beside the product),
     nothing needs a gradient (no-grad / inference mode, or no tensor requires grad), no
         torch.compile / tracing / TorchDispatchMode is active, and the mamba2c backend of
@@ -66,7 +66,7 @@ def served(module, x) -> bool:
     dt = x.dtype
     if (dt not in _DT or type(w) not in _PLAIN or w.dtype is not dt or w.dim() != 2
             or not w.is_cpu or not w.is_contiguous()
-            or w.numel() * w.element_size() < _MIN_WEIGHT_BYTES):
+            or w.numel() * w.element_size() <= _MIN_WEIGHT_BYTES):
         return False
     I = w.shape[1]
     if x.dim() == 0 or x.shape[-1] != I or not 0 < x.numel() <= _MAX_ROWS * I:
