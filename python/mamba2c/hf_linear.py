@@ -14,9 +14,9 @@ C GEMV when all of these hold, and to the original forward otherwise:
     at most _MAX_ROWS rows (the input's elements / in_features): decode, not prefill,
     the weight holds more than _MIN_WEIGHT_BYTES (below, the binding's fixed cost per call
         is no longer small beside the product),
-    nothing needs a gradient (no-grad / inference mode, or no tensor requires grad), no
-        torch.compile / tracing / TorchDispatchMode is active, and the mamba2c backend of
-        this thread is "cpu".
+    nothing needs a gradient (no-grad / inference mode, or no tensor requires grad; no
+        forward-mode AD level open), no torch.compile / tracing / vmap / TorchDispatchMode is
+        active, and the mamba2c backend of this thread is "cpu".
 
 The result follows torch's: float32 sums over the input features (in the C kernel's fixed
 order, so the last bits differ from MKL's), the bias added in float32, a bfloat16 output
@@ -47,6 +47,13 @@ except ImportError:  # pragma: no cover - older torch
     def _dispatch_mode():
         return None
 
+try:  # vmap / grad transforms wrap their tensors (the wrapper's data is not the batch's)
+    _wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+except AttributeError:  # pragma: no cover - older torch
+    def _wrapped(t):
+        return False
+from torch.autograd import forward_ad as _fwad  # noqa: E402
+
 
 def _block():
     """This thread's descriptor block for one call (out, x, weight, bias, options)."""
@@ -72,10 +79,12 @@ def served(module, x) -> bool:
     if x.dim() == 0 or x.shape[-1] != I or not 0 < x.numel() <= _MAX_ROWS * I:
         return False
     if b is not None and (type(b) not in _PLAIN or b.dtype is not dt or not b.is_cpu
-                          or b.dim() != 1):
+                          or b.shape != w.shape[:1]):
         return False
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad
                                     or (b is not None and b.requires_grad)):
+        return False
+    if _fwad._current_level >= 0 or _wrapped(x):  # forward-mode AD, functorch transforms
         return False
     if torch.jit.is_tracing() or torch.jit.is_scripting() or _dispatch_mode() is not None:
         return False

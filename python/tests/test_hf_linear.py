@@ -130,6 +130,20 @@ def test_size_threshold_and_reference_backend(monkeypatch):
         assert calls["gemv"] == 1
 
 
+def test_functorch_and_forward_ad_stay_on_torch(routed):
+    import torch.autograd.forward_ad as fwad
+    lin = _lin(32, 24)
+    x = torch.randn(3, 1, 32)
+    with torch.no_grad(), hf.use_mamba2c_in_transformers():
+        got = torch.vmap(lin)(x)
+        with fwad.dual_level():
+            dual = fwad.make_dual(x[0], torch.ones_like(x[0]))
+            tangent = fwad.unpack_dual(lin(dual)).tangent
+    assert routed["gemv"] == 0
+    assert nerr(got, _ref64(lin, x)) <= TOL_F32
+    assert tangent is not None and nerr(tangent, torch.ones(1, 32) @ lin.weight.t()) <= TOL_F32
+
+
 def test_gradients_untouched(routed):
     """Grad mode with trainable weights (training, or a plain forward of a model fresh from
     from_pretrained): nn.Linear's own forward, the same gradients."""
