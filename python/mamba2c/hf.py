@@ -18,9 +18,10 @@ active (and restores them afterwards):
                                           C on the cache's own tensors, in place
                                           (hf_decode.py); any other call: the mixer's own
     nn.Linear.forward                  -> the C GEMV (mamba2_linear_forward) for a CPU float32 /
-                                          bfloat16 product of at most 8 rows that needs no
-                                          gradient (decode: MLPs, projections, lm_head;
-                                          hf_linear.py); any other call: nn.Linear's own
+                                          bfloat16 product of at most 8 rows, weight over
+                                          8 MiB, that needs no gradient (decode: MLPs,
+                                          projections, lm_head; hf_linear.py); any other
+                                          call: nn.Linear's own
 
     with mamba2c.hf.use_mamba2c_in_transformers():
         logits = model(input_ids).logits
