@@ -74,6 +74,7 @@ test-arm:
 # --no-deps into .venv/hf-prev and put first on PYTHONPATH); first, the dry run of the one-shot
 # GPU check (its plumbing on the CPU: bench/gpu_check.sh, bench/gpu_compare.py).
 HF_TESTS = python/tests/test_hf_transformers.py python/tests/test_hf_families.py \
+    python/tests/test_hf_linear.py \
     python/tests/test_cold_compile.py::test_compile_hf_model_fullgraph_from_cold_start \
     python/tests/test_step_layouts.py::test_hf_decode_takes_the_c_steps
 HF_PREV = $(shell sed -n 's/^transformers==//p' python/constraints-hf-prev.txt)

@@ -19,6 +19,8 @@ and greedy decode, tokens/s, three paths with the same weights:
 state size, layer pattern, vocabulary; random weights, nothing downloaded), cut to a window
 of its layer pattern that holds an attention (or MLP / hybrid) layer where the family has
 one (--layers N: the first N layers of the window instead), paths hf and hf+mamba2c.
+--family ... --profile: no timing; one decode token of each path (the second decode step of
+a generate() call) under torch.profiler, its top ops by self CPU time (what dominates).
 
 Per (model, dtype, prefill) the paths alternate in one process: after a short warm-up
 (generate with 4 new tokens, each path), round r runs each path's generate(decode new
@@ -356,6 +358,8 @@ def main():
     p.add_argument("--json", default=None, help="write the rows as JSON")
     p.add_argument("--family", default=None,
                    help="comma-separated families of FAMILIES (paths hf and hf+mamba2c)")
+    p.add_argument("--profile", action="store_true",
+                   help="with --family: profile one decode token per path instead of timing")
     a = p.parse_args()
     a.reps = a.reps or 1
     setup(a)
@@ -432,13 +436,47 @@ def main():
                           f"{(tot - lin - cops) * 1e3:.2f} ms",
                           flush=True)
             del hf, ours
-    print_table(f"all ({a.threads} threads; {load()}; {time.perf_counter() - t_start:.0f} s)",
-                hdr, tab)
+    if tab:
+        print_table(f"all ({a.threads} threads; {load()}; "
+                    f"{time.perf_counter() - t_start:.0f} s)", hdr, tab)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
     if a.plot:
         plot(rows, a.plot, a.decode)
+
+
+class ProfileOne:
+    """A generate() streamer that profiles the interval between its 3rd and 4th put: the
+    second decode step (puts: the prompt, then each new token)."""
+
+    def __init__(self):
+        self.n, self.prof, self.ms = 0, torch.profiler.profile(record_shapes=True), 0.0
+
+    def put(self, value):
+        self.n += 1
+        if self.n == 3:
+            self.prof.start()
+            self.t0 = time.perf_counter()
+        elif self.n == 4:
+            self.prof.stop()
+            self.ms = 1e3 * (time.perf_counter() - self.t0)
+
+    def end(self):
+        pass
+
+
+def profile_token(model, ids, desc, rows=14):
+    """--family --profile: one decode token of each path under torch.profiler (the second
+    decode step of a generate() call), the top ops by self CPU time."""
+    gens = runners(model, None, ids)
+    for k in ("hf", "hf+mamba2c"):
+        p = ProfileOne()
+        gens[k](4, p)
+        print(f"\n### {desc} {k}: one decode token, {p.ms:.0f} ms profiled ({load()})\n")
+        print(p.prof.key_averages(group_by_input_shape=True).table(
+            sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=40,
+            max_shapes_column_width=50))
 
 
 def families(a):
@@ -453,6 +491,9 @@ def families(a):
             hf, desc, vocab = build_family(fam, dtype, a.layers)
             for L in (int(x) for x in a.prefill.split(",")):
                 ids = torch.randint(3, vocab, (1, L), generator=torch.Generator().manual_seed(L))
+                if a.profile:
+                    profile_token(hf, ids, f"{desc} {dname} prefill {L}")
+                    continue
                 gens = {k: v for k, v in runners(hf, None, ids).items() if k != "mamba2c"}
                 pre, gap, toks = time_paths(gens, a.decode, a.reps)
                 for k in gens:
@@ -466,8 +507,9 @@ def families(a):
                                 f"{pre['hf'] / pre[k]:.2f}", f"{gap['hf'] / gap[k]:.2f}", same, ld])
                 print_table(f"{desc} {dname} prefill {L} ({load()})", hdr, tab[-len(gens):])
             del hf
-    print_table(f"all ({a.threads} threads; {load()}; {time.perf_counter() - t_start:.0f} s)",
-                hdr, tab)
+    if tab:
+        print_table(f"all ({a.threads} threads; {load()}; "
+                    f"{time.perf_counter() - t_start:.0f} s)", hdr, tab)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)

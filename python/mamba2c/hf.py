@@ -17,6 +17,11 @@ active (and restores them afterwards):
     the mixer's forward, one token with a cache -> the conv step, SSD step and gated norm in
                                           C on the cache's own tensors, in place
                                           (hf_decode.py); any other call: the mixer's own
+    nn.Linear.forward                  -> the C GEMV (mamba2_linear_forward) for a CPU float32 /
+                                          bfloat16 product of at most 8 rows, weight over
+                                          8 MiB, that needs no gradient (decode: MLPs,
+                                          projections, lm_head; hf_linear.py); any other
+                                          call: nn.Linear's own
 
     with mamba2c.hf.use_mamba2c_in_transformers():
         logits = model(input_ids).logits
@@ -33,7 +38,8 @@ import importlib
 
 import torch
 
-from . import _dispatch, hf_decode, interface
+from . import _dispatch, hf_decode, hf_linear, interface
+from ._native import loader
 
 __all__ = ["use_mamba2c_in_transformers"]
 
@@ -215,6 +221,10 @@ def use_mamba2c_in_transformers():
                 if f is not None:
                     saved.append((cls, "forward", cls.forward))
                     cls.forward = f
+        if loader.load(raise_on_error=False) is not None:
+            lin = torch.nn.Linear
+            saved.append((lin, "forward", lin.forward))
+            lin.forward = hf_linear.linear_forward(lin.forward)
         yield
     finally:
         for obj, n, f in reversed(saved):

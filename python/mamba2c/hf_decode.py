@@ -7,14 +7,15 @@ recurrent state every step (and copies it back into the cache). Inside the hook 
 forward takes that case here instead, one C call sequence per layer on the cache's own
 tensors:
 
-    in_proj                                       (torch; Falcon-H1: its input multiplier
-                                                   and mup vector, as the family does)
+    in_proj                                       (nn.Linear, which the hook routes to the
+                                                   C GEMV, hf_linear.py; Falcon-H1: its input
+                                                   multiplier and mup vector, as the family does)
     mamba2_conv1d_step  on cache.get_conv_state   (B, conv_dim, K) time-last, newest last:
                                                    the C step's shift layout with Lc = K,
                                                    updated in place (f32 / bf16 / f16)
     mamba2_ssd_step     on cache.get_recurrent_state (B, H, P, N), updated in place: no
                                                    clone, no copy back
-    the family's gated norm (itself swapped for mamba2c's by the hook), out_proj (torch)
+    the family's gated norm (itself swapped for mamba2c's by the hook), out_proj (nn.Linear)
 
 Everything else goes to the family's own forward: prefill, training, a cache recording its
 past (assisted decoding keeps the states it may roll back to, so the state must not change
