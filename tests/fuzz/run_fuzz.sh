@@ -51,6 +51,9 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:${ASAN_OPTIONS:-}"
 export M2FUZZ_GPU="${M2FUZZ_GPU-}" M2FUZZ_DIFF="${M2FUZZ_DIFF-}"
 export LSAN_OPTIONS="suppressions=$here/lsan_fuzz.supp:print_suppressions=0:${LSAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
+# a failed contract check aborts from the harness (m2f_fail), where libFuzzer writes no
+# crash file: the harness saves the input itself
+export M2FUZZ_DUMP="${M2FUZZ_DUMP:-$scratch/artifacts/failed-check-input}"
 if "$build/tests/fuzz/m2fuzz" -max_total_time="$time_s" -timeout=10 -rss_limit_mb=2048 -max_len=256 \
     -print_final_stats=1 -artifact_prefix="$scratch/artifacts/" "$scratch/corpus" \
     >"$scratch/log" 2>&1; then
