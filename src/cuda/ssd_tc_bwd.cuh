@@ -365,6 +365,29 @@ __device__ __forceinline__ void bwd_state(
     }
 }
 
+// acc (the stage64 layout) += A Bᵀ for two token-major operands a[r, k], b[r, k] (rows
+// r < len, k < kdim; a_b / b_b the row-0 offsets, a_s / b_s the row strides) over k in
+// 64-wide tiles, in split tf32: the shared body of bwd_bmm (C Bᵀ) and bwd_E (dy xᵀ).
+__device__ __forceinline__ void gram64_3xtf32(frag_c<0> *acc, float *as, float *bs, int tid,
+                                              int w, m2_i64 len, m2_i64 kdim, const float *a,
+                                              m2_i64 a_b, m2_i64 a_s, const float *b,
+                                              m2_i64 b_b, m2_i64 b_s) {
+    const int ld = M2TC_LD64(0), K = M2TC_K(0);
+    for (int t = 0; t < 4; t++) wmma::fill_fragment(acc[t], 0.0f);
+    for (m2_i64 k0 = 0; k0 < kdim; k0 += M2TC_TILE) {
+        __syncthreads();
+        for (int e = tid; e < 64 * 64; e += M2TC_THREADS) {
+            const int r = e >> 6, q = e & 63;
+            const m2_i64 k = k0 + q;
+            as[r * ld + q] = r < len && k < kdim ? a[a_b + r * a_s + k] : 0.0f;
+            bs[r * ld + q] = r < len && k < kdim ? b[b_b + r * b_s + k] : 0.0f;
+        }
+        __syncthreads();
+        if (16 * w < len)
+            mma64_3xtf32<0, 1>(acc, as, bs, w, 0, m2tc_bwd_kend((int)(kdim - k0), K));
+    }
+}
+
 // ---- CB = C Bm^T of one (chunk, group) in split tf32 (the portable m2_ssd_bmm_chunk_16x16,
 // for the backward's recomputed forward: CB feeds dx and, through F and q, dA); grid
 // (chunks, G). k = state columns in 64-wide tiles; B = Bm as stored, column-major.
@@ -375,24 +398,13 @@ __device__ __forceinline__ void bwd_bmm(
     float *CB, m2_i64 CB_o, m2_i64 CB_s0, m2_i64 CB_s1, m2_i64 CB_s2, m2_i64 CB_s3) {
     __shared__ __align__(128) unsigned char sm[M2TC_BWD_BYTES];
     float *as = (float *)(sm + M2TC_BWD_A_OFF), *bs = (float *)(sm + M2TC_BWD_B_OFF), *o = as;
-    const int tid = (int)threadIdx.x, w = tid >> 5, ld = M2TC_LD64(0), K = M2TC_K(0);
+    const int tid = (int)threadIdx.x, w = tid >> 5;
     const m2_i64 c = blockIdx.x, g = blockIdx.y;
     const m2_i64 b = ct[5 * c], t0 = ct[5 * c + 1], len = ct[5 * c + 2];
     const m2_i64 sb = ct[5 * c + 3], sk = ct[5 * c + 4];
     const m2_i64 cb = C_o + b * C_s0 + g * C_s2, bb = B_o + b * B_s0 + g * B_s2;
     frag_c<0> acc[4];
-    for (int t = 0; t < 4; t++) wmma::fill_fragment(acc[t], 0.0f);
-    for (m2_i64 n0 = 0; n0 < N; n0 += M2TC_TILE) {
-        __syncthreads();
-        for (int e = tid; e < 64 * 64; e += M2TC_THREADS) {
-            const int r = e >> 6, q = e & 63;
-            const m2_i64 n = n0 + q;
-            as[r * ld + q] = r < len && n < N ? Cm[cb + (t0 + r) * C_s1 + n] : 0.0f;
-            bs[r * ld + q] = r < len && n < N ? Bm[bb + (t0 + r) * B_s1 + n] : 0.0f;
-        }
-        __syncthreads();
-        if (16 * w < len) mma64_3xtf32<0, 1>(acc, as, bs, w, 0, m2tc_bwd_kend((int)(N - n0), K));
-    }
+    gram64_3xtf32(acc, as, bs, tid, w, len, N, Cm, cb + t0 * C_s1, C_s1, Bm, bb + t0 * B_s1, B_s1);
     __syncthreads();
     stage64<0>(o, acc, w);
     __syncthreads();
@@ -413,25 +425,14 @@ __device__ __forceinline__ void bwd_E(
     __shared__ __align__(128) unsigned char sm[M2TC_BWD_BYTES];
     float *cs = (float *)sm, *as = (float *)(sm + M2TC_BWD_A_OFF);
     float *bs = (float *)(sm + M2TC_BWD_B_OFF), *o = as;
-    const int tid = (int)threadIdx.x, w = tid >> 5, ld = M2TC_LD64(0), K = M2TC_K(0);
+    const int tid = (int)threadIdx.x, w = tid >> 5;
     const m2_i64 c = blockIdx.x, h = blockIdx.y;
     const m2_i64 b = ct[5 * c], t0 = ct[5 * c + 1], len = ct[5 * c + 2];
     const m2_i64 oc = dac_o + (h * nc + c) * Q;
     const m2_i64 yb = dy_o + b * dy_s0 + h * dy_s2, xb = x_o + b * x_s0 + h * x_s2;
     if (tid < M2TC_Q) cs[tid] = tid < len ? dac[oc + tid] : 0.0f;
     frag_c<0> acc[4];
-    for (int t = 0; t < 4; t++) wmma::fill_fragment(acc[t], 0.0f);
-    for (m2_i64 p0 = 0; p0 < P; p0 += M2TC_TILE) {
-        __syncthreads();
-        for (int e = tid; e < 64 * 64; e += M2TC_THREADS) {
-            const int r = e >> 6, q = e & 63;
-            const m2_i64 p = p0 + q;
-            as[r * ld + q] = r < len && p < P ? dy[yb + (t0 + r) * dy_s1 + p] : 0.0f;
-            bs[r * ld + q] = r < len && p < P ? x[xb + (t0 + r) * x_s1 + p] : 0.0f;
-        }
-        __syncthreads();
-        if (16 * w < len) mma64_3xtf32<0, 1>(acc, as, bs, w, 0, m2tc_bwd_kend((int)(P - p0), K));
-    }
+    gram64_3xtf32(acc, as, bs, tid, w, len, P, dy, yb + t0 * dy_s1, dy_s1, x, xb + t0 * x_s1, x_s1);
     __syncthreads();
     stage64<0>(o, acc, w);
     __syncthreads();
