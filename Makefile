@@ -90,7 +90,7 @@ test-python: all opencl-device
 	PYTHONPATH=$(CURDIR)/.venv/hf-prev MAMBA2C_EXPECT_TRANSFORMERS=$(HF_PREV) \
 	    MAMBA2C_LIBRARY=$(CURDIR)/$(BUILD)/libmamba2c.so .venv/bin/python -m pytest $(HF_TESTS) -q
 
-test-fuzz:
+test-fuzz: opencl-device
 	FUZZ_TIME=$(FUZZ_TIME) JOBS=$(JOBS) bash tests/fuzz/run_fuzz.sh $(CURDIR)/$(FUZZ_BUILD)
 
 test: test-san test-fuzz test-fast test-arm test-python

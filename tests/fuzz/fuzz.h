@@ -27,8 +27,12 @@
 
 /* tensor roles */
 enum { M2F_IN = 0, M2F_OUT = 1, M2F_INOUT = 2, M2F_IDX = 3 };
-/* value classes of tame fills: any sign in [-1,1], [-1,0], [0,1] */
-enum { M2F_V_ANY = 0, M2F_V_NONPOS = 1, M2F_V_NONNEG = 2 };
+/* value classes of tame fills: any sign in [-1,1], [-1,0], [0,1]; and the SSD inputs of SPEC
+ * §8's accuracy contract, drawn from its distribution when the value mode is 1 (uniform with
+ * the same ranges or spreads: dt U(0.01,0.11), A -U(0.1,0.5), Bm / Cm / states / dt_bias
+ * scaled to the spread of N(0,1)/5 and 0.1 N(0,1)) and as ANY / NONPOS / ANY / ANY in mode 0 */
+enum { M2F_V_ANY = 0, M2F_V_NONPOS = 1, M2F_V_NONNEG = 2, M2F_V_SPEC_DT = 3, M2F_V_SPEC_A = 4,
+       M2F_V_SPEC_SMALL = 5, M2F_V_SPEC_BIAS = 6 };
 
 /* ops */
 enum {

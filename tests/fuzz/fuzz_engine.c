@@ -284,9 +284,44 @@ static void apply_tensor_record(m2f_case *c, const uint8_t *r) {
 
 /* ---- buffers ------------------------------------------------------------------------------ */
 
+/* f16 bits of v, |v| <= 1 (round to nearest; subnormals below 2^-14) */
+static uint16_t f16_bits(double v) {
+    const uint16_t sign = (uint16_t)(v < 0) << 15;
+    double a = fabs(v);
+    if (a < ldexp(1.0, -14)) return (uint16_t)(sign | (uint16_t)nearbyint(ldexp(a, 24)));
+    int e;
+    const double fr = frexp(a, &e); /* a = fr 2^e, fr in [0.5, 1) */
+    int E = e - 1 + 15, m = (int)nearbyint((2.0 * fr - 1.0) * 1024.0);
+    if (m == 1024) m = 0, E++;
+    return (uint16_t)(sign | E << 10 | m);
+}
+
+/* a SPEC §8 value (value mode 1) of class vclass >= M2F_V_SPEC_DT, from u in [0,1) */
+static double spec_value(int vclass, double u, int sign) {
+    switch (vclass) {
+    case M2F_V_SPEC_DT: return 0.01 + 0.1 * u;
+    case M2F_V_SPEC_A: return -(0.1 + 0.4 * u);
+    case M2F_V_SPEC_SMALL: return (sign ? -u : u) * 0.2 * sqrt(3.0); /* sd 0.2 */
+    default: return (sign ? -u : u) * 0.1 * sqrt(3.0);               /* sd 0.1 */
+    }
+}
+
 static void fill_elem(m2f_case *c, uint8_t *p, mamba2_dtype_t dt, int vclass, int canary) {
     uint64_t r = m2f_rand(c);
+    const int spec = vclass >= M2F_V_SPEC_DT && c->vmode == 1 && !canary;
+    if (vclass >= M2F_V_SPEC_DT && !spec) vclass = vclass == M2F_V_SPEC_A ? M2F_V_NONPOS : M2F_V_ANY;
     int sign = vclass == M2F_V_NONPOS ? 1 : vclass == M2F_V_NONNEG ? 0 : (int)(r & 1);
+    if (spec) {
+        const double v = spec_value(vclass, (double)((r >> 11) & 0xFFFFF) / (double)0x100000, sign);
+        const float f = (float)v;
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        const uint16_t h = dt == MAMBA2_DTYPE_BF16 ? (uint16_t)(u >> 16) : f16_bits(v);
+        if (dt == MAMBA2_DTYPE_F64) memcpy(p, &v, 8);
+        else if (dt == MAMBA2_DTYPE_F32) memcpy(p, &f, 4);
+        else memcpy(p, &h, 2);
+        return;
+    }
     if (c->vmode == 2) { /* wild: any bit pattern */
         memcpy(p, &r, (size_t)esize(dt));
         return;

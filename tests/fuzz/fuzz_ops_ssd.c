@@ -112,6 +112,14 @@ static void ssd_dims(m2f_case *c) {
     if (m[1] > 64 && m[6] < 16) m[6] = 16;
 }
 
+/* SPEC §8's input distribution (value mode 1) for the SSD inputs in these slots */
+static void spec_classes(m2f_case *c, int dt, int a, int bm, int cm, int dtb, int state) {
+    c->s[dt].vclass = M2F_V_SPEC_DT;
+    c->s[a].vclass = M2F_V_SPEC_A;
+    c->s[bm].vclass = c->s[cm].vclass = c->s[state].vclass = M2F_V_SPEC_SMALL;
+    c->s[dtb].vclass = M2F_V_SPEC_BIAS;
+}
+
 static void ssd_build_common(m2f_case *c, int backward) {
     const int64_t B = c->dim[0], L = c->dim[1], H = c->dim[2], G = c->dim[3], P = c->dim[4],
                   N = c->dim[5], nseq = c->dim[7];
@@ -121,7 +129,6 @@ static void ssd_build_common(m2f_case *c, int backward) {
     m2f_add(c, "x", M2F_IN, a, 4, M2F_SHAPE(B, L, H, P));
     m2f_add(c, "dt", M2F_IN, a, 3, M2F_SHAPE(B, L, H));
     m2f_add(c, "A", M2F_IN, p, 1, M2F_SHAPE(H));
-    c->s[A_].vclass = M2F_V_NONPOS;
     m2f_add(c, "Bm", M2F_IN, a, 4, M2F_SHAPE(B, L, G, N));
     m2f_add(c, "Cm", M2F_IN, a, 4, M2F_SHAPE(B, L, G, N));
     if (c->f[0] & 2) m2f_add(c, "D", M2F_IN, p, 2, M2F_SHAPE(H, P));
@@ -133,6 +140,7 @@ static void ssd_build_common(m2f_case *c, int backward) {
     m2f_opt_slot(c, DTB, c->f[0] & 8);
     m2f_add(c, "initial_state", M2F_IN, p, 4, M2F_SHAPE(S, H, P, N));
     m2f_opt_slot(c, INIT, c->f[0] & 16);
+    spec_classes(c, DT, A_, BM, CM, DTB, INIT);
     m2f_add(c, "cu_seqlens", M2F_IDX, c->idt, 1, M2F_SHAPE(m2f_sadd(nseq, 1)));
     m2f_opt_slot(c, CU, varlen);
     m2f_fill_cu(c, CU, nseq, L);
@@ -312,7 +320,6 @@ static void step_build(m2f_case *c) {
         m2f_add(c, "dt", M2F_IN, a, 2, M2F_SHAPE(B, H));
     }
     m2f_add(c, "A", M2F_IN, p, 1, M2F_SHAPE(H));
-    c->s[SC_A].vclass = M2F_V_NONPOS;
     if (multi) {
         m2f_add(c, "Bm", M2F_IN, a, 4, M2F_SHAPE(B, Tn, G, N));
         m2f_add(c, "Cm", M2F_IN, a, 4, M2F_SHAPE(B, Tn, G, N));
@@ -327,6 +334,7 @@ static void step_build(m2f_case *c) {
                    : m2f_add(c, "z", M2F_IN, a, 3, M2F_SHAPE(B, H, P));
     m2f_opt_slot(c, zi, c->f[0] & 4);
     m2f_opt_slot(c, m2f_add(c, "dt_bias", M2F_IN, p, 1, M2F_SHAPE(H)), c->f[0] & 8);
+    spec_classes(c, SC_DT, SC_A, SC_BM, SC_CM, SC_DTB, SC_CACHE);
     m2f_add(c, "state_indices", M2F_IDX, c->idt, 1, M2F_SHAPE(B));
     m2f_opt_slot(c, SC_IX, c->f[0] & 16);
     m2f_fill_slots(c, SC_IX, B, S, c->f[0] & 0x40);

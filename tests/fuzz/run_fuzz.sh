@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # run_fuzz.sh — the bounded libFuzzer run of `make test-fuzz`:
 #   tests/fuzz/run_fuzz.sh [BUILD_DIR]   (env: FUZZ_TIME seconds, default 180)
-# The OpenCL (M2FUZZ_GPU=opencl) and differential (M2FUZZ_DIFF=1) modes are opt-in (fuzz.h):
-# make test's bounded run does not set them yet (tests/fuzz/README.md, "Modes").
+# The OpenCL (M2FUZZ_GPU=opencl, where PoCL or another OpenCL device is installed) and
+# differential (M2FUZZ_DIFF=1) modes are on unless the environment sets them empty
+# (M2FUZZ_GPU= M2FUZZ_DIFF= make test-fuzz): tests/fuzz/README.md, "Modes".
 # Installs clang + libFuzzer from Debian when missing, builds the m2fuzz target with
 # -DMAMBA2C_FUZZ=ON, copies the checked-in corpus and regressions into a scratch directory
 # (the checked-in files are never modified) and fuzzes for FUZZ_TIME seconds. Any crash,
 # leak, sanitizer report, failed contract check or timeout (> 10 s per input) fails the run;
-# the reproducer is left in the scratch directory, whose path is printed.
+# the reproducer is left in the scratch directory, whose path is printed. With the OpenCL mode on,
+# the limit per input is 60 s: PoCL compiles a kernel for its local size at its first launch,
+# seconds each with an empty kernel cache (a newcomer's machine).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -48,13 +51,15 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:${ASAN_OPTIONS:-}"
 # the GPU and differential modes (fuzz.h): input bit 5 runs the call on one OpenCL context
 # (PoCL, where it is installed), and every valid call is checked against the reference;
 # PoCL's own leaks are suppressed (tests/fuzz/lsan_fuzz.supp)
-export M2FUZZ_GPU="${M2FUZZ_GPU-}" M2FUZZ_DIFF="${M2FUZZ_DIFF-}"
+export M2FUZZ_GPU="${M2FUZZ_GPU-opencl}" M2FUZZ_DIFF="${M2FUZZ_DIFF-1}"
+limit=10
+[ -n "$M2FUZZ_GPU" ] && limit=60
 export LSAN_OPTIONS="suppressions=$here/lsan_fuzz.supp:print_suppressions=0:${LSAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
 # a failed contract check aborts from the harness (m2f_fail), where libFuzzer writes no
 # crash file: the harness saves the input itself
 export M2FUZZ_DUMP="${M2FUZZ_DUMP:-$scratch/artifacts/failed-check-input}"
-if "$build/tests/fuzz/m2fuzz" -max_total_time="$time_s" -timeout=10 -rss_limit_mb=2048 -max_len=256 \
+if "$build/tests/fuzz/m2fuzz" -max_total_time="$time_s" -timeout="$limit" -rss_limit_mb=2048 -max_len=256 \
     -print_final_stats=1 -artifact_prefix="$scratch/artifacts/" "$scratch/corpus" \
     >"$scratch/log" 2>&1; then
     tail -n 20 "$scratch/log"
