@@ -167,13 +167,19 @@ void m2f_step_untouched(m2f_case *c, uint8_t **mask, int cache, int ix, int64_t 
 
 /* engine */
 int m2f_run(const uint8_t *data, size_t size);
-/* once per process, from the environment: M2FUZZ_GPU=opencl (input byte [1] bit 5 then runs
- * the call on one OpenCL context) and M2FUZZ_DIFF=1 (the differential mode, fuzz_diff.c) */
+/* once per process, from the environment: M2FUZZ_GPU=opencl or cuda (input byte [1] bit 5
+ * then runs the call on one OpenCL or CUDA context; M2FUZZ_GPU_ALL=1: every input's call, as the
+ * replays of the corpus do) and M2FUZZ_DIFF=1 (the differential mode, fuzz_diff.c) */
 void m2f_init(void);
 /* fuzz_diff.c: is the accepted call a clean one; then run it on ref and compare outputs */
 int m2f_diff_eligible(const m2f_case *c);
 void m2f_differential(m2f_case *c, mamba2_context_t *ref);
 extern int m2f_last_accepted; /* the last m2f_run's call succeeded (for the seed generator) */
+/* calls so far: run on the GPU context, accepted there, checked against the reference (all, GPU) */
+typedef struct m2f_counts {
+    long gpu_calls, gpu_accepted, compared, gpu_compared;
+} m2f_counts;
+extern m2f_counts m2f_count;
 void m2f_fail(m2f_case *c, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3), noreturn))

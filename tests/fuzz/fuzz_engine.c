@@ -163,7 +163,7 @@ int64_t m2f_elems(const mamba2_tensor_t *t, int64_t *out, int64_t cap) {
 
 static void describe(m2f_case *c) {
     fprintf(stderr, "m2fuzz case: op %s backend %s threads %d isa %d ws %d vmode %d dtype %d\n",
-            m2f_ops[c->op]->name, c->backend == 2 ? "opencl" : c->backend ? "ref" : "cpu", c->threads, c->isa, c->wsmode,
+            m2f_ops[c->op]->name, c->backend == 2 ? "gpu" : c->backend ? "ref" : "cpu", c->threads, c->isa, c->wsmode,
             c->vmode, (int)c->adt);
     for (int i = 0; i < c->ns; i++) {
         const m2f_slot *s = &c->s[i];
@@ -611,18 +611,31 @@ void m2f_unmark_row(m2f_case *c, uint8_t **mask, int i, int64_t v) {
 
 /* ---- the run ------------------------------------------------------------------------------- */
 
-static mamba2_context_t *g_ctx[3][3]; /* [cpu, ref, opencl][threads - 1] */
-static int g_opencl, g_diff;            /* M2FUZZ_GPU=opencl, M2FUZZ_DIFF=1 (m2f_init) */
+static mamba2_context_t *g_ctx[3][3]; /* [cpu, ref, gpu][threads - 1] */
+static int g_gpu, g_gpu_all, g_diff; /* M2FUZZ_GPU=opencl|cuda, M2FUZZ_GPU_ALL=1, M2FUZZ_DIFF=1 */
+
+static void print_counts(void) {
+    fprintf(stderr,
+            "m2fuzz: GPU calls %ld, accepted %ld, compared with the reference %ld; calls "
+            "compared in all %ld\n",
+            m2f_count.gpu_calls, m2f_count.gpu_accepted, m2f_count.gpu_compared, m2f_count.compared);
+}
 
 void m2f_init(void) {
     const char *gpu = getenv("M2FUZZ_GPU"), *diff = getenv("M2FUZZ_DIFF");
+    const char *all = getenv("M2FUZZ_GPU_ALL");
     g_diff = diff && !strcmp(diff, "1");
-    if (gpu && !strcmp(gpu, "opencl")) { /* one context per process: PoCL compiles once */
-        g_opencl = mamba2_context_create(&g_ctx[2][0], MAMBA2_BACKEND_OPENCL, 1) == MAMBA2_STATUS_OK;
-        fprintf(stderr, "m2fuzz: OpenCL mode %s%s\n", g_opencl ? "on" : "off: ",
-                g_opencl ? "" : mamba2_last_error());
+    g_gpu_all = all && !strcmp(all, "1");
+    /* one context per process: PoCL compiles once, the CUDA module loads once */
+    const int cl = gpu && !strcmp(gpu, "opencl"), cu = gpu && !strcmp(gpu, "cuda");
+    if (cl || cu) {
+        g_gpu = mamba2_context_create(&g_ctx[2][0], cl ? MAMBA2_BACKEND_OPENCL : MAMBA2_BACKEND_CUDA,
+                                      1) == MAMBA2_STATUS_OK;
+        fprintf(stderr, "m2fuzz: %s mode %s%s%s\n", cl ? "OpenCL" : "CUDA", g_gpu ? "on" : "off: ",
+                g_gpu ? "" : mamba2_last_error(), g_gpu && g_gpu_all ? " for every input" : "");
     }
     if (g_diff) fprintf(stderr, "m2fuzz: differential mode on (valid calls checked against the reference)\n");
+    if (g_gpu || g_diff) atexit(print_counts); /* libFuzzer's runs end in exit() */
 }
 
 static mamba2_context_t *context_for(m2f_case *c) {
@@ -639,6 +652,7 @@ static mamba2_context_t *context_for(m2f_case *c) {
 }
 
 int m2f_last_accepted;
+m2f_counts m2f_count;
 
 /* Elements of one SSD state [H,P,N] as the call's x [B,L,H,P] and Bm [B,L,G,N] give it (0
  * for the other ops, or when either is absent); a double, as the product may overflow. */
@@ -749,6 +763,8 @@ static void run_op(m2f_case *c) {
         if (c->any_big && st == MAMBA2_STATUS_OK) m2f_fail(c, "accepted a non-empty tensor with NULL data");
     }
     m2f_last_accepted = st == MAMBA2_STATUS_OK;
+    m2f_count.gpu_calls += c->backend == 2;
+    m2f_count.gpu_accepted += c->backend == 2 && st == MAMBA2_STATUS_OK;
     if (c->struct_bad && st == MAMBA2_STATUS_OK)
         m2f_fail(c, "accepted an options/grads struct with an invalid struct_size");
     if (st != MAMBA2_STATUS_OK) {
@@ -761,6 +777,8 @@ static void run_op(m2f_case *c) {
         if (!g_ctx[1][0] && mamba2_context_create(&g_ctx[1][0], MAMBA2_BACKEND_REF, 1) != MAMBA2_STATUS_OK)
             m2f_fail(c, "mamba2_context_create (reference) failed");
         m2f_differential(c, g_ctx[1][0]);
+        m2f_count.compared++;
+        m2f_count.gpu_compared += c->backend == 2;
     }
 }
 
@@ -776,7 +794,7 @@ int m2f_run(const uint8_t *data, size_t size) {
     c->op = m2f_byte(c) % M2F_NOPS;
     uint8_t b1 = m2f_byte(c), b2 = m2f_byte(c);
     c->backend = b1 & 1;
-    if ((b1 & 0x20) && g_opencl) c->backend = 2; /* the OpenCL mode: bit 5 picks the GPU */
+    if (((b1 & 0x20) || g_gpu_all) && g_gpu) c->backend = 2; /* the GPU mode: bit 5 picks the GPU */
     c->threads = 1 + ((b1 >> 1) & 3) % 3;
     c->isa = (b1 >> 3) & 3;
     c->wsmode = b2 & 7;

@@ -76,7 +76,9 @@ static int random_run(long n, uint64_t seed, const char *dir) {
         }
         m2f_run(in, len);
     }
-    printf("m2fuzz_replay: %ld random inputs, all checks passed\n", n);
+    printf("m2fuzz_replay: %ld random inputs, all checks passed (GPU: %ld calls, %ld accepted, %ld "
+           "compared; %ld compared in all)\n", n, m2f_count.gpu_calls, m2f_count.gpu_accepted,
+           m2f_count.gpu_compared, m2f_count.compared);
     return 0;
 }
 
@@ -117,6 +119,8 @@ int main(int argc, char **argv) {
         }
         free(names);
     }
-    printf("m2fuzz_replay: %d inputs, %s\n", files, bad ? "FAILED" : "all checks passed");
+    printf("m2fuzz_replay: %d inputs, %s (GPU: %ld calls, %ld accepted, %ld compared with the "
+           "reference; %ld calls compared in all)\n", files, bad ? "FAILED" : "all checks passed",
+           m2f_count.gpu_calls, m2f_count.gpu_accepted, m2f_count.gpu_compared, m2f_count.compared);
     return bad;
 }
