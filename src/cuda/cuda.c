@@ -391,6 +391,7 @@ mamba2_status_t m2cu_launch_smem(m2g_dev *d, int id, const size_t groups[3],
                         "CUDA: %s needs a grid of %zu x %zu x %zu blocks (y and z are at most "
                         "65535)",
                         kname(id), groups[0], groups[1], groups[2]);
+    m2g_trace_launch(kname(id), groups, local, smem, nargs, args);
     void *params[M2G_MAX_ARGS];
     for (int i = 0; i < nargs; i++) params[i] = (void *)&args[i].v; /* union: value at offset 0 */
     push(c);
@@ -408,8 +409,8 @@ mamba2_status_t m2cu_launch_smem(m2g_dev *d, int id, const size_t groups[3],
     return MAMBA2_STATUS_OK;
 }
 static mamba2_status_t d_launch(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
-                                int nargs, const m2g_arg *args) {
-    return m2cu_launch_smem(d, id, groups, local, 0, nargs, args);
+                                size_t smem, int nargs, const m2g_arg *args) {
+    return m2cu_launch_smem(d, id, groups, local, smem, nargs, args);
 }
 static mamba2_status_t d_finish(m2g_dev *d) {
     cu_dev *c = (cu_dev *)d;

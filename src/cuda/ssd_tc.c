@@ -83,7 +83,7 @@ mamba2_status_t m2cu_ssd_tc(m2g_dev *d, const ssd_dev *s, int stage, int bf16) {
         const size_t g[3] = {(size_t)s->nc, (size_t)s->H, (size_t)(ptiles * ntiles)};
         const int k = bf16 ? M2CU_TC_m2_ssd_chunk_state_bf16_tc128
                            : M2CU_TC_m2_ssd_chunk_state_tf32_tc128;
-        return d->launch(d, M2CU_TC_ID(k), g, L128, a.n, a.a);
+        return d->launch(d, M2CU_TC_ID(k), g, L128, 0, a.n, a.a);
     }
     m2g_arg_t(&a, &s->dto, 3);
     m2g_arg_t(&a, &s->dac, 3);
@@ -100,7 +100,7 @@ mamba2_status_t m2cu_ssd_tc(m2g_dev *d, const ssd_dev *s, int stage, int bf16) {
     const size_t g[3] = {(size_t)s->nc, (size_t)s->H, (size_t)ptiles};
     const int k =
         bf16 ? M2CU_TC_m2_ssd_chunk_scan_bf16_tc128 : M2CU_TC_m2_ssd_chunk_scan_tf32_tc128;
-    return d->launch(d, M2CU_TC_ID(k), g, L128, a.n, a.a);
+    return d->launch(d, M2CU_TC_ID(k), g, L128, 0, a.n, a.a);
 }
 
 /* the backward: the tensor-core twin of portable kernel `kernel` on its argument list (checked
@@ -139,5 +139,5 @@ mamba2_status_t m2cu_ssd_tc_bwd(m2g_dev *d, int kernel, const ssd_dev *s, int bf
         return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: no tensor-core twin of kernel %d",
                         kernel);
     }
-    return d->launch(d, M2CU_TC_ID(k), g, L128, a->n, a->a);
+    return d->launch(d, M2CU_TC_ID(k), g, L128, 0, a->n, a->a);
 }

@@ -27,14 +27,24 @@
 /* A device buffer: a cl_mem or a CUdeviceptr, carried as an integer. 0 = none. */
 typedef uint64_t m2g_mem;
 
-/* Kernel ids, M2G_K_<name>, in the order of gpu/kernels/list.h. */
+/* Kernel ids, M2G_K_<name>: the portable kernels in the order of gpu/kernels/list.h (every
+ * backend builds them), then the CUDA-only tensor-core kernels of cuda/tc_list.h (the CUDA
+ * backend builds them too; their signatures are in the same table). */
 enum m2g_kernel_id {
 #define M2G_KERNEL(name) M2G_K_##name,
 #include "gpu/kernels/list.h"
 #undef M2G_KERNEL
     M2G_NUM_KERNELS
 };
-extern const char *const m2g_kernel_names[M2G_NUM_KERNELS];
+enum m2g_tc_kernel_id {
+    M2G_TC_BEFORE_FIRST = M2G_NUM_KERNELS - 1,
+#define M2G_TC_KERNEL(name) M2G_K_##name,
+#include "cuda/tc_list.h"
+#undef M2G_TC_KERNEL
+    M2G_NUM_ALL_KERNELS
+};
+#define M2G_NUM_TC_KERNELS (M2G_NUM_ALL_KERNELS - M2G_NUM_KERNELS)
+extern const char *const m2g_kernel_names[M2G_NUM_ALL_KERNELS];
 
 /* One kernel argument. MEM is a buffer handle (the kernel parameter is a pointer), I64 a
  * long / long long, I32 an int, F32 a float: the kernel's parameter types, in order. */
@@ -83,9 +93,10 @@ struct m2g_dev {
     void (*release)(m2g_dev *d, m2g_mem mem);
     mamba2_status_t (*write)(m2g_dev *d, m2g_mem dst, size_t off, const void *src, size_t bytes);
     mamba2_status_t (*read)(m2g_dev *d, void *dst, m2g_mem src, size_t off, size_t bytes);
-    /* launch kernel `id` on groups[0..2] work-groups of local[0..2] work-items */
+    /* launch kernel `id` on groups[0..2] work-groups of local[0..2] work-items with `smem`
+     * bytes of dynamic local (shared) memory (OpenCL: 0 only) */
     mamba2_status_t (*launch)(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
-                              int nargs, const m2g_arg *args);
+                              size_t smem, int nargs, const m2g_arg *args);
     mamba2_status_t (*finish)(m2g_dev *d); /* wait for everything queued */
     /* CUDA contexts only (src/cuda/ssd_tc.c; not with MAMBA2C_CUDA_TC=0), else NULL: the
      * fused forward's chunk states (M2G_TC_STATE), its chunk scan with CB on chip
@@ -129,16 +140,42 @@ void m2g_arg_f32(m2g_args *a, float v);
 /* buffer, offset, then the first nstrides strides of t */
 void m2g_arg_t(m2g_args *a, const m2g_t *t, int nstrides);
 
-/* Each kernel's parameter kinds in order, one letter per parameter ('M' a buffer, 'L' i64,
- * 'I' i32, 'F' float), generated from the kernel prototypes at build time
- * (cmake/kernel_sigs.cmake), indexed like m2g_kernel_names. */
-extern const char *const m2g_kernel_sigs[M2G_NUM_KERNELS];
+/* Each kernel's signature, described once: generated from the kernel prototypes at build
+ * time (cmake/kernel_sigs.cmake), indexed like m2g_kernel_names. m2g_kernel_sigs: the
+ * parameter kinds in order, one letter per parameter ('M' a buffer, 'L' i64, 'I' i32, 'F'
+ * float: the letter fixes its size); m2g_kernel_params: the parameter names, comma-separated;
+ * m2g_kernel_local: the work-group shape its name states (_16x16, _wi64, _tc128, ...). */
+extern const char *const m2g_kernel_sigs[M2G_NUM_ALL_KERNELS];
+extern const char *const m2g_kernel_params[M2G_NUM_ALL_KERNELS];
+extern const size_t m2g_kernel_local[M2G_NUM_ALL_KERNELS][3];
 /* MAMBA2_STATUS_OK when a's count and kinds are kernel id's prototype; else
  * MAMBA2_STATUS_INTERNAL_ERROR naming the kernel and the first mismatch. */
 mamba2_status_t m2g_check_args(int id, const m2g_args *a);
 /* Every launch of a kernel of list.h: m2g_check_args, then d->launch. */
 mamba2_status_t m2g_launch(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
                            const m2g_args *a);
+
+/* MAMBA2C_GPU_TRACE: each backend's launch writes the launch it makes (gpu_common.c) */
+void m2g_trace_launch(const char *kernel, const size_t groups[3], const size_t local[3],
+                      size_t smem, int nargs, const m2g_arg *args);
+
+/* The checked launch under the typed launchers: m2g_check_args, then d->launch with the
+ * work-group shape of the kernel's name (m2g_kernel_local). */
+mamba2_status_t m2g_launch_id(m2g_dev *d, int id, const size_t groups[3], size_t smem,
+                              const m2g_args *a);
+
+/* Typed launches (the launchers of <build>/gpu_launch/<kernel file>.h, generated from the
+ * prototypes by cmake/kernel_launchers.cmake): every argument by its parameter name,
+ *   M2G_LAUNCH(d, m2_ssd_bwd_E_16x16, M2G_GRID(nt * nt, H, nc), .ct = s->ct, .Q = Q, ...)
+ * A tensor parameter (pointer, offset, strides) is one m2g_t field named as the pointer.
+ * M2G_LAUNCH_AS launches kernel `id` on the parameters of kernel k (a tensor-core twin with
+ * k's parameter list, checked at the launch and by test_kernel_sigs), with `smem` bytes of
+ * dynamic shared memory. */
+#define M2G_GRID(x, y, z) ((const size_t[3]){(size_t)(x), (size_t)(y), (size_t)(z)})
+#define M2G_LAUNCH(d, k, grid, ...)                                                            \
+    m2l_##k((d), M2G_K_##k, (grid), 0, &(const struct m2l_##k){__VA_ARGS__})
+#define M2G_LAUNCH_AS(d, id, k, grid, smem, ...)                                               \
+    m2l_##k((d), (id), (grid), (smem), &(const struct m2l_##k){__VA_ARGS__})
 
 /* ---- one call's buffers ------------------------------------------------------------------- */
 
