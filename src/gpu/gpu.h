@@ -71,12 +71,6 @@ typedef struct m2g_region {
 #define M2G_MAX_REGIONS 256
 
 typedef struct m2g_dev m2g_dev;
-struct ssd_dev; /* gpu/ssd_host.h */
-struct m2g_args; /* below */
-/* stages of m2g_dev.ssd_tc */
-enum { M2G_TC_STATE = 0, M2G_TC_SCAN = 1, M2G_TC_SEQ = 2 };
-/* channels per block of the tensor-core on-chip scan (M2TC_SEQ_PC of cuda/tc_tiles.h) */
-#define M2G_TC_SEQ_PC 32
 struct m2g_dev {
     const char *api;   /* "OpenCL", "CUDA" (for messages) */
     char name[192];    /* device name (for messages)      */
@@ -98,22 +92,6 @@ struct m2g_dev {
     mamba2_status_t (*launch)(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
                               size_t smem, int nargs, const m2g_arg *args);
     mamba2_status_t (*finish)(m2g_dev *d); /* wait for everything queued */
-    /* CUDA contexts only (src/cuda/ssd_tc.c; not with MAMBA2C_CUDA_TC=0), else NULL: the
-     * fused forward's chunk states (M2G_TC_STATE), its chunk scan with CB on chip
-     * (M2G_TC_SCAN), or the on-chip scan replacing both and state_passing (M2G_TC_SEQ) on
-     * the tensor cores; bf16: bf16 MMA, else tf32 (float32 accumulate) */
-    mamba2_status_t (*ssd_tc)(m2g_dev *d, const struct ssd_dev *s, int stage, int bf16);
-    int64_t tc_seq_nmax; /* ssd_tc: the largest N of its on-chip scan (M2G_TC_SEQ); 0: none */
-    /* ssd_tc in its automatic mode (MAMBA2C_CUDA_TC unset or "auto"): only the on-chip scan,
-     * and only with at least this many blocks (sequences x H x ceil(P / M2G_TC_SEQ_PC));
-     * 0: ssd_tc for every call (MAMBA2C_CUDA_TC=1) */
-    int64_t tc_min_blocks;
-    /* CUDA contexts with MAMBA2C_CUDA_TC=1 only, else NULL: the tensor-core twin of the
-     * backward's kernel `kernel` (a portable id: M2G_K_m2_ssd_bwd_{dbc,tok,dx,E}_16x16,
-     * chunk_state_16x16, bmm_chunk_16x16) launched on the same argument list, its grid taken
-     * from s (src/cuda/ssd_tc.c) */
-    mamba2_status_t (*ssd_tc_bwd)(m2g_dev *d, int kernel, const struct ssd_dev *s, int bf16,
-                                  const struct m2g_args *a);
     void (*destroy)(m2g_dev *d);            /* release the device objects and d itself */
 };
 
