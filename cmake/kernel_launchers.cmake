@@ -9,8 +9,8 @@
 # M2G_LAUNCH(d, k, grid, .name = value, ...) of src/gpu/gpu.h: designated initialisers, so
 # an argument is given by its name and type, never by its position.
 # A tensor is one field: a pointer parameter `t` followed by `<p>_o` and strides `<p>_s0`,
-# `<p>_s1`, ... (the prototypes' convention) is an m2g_t field `t` passing mem, off and the
-# first strides of the m2g_t; any other pointer is an m2g_mem, m2_i64 an int64_t, m2_i32 an
+# `<p>_s1`, ... or one stride `<p>_s` (the prototypes' convention) is an m2g_t field `t`
+# passing mem, off and the first strides of the m2g_t; any other pointer is an m2g_mem, m2_i64 an int64_t, m2_i32 an
 # int32_t, float a float.
 include(${CMAKE_CURRENT_LIST_DIR}/kernel_sigs.cmake)
 string(REPLACE "," ";" FILES "${FILES}")
@@ -52,6 +52,11 @@ foreach(stem ${stems})
         while(i LESS n)
           list(GET KPAR_${k} ${i} sn)
           string(SUBSTRING "${KSIG_${k}}" ${i} 1 skind)
+          if(skind STREQUAL "L" AND ns EQUAL 0 AND sn STREQUAL "${prefix}_s")
+            set(ns 1) # a single stride `<p>_s`
+            math(EXPR i "${i} + 1")
+            break()
+          endif()
           if(NOT (skind STREQUAL "L" AND sn STREQUAL "${prefix}_s${ns}"))
             break()
           endif()

@@ -111,6 +111,8 @@ typedef struct m2g_args {
     int n;
     m2g_arg a[M2G_MAX_ARGS];
 } m2g_args;
+/* Argument-list builders: used by the generated launchers only (a driver names its
+ * arguments through M2G_LAUNCH below; test_kernel_sigs builds lists by kind) */
 void m2g_arg_mem(m2g_args *a, m2g_mem m);
 void m2g_arg_i64(m2g_args *a, int64_t v);
 void m2g_arg_i32(m2g_args *a, int32_t v);
@@ -129,9 +131,6 @@ extern const size_t m2g_kernel_local[M2G_NUM_ALL_KERNELS][3];
 /* MAMBA2_STATUS_OK when a's count and kinds are kernel id's prototype; else
  * MAMBA2_STATUS_INTERNAL_ERROR naming the kernel and the first mismatch. */
 mamba2_status_t m2g_check_args(int id, const m2g_args *a);
-/* Every launch of a kernel of list.h: m2g_check_args, then d->launch. */
-mamba2_status_t m2g_launch(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
-                           const m2g_args *a);
 
 /* MAMBA2C_GPU_TRACE: each backend's launch writes the launch it makes (gpu_common.c) */
 void m2g_trace_launch(const char *kernel, const size_t groups[3], const size_t local[3],
@@ -150,6 +149,8 @@ mamba2_status_t m2g_launch_id(m2g_dev *d, int id, const size_t groups[3], size_t
  * k's parameter list, checked at the launch and by test_kernel_sigs), with `smem` bytes of
  * dynamic shared memory. */
 #define M2G_GRID(x, y, z) ((const size_t[3]){(size_t)(x), (size_t)(y), (size_t)(z)})
+/* n one-task work-items in 1-D groups of 64 (the _wi64 kernels); no launch when n <= 0 */
+#define M2G_GRID64(n) M2G_GRID(m2g_groups((n), 64), 1, 1)
 #define M2G_LAUNCH(d, k, grid, ...)                                                            \
     m2l_##k((d), M2G_K_##k, (grid), 0, &(const struct m2l_##k){__VA_ARGS__})
 #define M2G_LAUNCH_AS(d, id, k, grid, smem, ...)                                               \
@@ -209,6 +210,8 @@ mamba2_status_t m2g_unregister(m2g_dev *d, m2g_mem mem);
 
 /* ceil(a / b) for a >= 0, b > 0 */
 static inline int64_t m2g_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+/* work-groups of `per` one-task work-items for n tasks: 0 (no launch) when n <= 0 */
+static inline int64_t m2g_groups(int64_t n, int64_t per) { return n > 0 ? m2g_cdiv(n, per) : 0; }
 
 /* ---- the op entry points shared by every GPU backend table (src/gpu/ssd_ops.c) --------- */
 mamba2_status_t m2g_ssd_forward_workspace(const mamba2_context_t *ctx, const m2_ssd_problem *pr,

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gpu/gpu.h"
+#include "gpu_launch/convert.h"
 
 const char *const m2g_kernel_names[M2G_NUM_ALL_KERNELS] = {
 #define M2G_KERNEL(name) #name,
@@ -69,12 +70,6 @@ mamba2_status_t m2g_check_args(int id, const m2g_args *a) {
                             m2g_kernel_names[id], i, kind[a->a[i].kind], kind[k]);
         }
     return MAMBA2_STATUS_OK;
-}
-
-mamba2_status_t m2g_launch(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
-                           const m2g_args *a) {
-    mamba2_status_t st = m2g_check_args(id, a);
-    return st ? st : d->launch(d, id, groups, local, 0, a->n, a->a);
 }
 
 mamba2_status_t m2g_launch_id(m2g_dev *d, int id, const size_t groups[3], size_t smem,
@@ -411,14 +406,11 @@ mamba2_status_t m2g_call_in_act(m2g_call *c, const m2_view *v, int rank, const i
         t->s[i] = acc;
         acc *= dims[i];
     }
-    m2g_args a = {0};
-    for (int i = 0; i < 4; i++) m2g_arg_i64(&a, d[i]);
-    m2g_arg_mem(&a, h.mem), m2g_arg_i64(&a, h.off);
-    for (int i = 0; i < 3; i++) m2g_arg_i64(&a, s[i]);
-    m2g_arg_i32(&a, dtype == MAMBA2_DTYPE_BF16 ? 1 : 2);
-    m2g_arg_mem(&a, t->mem), m2g_arg_i64(&a, 0);
-    const size_t g[3] = {(size_t)m2g_cdiv(n, 64), 1, 1}, l[3] = {64, 1, 1};
-    return m2g_launch(c->dev, M2G_K_m2_cvt_to_f32_wi64, g, l, &a);
+    h.s[0] = s[0], h.s[1] = s[1], h.s[2] = s[2]; /* padded to 4 dims for the kernel */
+    const m2g_t dst = {.mem = t->mem, .off = 0};
+    return M2G_LAUNCH(c->dev, m2_cvt_to_f32_wi64, M2G_GRID(m2g_cdiv(n, 64), 1, 1), .d0 = d[0],
+                      .d1 = d[1], .d2 = d[2], .d3 = d[3], .src = h,
+                      .kind = dtype == MAMBA2_DTYPE_BF16 ? 1 : 2, .dst = dst);
 }
 
 mamba2_status_t m2g_call_out_act(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
@@ -450,14 +442,10 @@ static mamba2_status_t flush_half(m2g_call *c) {
     for (int k = 0; k < c->nhalf; k++) {
         const m2g_half_out *o = &c->half[k];
         const int64_t n = o->dims[0] * o->dims[1] * o->dims[2] * o->dims[3];
-        m2g_args a = {0};
-        for (int i = 0; i < 4; i++) m2g_arg_i64(&a, o->dims[i]);
-        m2g_arg_mem(&a, o->f32.mem), m2g_arg_i64(&a, 0);
-        m2g_arg_mem(&a, o->half.mem), m2g_arg_i64(&a, o->half.off);
-        for (int i = 0; i < 3; i++) m2g_arg_i64(&a, o->half.s[i]);
-        m2g_arg_i32(&a, o->kind);
-        const size_t g[3] = {(size_t)m2g_cdiv(n, 64), 1, 1}, l[3] = {64, 1, 1};
-        M2_TRY(m2g_launch(c->dev, M2G_K_m2_cvt_from_f32_wi64, g, l, &a));
+        const m2g_t src = {.mem = o->f32.mem, .off = 0};
+        M2_TRY(M2G_LAUNCH(c->dev, m2_cvt_from_f32_wi64, M2G_GRID(m2g_cdiv(n, 64), 1, 1),
+                          .d0 = o->dims[0], .d1 = o->dims[1], .d2 = o->dims[2],
+                          .d3 = o->dims[3], .src = src, .dst = o->half, .kind = o->kind));
     }
     return MAMBA2_STATUS_OK;
 }

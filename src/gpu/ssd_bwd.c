@@ -168,9 +168,6 @@ static mamba2_status_t bwd_forward(m2g_dev *d, ssd_dev *s, const bwd_scratch *w)
     return m2g_run_scan(d, &s2);
 }
 
-/* 1-D grid of n one-task work-items in groups of 64 */
-#define G64(n) M2G_GRID(m2g_cdiv((n), 64), 1, 1)
-
 /* the gradients, in dependency order (each 16x16 kernel on its twin where s->twin has one) */
 static mamba2_status_t bwd_grads(m2g_dev *d, const m2_ssd_problem *pr, const ssd_dev *s,
                                  const bwd_scratch *w, const bwd_io *io, int bf16) {
@@ -178,7 +175,7 @@ static mamba2_status_t bwd_grads(m2g_dev *d, const m2_ssd_problem *pr, const ssd
     const int64_t nc = s->nc, nq = m2g_cdiv(Q, 16);
     size_t g[3];
     int id;
-    M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_gate_wi64, G64(B * L * H * P), .B = B, .L = L, .H = H,
+    M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_gate_wi64, M2G_GRID64(B * L * H * P), .B = B, .L = L, .H = H,
                       .P = P, .dout = io->dout, .z = s->z, .has_z = s->z.present,
                       .y = s->z.present ? w->y : w->dy, .dy = w->dy, .dz = io->dz,
                       .has_dz = io->dz.present));
@@ -206,9 +203,9 @@ static mamba2_status_t bwd_grads(m2g_dev *d, const m2_ssd_problem *pr, const ssd
     id = m2g_pick(s, M2G_K_m2_ssd_bwd_E_16x16, bf16, g);
     M2_TRY(M2G_LAUNCH_AS(d, id, m2_ssd_bwd_E_16x16, g, 0, .ct = s->ct, .nc = nc, .Q = Q, .H = H,
                          .P = P, .dac = s->dac, .dy = w->dy, .x = s->x, .E = w->E));
-    M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_dcb_wi64, G64(nc * G * Q * Q), .nc = nc, .Q = Q, .H = H,
+    M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_dcb_wi64, M2G_GRID64(nc * G * Q * Q), .nc = nc, .Q = Q, .H = H,
                       .G = G, .E = w->E, .dto = s->dto, .dCB = w->dCB));
-    M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_rq_wi64, G64(nc * H * Q), .nc = nc, .Q = Q, .H = H, .G = G,
+    M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_rq_wi64, M2G_GRID64(nc * H * Q), .nc = nc, .Q = Q, .H = H, .G = G,
                       .CB = s->CB, .E = w->E, .dto = s->dto, .r = w->r, .q = w->q));
     for (int mode = 0; mode < 2; mode++) { /* dCm (mode 0), dBm (mode 1) */
         const m2g_t *out = mode ? &io->dBm : &io->dCm;
@@ -234,17 +231,17 @@ static mamba2_status_t bwd_grads(m2g_dev *d, const m2_ssd_problem *pr, const ssd
 static mamba2_status_t bwd_params(m2g_dev *d, const ssd_dev *s, const bwd_scratch *w,
                                   const bwd_io *io) {
     const int64_t nc = s->nc, H = s->H, P = s->P;
-    M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_dt_wi64, G64(nc * H), .ct = s->ct, .nc = nc, .Q = s->Q,
+    M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_dt_wi64, M2G_GRID64(nc * H), .ct = s->ct, .nc = nc, .Q = s->Q,
                       .H = H, .dto = s->dto, .dac = s->dac, .r = w->r, .q = w->q, .u = w->u,
                       .gv = w->g, .dec = w->dec, .A = s->A, .dt = s->dt, .bias = s->bias,
                       .has_bias = s->bias.present, .softplus = s->softplus, .lo_up = s->lo_up,
                       .hi_dn = s->hi_dn, .ddt = io->ddt, .has_ddt = io->ddt.present,
                       .pA = w->pA, .pb = w->pb));
     if (io->dD_mode)
-        M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_dD_wi64, G64(nc * H * P), .ct = s->ct, .nc = nc, .H = H,
+        M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_dD_wi64, M2G_GRID64(nc * H * P), .ct = s->ct, .nc = nc, .H = H,
                           .P = P, .dy = w->dy, .x = s->x, .pD = w->pD));
     if (!io->dA.present && !io->db.present && !io->dD_mode) return MAMBA2_STATUS_OK;
-    return M2G_LAUNCH(d, m2_ssd_bwd_params_wi64, G64(H * P), .nc = nc, .H = H, .P = P,
+    return M2G_LAUNCH(d, m2_ssd_bwd_params_wi64, M2G_GRID64(H * P), .nc = nc, .H = H, .P = P,
                       .pA = w->pA, .pb = w->pb, .pD = w->pD, .dA = io->dA,
                       .has_dA = io->dA.present, .db = io->db, .has_db = io->db.present,
                       .dD = io->dD, .dD_mode = io->dD_mode);
