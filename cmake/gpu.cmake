@@ -24,12 +24,36 @@ add_custom_command(OUTPUT ${MAMBA2C_GPU_SRC}
   COMMENT "Embedding the GPU kernel sources" VERBATIM)
 # every kernel's parameter kinds, from its prototype: the launch check of gpu_common.c
 set(MAMBA2C_GPU_SIGS ${CMAKE_CURRENT_BINARY_DIR}/gpu_kernel_sigs.c)
+# (the CUDA-only tensor-core kernels too: their prototypes are text, read on every build)
+set(MAMBA2C_GPU_PROTO_FILES ${MAMBA2C_GPU_KERNEL_FILES}
+  ${PROJECT_SOURCE_DIR}/src/cuda/ssd_tc.cuh ${PROJECT_SOURCE_DIR}/src/cuda/ssd_tc_bwd.cuh)
+string(REPLACE ";" "," MAMBA2C_GPU_PROTO_LIST "${MAMBA2C_GPU_PROTO_FILES}")
 add_custom_command(OUTPUT ${MAMBA2C_GPU_SIGS}
-  COMMAND ${CMAKE_COMMAND} -DOUT=${MAMBA2C_GPU_SIGS} -DFILES=${MAMBA2C_GPU_KERNEL_LIST}
-          -DLIST=${PROJECT_SOURCE_DIR}/src/gpu/kernels/list.h -P ${PROJECT_SOURCE_DIR}/cmake/kernel_sigs.cmake
-  DEPENDS ${MAMBA2C_GPU_KERNEL_FILES} ${PROJECT_SOURCE_DIR}/src/gpu/kernels/list.h
-          ${PROJECT_SOURCE_DIR}/cmake/kernel_sigs.cmake
+  COMMAND ${CMAKE_COMMAND} -DOUT=${MAMBA2C_GPU_SIGS} -DFILES=${MAMBA2C_GPU_PROTO_LIST}
+          -DLIST=${PROJECT_SOURCE_DIR}/src/gpu/kernels/list.h
+          -DTC_LIST=${PROJECT_SOURCE_DIR}/src/cuda/tc_list.h
+          -P ${PROJECT_SOURCE_DIR}/cmake/kernel_sigs.cmake
+  DEPENDS ${MAMBA2C_GPU_PROTO_FILES} ${PROJECT_SOURCE_DIR}/src/gpu/kernels/list.h
+          ${PROJECT_SOURCE_DIR}/src/cuda/tc_list.h ${PROJECT_SOURCE_DIR}/cmake/kernel_sigs.cmake
   COMMENT "Reading the GPU kernel signatures" VERBATIM)
+# one typed launcher per kernel, <build>/gpu_launch/<kernel file>.h (M2G_LAUNCH of gpu.h)
+set(MAMBA2C_GPU_LAUNCH_DIR ${CMAKE_CURRENT_BINARY_DIR}/gpu_launch)
+set(MAMBA2C_GPU_LAUNCHERS "")
+foreach(f ${MAMBA2C_GPU_PROTO_FILES})
+  get_filename_component(stem "${f}" NAME_WE)
+  if(NOT stem STREQUAL "common")
+    list(APPEND MAMBA2C_GPU_LAUNCHERS ${MAMBA2C_GPU_LAUNCH_DIR}/${stem}.h)
+  endif()
+endforeach()
+add_custom_command(OUTPUT ${MAMBA2C_GPU_LAUNCHERS}
+  COMMAND ${CMAKE_COMMAND} -DOUT_DIR=${MAMBA2C_GPU_LAUNCH_DIR} -DFILES=${MAMBA2C_GPU_PROTO_LIST}
+          -P ${PROJECT_SOURCE_DIR}/cmake/kernel_launchers.cmake
+  DEPENDS ${MAMBA2C_GPU_PROTO_FILES} ${PROJECT_SOURCE_DIR}/cmake/kernel_launchers.cmake
+          ${PROJECT_SOURCE_DIR}/cmake/kernel_sigs.cmake
+  COMMENT "Writing the typed GPU kernel launchers" VERBATIM)
+add_custom_target(mamba2c_gpu_launchers DEPENDS ${MAMBA2C_GPU_LAUNCHERS})
+add_dependencies(mamba2c_objs mamba2c_gpu_launchers)
+target_include_directories(mamba2c_objs PRIVATE ${CMAKE_CURRENT_BINARY_DIR})
 target_sources(mamba2c_objs PRIVATE
   ${MAMBA2C_GPU_SIGS}
   src/gpu/gpu_common.c

@@ -43,5 +43,14 @@ set_tests_properties(cuda_device PROPERTIES TIMEOUT 300 LABELS "gpu;cuda")
 add_executable(test_kernel_sigs gpu/test_kernel_sigs.c)
 target_include_directories(test_kernel_sigs PRIVATE ${PROJECT_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(test_kernel_sigs PRIVATE mamba2c_test_harness mamba2c_static)
-add_test(NAME gpu_kernel_sigs COMMAND test_kernel_sigs -q)
+add_test(NAME gpu_kernel_sigs COMMAND test_kernel_sigs -q ${MAMBA2C_GPU_PROTO_FILES})
 set_tests_properties(gpu_kernel_sigs PROPERTIES LABELS "gpu" TIMEOUT 60)
+# the typed kernel launchers (cmake/kernel_launchers.cmake) on a recording device: named
+# fields in prototype order, work-group shape from the name, twins checked at the launch
+add_executable(test_kernel_launchers gpu/test_kernel_launchers.c)
+target_include_directories(test_kernel_launchers PRIVATE ${PROJECT_SOURCE_DIR}/src
+                           ${PROJECT_BINARY_DIR} ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(test_kernel_launchers PRIVATE mamba2c_test_harness mamba2c_static)
+add_dependencies(test_kernel_launchers mamba2c_gpu_launchers)
+add_test(NAME gpu_kernel_launchers COMMAND test_kernel_launchers -q)
+set_tests_properties(gpu_kernel_launchers PROPERTIES LABELS "gpu" TIMEOUT 60)

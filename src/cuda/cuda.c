@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "cuda/tc.h"
+#include "cuda/tc_tiles.h"
 #include "gpu/gpu.h"
 
 extern const unsigned char m2g_cuda_fatbin[];
@@ -135,7 +136,8 @@ typedef struct cu_dev {
     CUcontext context;
     CUmodule module;
     CUstream stream; /* the caller's (device mode) or NULL: the default stream */
-    CUfunction fn[M2G_NUM_KERNELS + M2CU_TC_NUM]; /* the portable kernels, then tc_list.h */
+    CUfunction fn[M2G_NUM_ALL_KERNELS]; /* the portable kernels, then tc_list.h */
+    m2cu_tc_cfg tc;                     /* what MAMBA2C_CUDA_TC allows (ssd_tc.c reads it) */
     int ncache;
     cu_buf cache[CU_CACHE_MAX];
     int stage_next; /* device mode: the pinned staging ring of index-table uploads */
@@ -293,13 +295,13 @@ static mamba2_status_t d_read(m2g_dev *d, void *dst, m2g_mem src, size_t off, si
     return r == CUDA_SUCCESS ? MAMBA2_STATUS_OK : cu_fail(r, "cuMemcpyDtoH");
 }
 static const char *kname(int id) {
-    return id < M2G_NUM_KERNELS ? m2g_kernel_names[id] : m2cu_tc_names[id - M2G_NUM_KERNELS];
+    return m2g_kernel_names[id];
 }
 /* MAMBA2C_CUDA_PROFILE: each launch between two events of its own, on the context's stream;
  * the pairs are read back in batches of CU_PROF_RECS (the only wait this adds) and when the
  * context is destroyed. Called with the context current. */
 #define CU_PROF_RECS 1024
-#define CU_NKERNELS (M2G_NUM_KERNELS + M2CU_TC_NUM)
+#define CU_NKERNELS M2G_NUM_ALL_KERNELS
 typedef struct cu_prof {
     char path[512];
     int nrec, failed; /* failed: an event call failed, so the report is incomplete */
@@ -379,11 +381,12 @@ static void prof_report(cu_dev *c) {
     c->prof = NULL;
 }
 
-mamba2_status_t m2cu_launch_smem(m2g_dev *d, int id, const size_t groups[3],
-                                 const size_t local[3], size_t smem, int nargs,
-                                 const m2g_arg *args) {
+m2cu_tc_cfg m2cu_tc_config(const m2g_dev *d) { return ((const cu_dev *)d)->tc; }
+
+static mamba2_status_t d_launch(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
+                                size_t smem, int nargs, const m2g_arg *args) {
     cu_dev *c = (cu_dev *)d;
-    if (id < 0 || id >= M2G_NUM_KERNELS + M2CU_TC_NUM || nargs > M2G_MAX_ARGS)
+    if (id < 0 || id >= M2G_NUM_ALL_KERNELS || nargs > M2G_MAX_ARGS)
         return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: bad launch of kernel %d", id);
     if (groups[0] == 0 || groups[1] == 0 || groups[2] == 0) return MAMBA2_STATUS_OK;
     if (groups[0] > 0x7FFFFFFFu || groups[1] > 65535 || groups[2] > 65535)
@@ -391,6 +394,7 @@ mamba2_status_t m2cu_launch_smem(m2g_dev *d, int id, const size_t groups[3],
                         "CUDA: %s needs a grid of %zu x %zu x %zu blocks (y and z are at most "
                         "65535)",
                         kname(id), groups[0], groups[1], groups[2]);
+    m2g_trace_launch(kname(id), groups, local, smem, nargs, args);
     void *params[M2G_MAX_ARGS];
     for (int i = 0; i < nargs; i++) params[i] = (void *)&args[i].v; /* union: value at offset 0 */
     push(c);
@@ -406,10 +410,6 @@ mamba2_status_t m2cu_launch_smem(m2g_dev *d, int id, const size_t groups[3],
                         kname(id), cu_why(r, why, sizeof why));
     }
     return MAMBA2_STATUS_OK;
-}
-static mamba2_status_t d_launch(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
-                                int nargs, const m2g_arg *args) {
-    return m2cu_launch_smem(d, id, groups, local, 0, nargs, args);
 }
 static mamba2_status_t d_finish(m2g_dev *d) {
     cu_dev *c = (cu_dev *)d;
@@ -497,8 +497,8 @@ static mamba2_status_t open_cuda(mamba2_context_t *ctx, int ordinal, void *strea
     c->base.launch = d_launch;
     c->base.finish = d_finish;
     c->base.destroy = d_destroy;
-    if (tc_mode) c->base.ssd_tc = m2cu_ssd_tc;
-    if (tc_mode == 1) c->base.ssd_tc_bwd = m2cu_ssd_tc_bwd; /* auto: not until measured */
+    c->tc.forward = tc_mode != 0;
+    c->tc.backward = tc_mode == 1; /* auto: not until measured */
     mamba2_status_t st = MAMBA2_STATUS_OK;
     if ((r = cu.cuDeviceGet(&c->device, ordinal)) != CUDA_SUCCESS) st = cu_fail(r, "cuDeviceGet");
     if (!st && (r = cu.cuDevicePrimaryCtxRetain(&c->context, c->device)) != CUDA_SUCCESS) {
@@ -518,7 +518,7 @@ static mamba2_status_t open_cuda(mamba2_context_t *ctx, int ordinal, void *strea
                           "cannot JIT that PTX)",
                           c->base.name, cu_why(r, why, sizeof why));
         }
-        for (int i = 0; !st && i < M2G_NUM_KERNELS + M2CU_TC_NUM; i++)
+        for (int i = 0; !st && i < M2G_NUM_ALL_KERNELS; i++)
             if ((r = cu.cuModuleGetFunction(&c->fn[i], c->module, kname(i))) != CUDA_SUCCESS) {
                 char why[192];
                 st = m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: kernel %s not found (%s)",
@@ -526,24 +526,27 @@ static mamba2_status_t open_cuda(mamba2_context_t *ctx, int ordinal, void *strea
             }
         /* the tensor-core on-chip scans take a dynamic shared block above the default 48 KB:
          * without it (a device with less), the tc forward keeps its two-kernel form */
-        if (!st && c->base.ssd_tc) {
-            const int ids[2] = {M2CU_TC_m2_ssd_scan_seq_tf32_tc128,
-                                M2CU_TC_m2_ssd_scan_seq_bf16_tc128};
+        if (!st && c->tc.forward) {
+            const int ids[2] = {M2G_K_m2_ssd_scan_seq_tf32_tc128,
+                                M2G_K_m2_ssd_scan_seq_bf16_tc128};
+            m2tc_seq_layout lay[2];
+            m2tc_seq_layout_of(0, M2TC_SEQ_NMAX, &lay[0]);
+            m2tc_seq_layout_of(1, M2TC_SEQ_NMAX, &lay[1]);
+            const int smem = lay[0].bytes > lay[1].bytes ? lay[0].bytes : lay[1].bytes;
             int ok = 1;
             for (int k = 0; k < 2; k++)
-                ok &= cu.cuFuncSetAttribute(c->fn[M2CU_TC_ID(ids[k])],
-                                            8 /* MAX_DYNAMIC_SHARED_SIZE_BYTES */,
-                                            m2cu_tc_seq_max_smem()) == CUDA_SUCCESS;
-            c->base.tc_seq_nmax = ok ? m2cu_tc_seq_nmax() : 0;
+                ok &= cu.cuFuncSetAttribute(c->fn[ids[k]], 8 /* MAX_DYNAMIC_SHARED_SIZE_BYTES */,
+                                            smem) == CUDA_SUCCESS;
+            c->tc.seq_nmax = ok ? M2TC_SEQ_NMAX : 0;
             /* auto: the on-chip scan with two blocks per multiprocessor or more; without the
              * scan or the count, no tensor cores */
             int sms = 0;
             if (tc_mode == 2 &&
                 (!ok || cu.cuDeviceGetAttribute(&sms, 16 /* MULTIPROCESSOR_COUNT */,
                                                 c->device) != CUDA_SUCCESS || sms <= 0))
-                c->base.ssd_tc = NULL;
+                c->tc.forward = 0;
             else if (tc_mode == 2)
-                c->base.tc_min_blocks = 2 * (int64_t)sms;
+                c->tc.min_blocks = 2 * (int64_t)sms;
         }
         pop();
     }

@@ -6,9 +6,11 @@
  */
 /* ---- SSD: fused forward / backward, staged stages (src/gpu/ssd_ops.c) ---- */
 .ssd_forward_workspace = m2g_ssd_forward_workspace,
+#ifndef M2G_OWN_SSD_FUSED /* a backend with its own fused SSD entries (CUDA: src/cuda/ssd_tc.c) */
 .ssd_forward = m2g_ssd_forward,
-.ssd_backward_workspace = m2g_ssd_backward_workspace,
 .ssd_backward = m2g_ssd_backward,
+#endif
+.ssd_backward_workspace = m2g_ssd_backward_workspace,
 .ssd_chunk_cumsum = m2g_ssd_chunk_cumsum,
 .ssd_bmm_chunk = m2g_ssd_bmm_chunk,
 .ssd_chunk_state = m2g_ssd_chunk_state,

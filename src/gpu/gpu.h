@@ -27,14 +27,24 @@
 /* A device buffer: a cl_mem or a CUdeviceptr, carried as an integer. 0 = none. */
 typedef uint64_t m2g_mem;
 
-/* Kernel ids, M2G_K_<name>, in the order of gpu/kernels/list.h. */
+/* Kernel ids, M2G_K_<name>: the portable kernels in the order of gpu/kernels/list.h (every
+ * backend builds them), then the CUDA-only tensor-core kernels of cuda/tc_list.h (the CUDA
+ * backend builds them too; their signatures are in the same table). */
 enum m2g_kernel_id {
 #define M2G_KERNEL(name) M2G_K_##name,
 #include "gpu/kernels/list.h"
 #undef M2G_KERNEL
     M2G_NUM_KERNELS
 };
-extern const char *const m2g_kernel_names[M2G_NUM_KERNELS];
+enum m2g_tc_kernel_id {
+    M2G_TC_BEFORE_FIRST = M2G_NUM_KERNELS - 1,
+#define M2G_TC_KERNEL(name) M2G_K_##name,
+#include "cuda/tc_list.h"
+#undef M2G_TC_KERNEL
+    M2G_NUM_ALL_KERNELS
+};
+#define M2G_NUM_TC_KERNELS (M2G_NUM_ALL_KERNELS - M2G_NUM_KERNELS)
+extern const char *const m2g_kernel_names[M2G_NUM_ALL_KERNELS];
 
 /* One kernel argument. MEM is a buffer handle (the kernel parameter is a pointer), I64 a
  * long / long long, I32 an int, F32 a float: the kernel's parameter types, in order. */
@@ -61,12 +71,6 @@ typedef struct m2g_region {
 #define M2G_MAX_REGIONS 256
 
 typedef struct m2g_dev m2g_dev;
-struct ssd_dev; /* gpu/ssd_host.h */
-struct m2g_args; /* below */
-/* stages of m2g_dev.ssd_tc */
-enum { M2G_TC_STATE = 0, M2G_TC_SCAN = 1, M2G_TC_SEQ = 2 };
-/* channels per block of the tensor-core on-chip scan (M2TC_SEQ_PC of cuda/tc_tiles.h) */
-#define M2G_TC_SEQ_PC 32
 struct m2g_dev {
     const char *api;   /* "OpenCL", "CUDA" (for messages) */
     char name[192];    /* device name (for messages)      */
@@ -83,26 +87,11 @@ struct m2g_dev {
     void (*release)(m2g_dev *d, m2g_mem mem);
     mamba2_status_t (*write)(m2g_dev *d, m2g_mem dst, size_t off, const void *src, size_t bytes);
     mamba2_status_t (*read)(m2g_dev *d, void *dst, m2g_mem src, size_t off, size_t bytes);
-    /* launch kernel `id` on groups[0..2] work-groups of local[0..2] work-items */
+    /* launch kernel `id` on groups[0..2] work-groups of local[0..2] work-items with `smem`
+     * bytes of dynamic local (shared) memory (OpenCL: 0 only) */
     mamba2_status_t (*launch)(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
-                              int nargs, const m2g_arg *args);
+                              size_t smem, int nargs, const m2g_arg *args);
     mamba2_status_t (*finish)(m2g_dev *d); /* wait for everything queued */
-    /* CUDA contexts only (src/cuda/ssd_tc.c; not with MAMBA2C_CUDA_TC=0), else NULL: the
-     * fused forward's chunk states (M2G_TC_STATE), its chunk scan with CB on chip
-     * (M2G_TC_SCAN), or the on-chip scan replacing both and state_passing (M2G_TC_SEQ) on
-     * the tensor cores; bf16: bf16 MMA, else tf32 (float32 accumulate) */
-    mamba2_status_t (*ssd_tc)(m2g_dev *d, const struct ssd_dev *s, int stage, int bf16);
-    int64_t tc_seq_nmax; /* ssd_tc: the largest N of its on-chip scan (M2G_TC_SEQ); 0: none */
-    /* ssd_tc in its automatic mode (MAMBA2C_CUDA_TC unset or "auto"): only the on-chip scan,
-     * and only with at least this many blocks (sequences x H x ceil(P / M2G_TC_SEQ_PC));
-     * 0: ssd_tc for every call (MAMBA2C_CUDA_TC=1) */
-    int64_t tc_min_blocks;
-    /* CUDA contexts with MAMBA2C_CUDA_TC=1 only, else NULL: the tensor-core twin of the
-     * backward's kernel `kernel` (a portable id: M2G_K_m2_ssd_bwd_{dbc,tok,dx,E}_16x16,
-     * chunk_state_16x16, bmm_chunk_16x16) launched on the same argument list, its grid taken
-     * from s (src/cuda/ssd_tc.c) */
-    mamba2_status_t (*ssd_tc_bwd)(m2g_dev *d, int kernel, const struct ssd_dev *s, int bf16,
-                                  const struct m2g_args *a);
     void (*destroy)(m2g_dev *d);            /* release the device objects and d itself */
 };
 
@@ -122,6 +111,8 @@ typedef struct m2g_args {
     int n;
     m2g_arg a[M2G_MAX_ARGS];
 } m2g_args;
+/* Argument-list builders: used by the generated launchers only (a driver names its
+ * arguments through M2G_LAUNCH below; test_kernel_sigs builds lists by kind) */
 void m2g_arg_mem(m2g_args *a, m2g_mem m);
 void m2g_arg_i64(m2g_args *a, int64_t v);
 void m2g_arg_i32(m2g_args *a, int32_t v);
@@ -129,16 +120,41 @@ void m2g_arg_f32(m2g_args *a, float v);
 /* buffer, offset, then the first nstrides strides of t */
 void m2g_arg_t(m2g_args *a, const m2g_t *t, int nstrides);
 
-/* Each kernel's parameter kinds in order, one letter per parameter ('M' a buffer, 'L' i64,
- * 'I' i32, 'F' float), generated from the kernel prototypes at build time
- * (cmake/kernel_sigs.cmake), indexed like m2g_kernel_names. */
-extern const char *const m2g_kernel_sigs[M2G_NUM_KERNELS];
+/* Each kernel's signature, described once: generated from the kernel prototypes at build
+ * time (cmake/kernel_sigs.cmake), indexed like m2g_kernel_names. m2g_kernel_sigs: the
+ * parameter kinds in order, one letter per parameter ('M' a buffer, 'L' i64, 'I' i32, 'F'
+ * float: the letter fixes its size); m2g_kernel_params: the parameter names, comma-separated;
+ * m2g_kernel_local: the work-group shape its name states (_16x16, _wi64, _tc128, ...). */
+extern const char *const m2g_kernel_sigs[M2G_NUM_ALL_KERNELS];
+extern const char *const m2g_kernel_params[M2G_NUM_ALL_KERNELS];
+extern const size_t m2g_kernel_local[M2G_NUM_ALL_KERNELS][3];
 /* MAMBA2_STATUS_OK when a's count and kinds are kernel id's prototype; else
  * MAMBA2_STATUS_INTERNAL_ERROR naming the kernel and the first mismatch. */
 mamba2_status_t m2g_check_args(int id, const m2g_args *a);
-/* Every launch of a kernel of list.h: m2g_check_args, then d->launch. */
-mamba2_status_t m2g_launch(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
-                           const m2g_args *a);
+
+/* MAMBA2C_GPU_TRACE: each backend's launch writes the launch it makes (gpu_common.c) */
+void m2g_trace_launch(const char *kernel, const size_t groups[3], const size_t local[3],
+                      size_t smem, int nargs, const m2g_arg *args);
+
+/* The checked launch under the typed launchers: m2g_check_args, then d->launch with the
+ * work-group shape of the kernel's name (m2g_kernel_local). */
+mamba2_status_t m2g_launch_id(m2g_dev *d, int id, const size_t groups[3], size_t smem,
+                              const m2g_args *a);
+
+/* Typed launches (the launchers of <build>/gpu_launch/<kernel file>.h, generated from the
+ * prototypes by cmake/kernel_launchers.cmake): every argument by its parameter name,
+ *   M2G_LAUNCH(d, m2_ssd_bwd_E_16x16, M2G_GRID(nt * nt, H, nc), .ct = s->ct, .Q = Q, ...)
+ * A tensor parameter (pointer, offset, strides) is one m2g_t field named as the pointer.
+ * M2G_LAUNCH_AS launches kernel `id` on the parameters of kernel k (a tensor-core twin with
+ * k's parameter list, checked at the launch and by test_kernel_sigs), with `smem` bytes of
+ * dynamic shared memory. */
+#define M2G_GRID(x, y, z) ((const size_t[3]){(size_t)(x), (size_t)(y), (size_t)(z)})
+/* n one-task work-items in 1-D groups of 64 (the _wi64 kernels); no launch when n <= 0 */
+#define M2G_GRID64(n) M2G_GRID(m2g_groups((n), 64), 1, 1)
+#define M2G_LAUNCH(d, k, grid, ...)                                                            \
+    m2l_##k((d), M2G_K_##k, (grid), 0, &(const struct m2l_##k){__VA_ARGS__})
+#define M2G_LAUNCH_AS(d, id, k, grid, smem, ...)                                               \
+    m2l_##k((d), (id), (grid), (smem), &(const struct m2l_##k){__VA_ARGS__})
 
 /* ---- one call's buffers ------------------------------------------------------------------- */
 
@@ -194,6 +210,8 @@ mamba2_status_t m2g_unregister(m2g_dev *d, m2g_mem mem);
 
 /* ceil(a / b) for a >= 0, b > 0 */
 static inline int64_t m2g_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+/* work-groups of `per` one-task work-items for n tasks: 0 (no launch) when n <= 0 */
+static inline int64_t m2g_groups(int64_t n, int64_t per) { return n > 0 ? m2g_cdiv(n, per) : 0; }
 
 /* ---- the op entry points shared by every GPU backend table (src/gpu/ssd_ops.c) --------- */
 mamba2_status_t m2g_ssd_forward_workspace(const mamba2_context_t *ctx, const m2_ssd_problem *pr,

@@ -2,15 +2,20 @@
  * gpu_common.c — what every GPU op's host code shares: kernel names, argument lists, and the
  * buffers of one call (copy in, scratch, copy back) over the m2g_dev table of gpu.h.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu/gpu.h"
+#include "gpu_launch/convert.h"
 
-const char *const m2g_kernel_names[M2G_NUM_KERNELS] = {
+const char *const m2g_kernel_names[M2G_NUM_ALL_KERNELS] = {
 #define M2G_KERNEL(name) #name,
 #include "gpu/kernels/list.h"
 #undef M2G_KERNEL
+#define M2G_TC_KERNEL(name) #name,
+#include "cuda/tc_list.h"
+#undef M2G_TC_KERNEL
 };
 
 /* ---- argument lists ---------------------------------------------------------------------- */
@@ -49,7 +54,7 @@ void m2g_arg_t(m2g_args *a, const m2g_t *t, int nstrides) {
 mamba2_status_t m2g_check_args(int id, const m2g_args *a) {
     static const char letter[4] = {'M', 'L', 'I', 'F'};
     static const char *const kind[4] = {"a buffer", "an i64", "an i32", "a float"};
-    if (id < 0 || id >= M2G_NUM_KERNELS)
+    if (id < 0 || id >= M2G_NUM_ALL_KERNELS)
         return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "GPU launch: kernel id %d out of range", id);
     const char *sig = m2g_kernel_sigs[id];
     const int want = (int)strlen(sig);
@@ -67,10 +72,50 @@ mamba2_status_t m2g_check_args(int id, const m2g_args *a) {
     return MAMBA2_STATUS_OK;
 }
 
-mamba2_status_t m2g_launch(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
-                           const m2g_args *a) {
+mamba2_status_t m2g_launch_id(m2g_dev *d, int id, const size_t groups[3], size_t smem,
+                              const m2g_args *a) {
     mamba2_status_t st = m2g_check_args(id, a);
-    return st ? st : d->launch(d, id, groups, local, a->n, a->a);
+    return st ? st : d->launch(d, id, groups, m2g_kernel_local[id], smem, a->n, a->a);
+}
+
+/* MAMBA2C_GPU_TRACE=<file>: one line per launch (kernel, grid, block, dynamic shared bytes,
+ * every argument's kind and value) appended to the file; a buffer is written as the order of
+ * its first appearance in the process (its handle is an address: different run to run), so
+ * two runs of the same program give the same text. A diagnostic of the host layer: a rewrite
+ * of the launch code must leave it byte-identical (docs/gpu.md). Not thread-safe; off, it
+ * costs one test per launch. */
+void m2g_trace_launch(const char *kernel, const size_t groups[3], const size_t local[3],
+                      size_t smem, int nargs, const m2g_arg *args) {
+    static int state; /* 0 unknown, 1 off, 2 on */
+    static FILE *f;
+    static m2g_mem seen[4096];
+    static int nseen;
+    if (state == 1) return;
+    if (state == 0) {
+        const char *path = getenv("MAMBA2C_GPU_TRACE");
+        f = path && *path ? fopen(path, "a") : NULL;
+        state = f ? 2 : 1;
+        if (!f) return;
+    }
+    fprintf(f, "%s g=%zu,%zu,%zu l=%zu,%zu,%zu smem=%zu:", kernel, groups[0], groups[1],
+            groups[2], local[0], local[1], local[2], smem);
+    for (int i = 0; i < nargs; i++) {
+        const m2g_arg *a = &args[i];
+        if (a->kind == M2G_ARG_MEM) {
+            int k = 0;
+            while (k < nseen && seen[k] != a->v.mem) k++;
+            if (k == nseen && nseen < 4096) seen[nseen++] = a->v.mem;
+            fprintf(f, " M%d", k);
+        } else if (a->kind == M2G_ARG_I64) {
+            fprintf(f, " L%lld", (long long)a->v.i64);
+        } else if (a->kind == M2G_ARG_I32) {
+            fprintf(f, " I%d", (int)a->v.i32);
+        } else {
+            fprintf(f, " F%a", (double)a->v.f32);
+        }
+    }
+    fputc('\n', f);
+    fflush(f);
 }
 
 /* ---- one call's buffers ------------------------------------------------------------------ */
@@ -361,14 +406,11 @@ mamba2_status_t m2g_call_in_act(m2g_call *c, const m2_view *v, int rank, const i
         t->s[i] = acc;
         acc *= dims[i];
     }
-    m2g_args a = {0};
-    for (int i = 0; i < 4; i++) m2g_arg_i64(&a, d[i]);
-    m2g_arg_mem(&a, h.mem), m2g_arg_i64(&a, h.off);
-    for (int i = 0; i < 3; i++) m2g_arg_i64(&a, s[i]);
-    m2g_arg_i32(&a, dtype == MAMBA2_DTYPE_BF16 ? 1 : 2);
-    m2g_arg_mem(&a, t->mem), m2g_arg_i64(&a, 0);
-    const size_t g[3] = {(size_t)m2g_cdiv(n, 64), 1, 1}, l[3] = {64, 1, 1};
-    return m2g_launch(c->dev, M2G_K_m2_cvt_to_f32_wi64, g, l, &a);
+    h.s[0] = s[0], h.s[1] = s[1], h.s[2] = s[2]; /* padded to 4 dims for the kernel */
+    const m2g_t dst = {.mem = t->mem, .off = 0};
+    return M2G_LAUNCH(c->dev, m2_cvt_to_f32_wi64, M2G_GRID(m2g_cdiv(n, 64), 1, 1), .d0 = d[0],
+                      .d1 = d[1], .d2 = d[2], .d3 = d[3], .src = h,
+                      .kind = dtype == MAMBA2_DTYPE_BF16 ? 1 : 2, .dst = dst);
 }
 
 mamba2_status_t m2g_call_out_act(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
@@ -400,14 +442,10 @@ static mamba2_status_t flush_half(m2g_call *c) {
     for (int k = 0; k < c->nhalf; k++) {
         const m2g_half_out *o = &c->half[k];
         const int64_t n = o->dims[0] * o->dims[1] * o->dims[2] * o->dims[3];
-        m2g_args a = {0};
-        for (int i = 0; i < 4; i++) m2g_arg_i64(&a, o->dims[i]);
-        m2g_arg_mem(&a, o->f32.mem), m2g_arg_i64(&a, 0);
-        m2g_arg_mem(&a, o->half.mem), m2g_arg_i64(&a, o->half.off);
-        for (int i = 0; i < 3; i++) m2g_arg_i64(&a, o->half.s[i]);
-        m2g_arg_i32(&a, o->kind);
-        const size_t g[3] = {(size_t)m2g_cdiv(n, 64), 1, 1}, l[3] = {64, 1, 1};
-        M2_TRY(m2g_launch(c->dev, M2G_K_m2_cvt_from_f32_wi64, g, l, &a));
+        const m2g_t src = {.mem = o->f32.mem, .off = 0};
+        M2_TRY(M2G_LAUNCH(c->dev, m2_cvt_from_f32_wi64, M2G_GRID(m2g_cdiv(n, 64), 1, 1),
+                          .d0 = o->dims[0], .d1 = o->dims[1], .d2 = o->dims[2],
+                          .d3 = o->dims[3], .src = src, .dst = o->half, .kind = o->kind));
     }
     return MAMBA2_STATUS_OK;
 }

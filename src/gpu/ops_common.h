@@ -7,7 +7,6 @@
  *   m2g_ops_inout      a tensor read and written in place (decode caches; outputs whose
  *                      padding rows must stay untouched): in host mode its span is copied in
  *                      as well as back, so elements the kernels skip keep their values
- *   m2g_ops_launch1d   n one-task work-items in groups of 64 (nothing when n == 0)
  */
 #ifndef MAMBA2C_GPU_OPS_COMMON_H
 #define MAMBA2C_GPU_OPS_COMMON_H
@@ -60,13 +59,6 @@ static inline mamba2_status_t m2g_ops_inout(m2g_call *c, const m2_view *v, int r
     if (!m2_size_add(last, 1, &span) || !m2_size_mul(span, esize, &bytes))
         return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: tensor too large", c->dev->api);
     return c->dev->write(c->dev, t->mem, 0, v->p, bytes);
-}
-
-static inline mamba2_status_t m2g_ops_launch1d(m2g_dev *d, int id, int64_t n, const m2g_args *a) {
-    static const size_t l64[3] = {64, 1, 1};
-    if (n <= 0) return MAMBA2_STATUS_OK;
-    const size_t g[3] = {(size_t)m2g_cdiv(n, 64), 1, 1};
-    return m2g_launch(d, id, g, l64, a);
 }
 
 #endif /* MAMBA2C_GPU_OPS_COMMON_H */

@@ -12,6 +12,8 @@
  */
 #include "core/conv1d.h"
 #include "gpu/ops_common.h"
+#include "gpu_launch/conv1d.h"
+#include "gpu_launch/step.h"
 
 #define F4 sizeof(float)
 #define CONV1D_TB 64 /* = CONV1D_TB in conv1d.cl */
@@ -31,18 +33,6 @@ static mamba2_status_t cv_inputs(m2g_call *c, const m2_conv1d_problem *pr, cv_de
     return m2g_ops_index(c, pr->cu_seqlens, pr->cu_dtype, pr->cu_seqlens ? S + 1 : 0, &v->cu);
 }
 
-static void cv_args_x(m2g_args *a, const cv_dev *v) { m2g_arg_t(a, &v->x, 2); }
-static void cv_args_wb(m2g_args *a, const cv_dev *v) {
-    m2g_arg_t(a, &v->w, 1);
-    m2g_arg_t(a, &v->bias, 0);
-    m2g_arg_i32(a, v->bias.present);
-}
-static void cv_args_cu(m2g_args *a, const m2_conv1d_problem *pr, const cv_dev *v) {
-    m2g_arg_mem(a, v->cu);
-    m2g_arg_i32(a, pr->cu_seqlens != NULL);
-    m2g_arg_i64(a, pr->nseq);
-}
-
 mamba2_status_t m2g_conv1d_forward(mamba2_context_t *ctx, const m2_conv1d_problem *pr) {
     m2g_dev *d = m2g_of(ctx);
     M2_TRY(m2g_ops_f32(d, "conv1d", pr->act_dtype, pr->par_dtype));
@@ -54,33 +44,16 @@ mamba2_status_t m2g_conv1d_forward(mamba2_context_t *ctx, const m2_conv1d_proble
     mamba2_status_t st = cv_inputs(&c, pr, &v);
     if (!st) st = m2g_call_out(&c, &pr->out, 3, (int64_t[]){B, L, C}, F4, &out);
     if (!st) st = m2g_call_out(&c, &pr->final, 3, (int64_t[]){S, C, W - 1}, F4, &fin);
-    if (!st) {
-        m2g_args a = {0};
-        m2g_arg_t(&a, &out, 2);
-        cv_args_x(&a, &v);
-        cv_args_wb(&a, &v);
-        m2g_arg_t(&a, &v.init, 2);
-        m2g_arg_i32(&a, v.init.present);
-        cv_args_cu(&a, pr, &v);
-        m2g_arg_i64(&a, B);
-        m2g_arg_i64(&a, L);
-        m2g_arg_i64(&a, C);
-        m2g_arg_i32(&a, (int32_t)W);
-        m2g_arg_i32(&a, pr->silu);
-        st = m2g_ops_launch1d(d, M2G_K_m2_conv1d_fwd_wi64, B * L * C, &a);
-    }
-    if (!st && fin.present) {
-        m2g_args a = {0};
-        m2g_arg_t(&a, &fin, 2);
-        cv_args_x(&a, &v);
-        m2g_arg_t(&a, &v.init, 2);
-        m2g_arg_i32(&a, v.init.present);
-        cv_args_cu(&a, pr, &v);
-        m2g_arg_i64(&a, L);
-        m2g_arg_i64(&a, C);
-        m2g_arg_i32(&a, (int32_t)W);
-        st = m2g_ops_launch1d(d, M2G_K_m2_conv1d_final_wi64, S * C * (W - 1), &a);
-    }
+    if (!st)
+        st = M2G_LAUNCH(d, m2_conv1d_fwd_wi64, M2G_GRID64(B * L * C), .out = out, .x = v.x,
+                        .w = v.w, .bias = v.bias, .has_bias = v.bias.present, .init = v.init,
+                        .has_init = v.init.present, .cu = v.cu, .has_cu = pr->cu_seqlens != NULL,
+                        .nseq = S, .B = B, .L = L, .C = C, .W = (int32_t)W, .silu = pr->silu);
+    if (!st && fin.present)
+        st = M2G_LAUNCH(d, m2_conv1d_final_wi64, M2G_GRID64(S * C * (W - 1)), .fin = fin,
+                        .x = v.x, .init = v.init, .has_init = v.init.present, .cu = v.cu,
+                        .has_cu = pr->cu_seqlens != NULL, .nseq = S, .L = L, .C = C,
+                        .W = (int32_t)W);
     return m2g_call_end(&c, st);
 }
 
@@ -121,55 +94,23 @@ mamba2_status_t m2g_conv1d_backward(mamba2_context_t *ctx, const m2_conv1d_probl
         if (!st) st = m2g_call_tmp(&c, n, &part.mem, &part.off, F4);
         part.present = 1;
     }
-    if (!st && (dx.present || part.present)) {
-        m2g_args a = {0};
-        m2g_arg_t(&a, &dx, 2);
-        m2g_arg_i32(&a, dx.present);
-        m2g_arg_t(&a, &part, 0);
-        m2g_arg_i32(&a, part.present);
-        m2g_arg_t(&a, &dout, 2);
-        m2g_arg_t(&a, &dfin, 2);
-        m2g_arg_i32(&a, dfin.present);
-        cv_args_x(&a, &v);
-        cv_args_wb(&a, &v);
-        m2g_arg_t(&a, &v.init, 2);
-        m2g_arg_i32(&a, v.init.present);
-        cv_args_cu(&a, pr, &v);
-        m2g_arg_i64(&a, B);
-        m2g_arg_i64(&a, L);
-        m2g_arg_i64(&a, C);
-        m2g_arg_i32(&a, (int32_t)W);
-        m2g_arg_i32(&a, pr->silu);
-        st = m2g_ops_launch1d(d, M2G_K_m2_conv1d_bwd_t64_wi64, nblk * C, &a);
-    }
-    if (!st && dinit.present) {
-        m2g_args a = {0};
-        m2g_arg_t(&a, &dinit, 2);
-        m2g_arg_t(&a, &dout, 2);
-        m2g_arg_t(&a, &dfin, 2);
-        m2g_arg_i32(&a, dfin.present);
-        cv_args_x(&a, &v);
-        cv_args_wb(&a, &v);
-        m2g_arg_t(&a, &v.init, 2);
-        cv_args_cu(&a, pr, &v);
-        m2g_arg_i64(&a, L);
-        m2g_arg_i64(&a, C);
-        m2g_arg_i32(&a, (int32_t)W);
-        m2g_arg_i32(&a, pr->silu);
-        st = m2g_ops_launch1d(d, M2G_K_m2_conv1d_bwd_dinit_wi64, W > 1 ? S * C : 0, &a);
-    }
-    if (!st && want_sums) {
-        m2g_args a = {0};
-        m2g_arg_t(&a, &dw, 1);
-        m2g_arg_i32(&a, dw.present);
-        m2g_arg_t(&a, &db, 0);
-        m2g_arg_i32(&a, db.present);
-        m2g_arg_t(&a, &part, 0);
-        m2g_arg_i64(&a, part.present ? nblk : 0);
-        m2g_arg_i64(&a, C);
-        m2g_arg_i32(&a, (int32_t)W);
-        st = m2g_ops_launch1d(d, M2G_K_m2_conv1d_bwd_reduce_wi64, C * (W + 1), &a);
-    }
+    if (!st && (dx.present || part.present)) /* dx, and the partial sums per block */
+        st = M2G_LAUNCH(d, m2_conv1d_bwd_t64_wi64, M2G_GRID64(nblk * C), .dx = dx,
+                        .has_dx = dx.present, .part = part, .has_part = part.present,
+                        .dout = dout, .dfin = dfin, .has_dfin = dfin.present, .x = v.x,
+                        .w = v.w, .bias = v.bias, .has_bias = v.bias.present, .init = v.init,
+                        .has_init = v.init.present, .cu = v.cu, .has_cu = pr->cu_seqlens != NULL,
+                        .nseq = S, .B = B, .L = L, .C = C, .W = (int32_t)W, .silu = pr->silu);
+    if (!st && dinit.present)
+        st = M2G_LAUNCH(d, m2_conv1d_bwd_dinit_wi64, M2G_GRID64(W > 1 ? S * C : 0),
+                        .dinit = dinit, .dout = dout, .dfin = dfin, .has_dfin = dfin.present,
+                        .x = v.x, .w = v.w, .bias = v.bias, .has_bias = v.bias.present,
+                        .init = v.init, .cu = v.cu, .has_cu = pr->cu_seqlens != NULL,
+                        .nseq = S, .L = L, .C = C, .W = (int32_t)W, .silu = pr->silu);
+    if (!st && want_sums) /* the blocks reduced in block order */
+        st = M2G_LAUNCH(d, m2_conv1d_bwd_reduce_wi64, M2G_GRID64(C * (W + 1)), .dw = dw,
+                        .has_dw = dw.present, .db = db, .has_db = db.present, .part = part,
+                        .nblk = part.present ? nblk : 0, .C = C, .W = (int32_t)W);
     return m2g_call_end(&c, st);
 }
 
@@ -197,25 +138,12 @@ mamba2_status_t m2g_conv1d_step(mamba2_context_t *ctx, const m2_conv1d_problem *
         st = m2g_ops_index(&c, pr->state_indices, pr->idx_dtype, pr->state_indices ? B : 0, &idx);
     if (!st)
         st = m2g_ops_index(&c, pr->cache_seqlens, pr->seq_dtype, pr->cache_seqlens ? B : 0, &seql);
-    if (!st) {
-        m2g_args a = {0};
-        m2g_arg_t(&a, &out, 2);
-        m2g_arg_t(&a, &cache, 3); /* s0, s1 and the Lc stride (1 in the rank-3 form) */
-        m2g_arg_i64(&a, Lc);
-        m2g_arg_t(&a, &x, 2);
-        m2g_arg_t(&a, &w, 1);
-        m2g_arg_t(&a, &bias, 0);
-        m2g_arg_i32(&a, bias.present);
-        m2g_arg_mem(&a, idx);
-        m2g_arg_i32(&a, pr->state_indices != NULL);
-        m2g_arg_mem(&a, seql);
-        m2g_arg_i32(&a, pr->cache_seqlens != NULL);
-        m2g_arg_i64(&a, B);
-        m2g_arg_i64(&a, T);
-        m2g_arg_i64(&a, C);
-        m2g_arg_i32(&a, (int32_t)W);
-        m2g_arg_i32(&a, pr->silu);
-        st = m2g_ops_launch1d(d, M2G_K_m2_conv1d_step_wi64, T > 0 ? B * C : 0, &a);
-    }
+    if (!st) /* cache: s0, s1 and the Lc stride (1 in the rank-3 form) */
+        st = M2G_LAUNCH(d, m2_conv1d_step_wi64, M2G_GRID64(T > 0 ? B * C : 0), .out = out,
+                        .cache = cache, .Lc = Lc, .x = x, .w = w, .bias = bias,
+                        .has_bias = bias.present, .idx = idx,
+                        .has_idx = pr->state_indices != NULL, .seql = seql,
+                        .circular = pr->cache_seqlens != NULL, .B = B, .T = T, .C = C,
+                        .W = (int32_t)W, .silu = pr->silu);
     return m2g_call_end(&c, st);
 }

@@ -9,20 +9,13 @@
  */
 #include "core/rmsnorm.h"
 #include "gpu/ops_common.h"
+#include "gpu_launch/rmsnorm.h"
 
 #define F4 sizeof(float)
 #define RMSNORM_RB 64 /* = RMSNORM_RB in rmsnorm.cl */
 
-static const size_t L128[3] = {128, 1, 1};
-
 static int32_t rn_gate(const m2_rmsnorm_problem *pr) {
     return pr->z.p ? (pr->norm_before_gate ? 2 : 1) : 0;
-}
-
-static mamba2_status_t rn_launch_rows(m2g_dev *d, int id, int64_t groups, const m2g_args *a) {
-    if (groups <= 0) return MAMBA2_STATUS_OK;
-    const size_t g[3] = {(size_t)groups, 1, 1};
-    return m2g_launch(d, id, g, L128, a);
 }
 
 mamba2_status_t m2g_rmsnorm_forward_workspace(const mamba2_context_t *ctx,
@@ -56,23 +49,11 @@ mamba2_status_t m2g_rmsnorm_forward(mamba2_context_t *ctx, const m2_rmsnorm_prob
     if (!st) st = m2g_call_in(&c, &pr->bias, 1, (int64_t[]){D}, F4, &bias);
     if (!st) st = m2g_call_out(&c, &pr->out, 2, (int64_t[]){M, D}, F4, &out);
     if (!st) st = m2g_call_out(&c, &pr->rstd, 2, (int64_t[]){M, G}, F4, &rstd);
-    if (!st) {
-        m2g_args a = {0};
-        m2g_arg_t(&a, &out, 1);
-        m2g_arg_t(&a, &rstd, 1);
-        m2g_arg_i32(&a, rstd.present);
-        m2g_arg_t(&a, &x, 1);
-        m2g_arg_t(&a, &z, 1);
-        m2g_arg_t(&a, &w, 0);
-        m2g_arg_t(&a, &bias, 0);
-        m2g_arg_i32(&a, bias.present);
-        m2g_arg_i64(&a, M);
-        m2g_arg_i64(&a, D);
-        m2g_arg_i64(&a, pr->S);
-        m2g_arg_f32(&a, (float)pr->eps);
-        m2g_arg_i32(&a, rn_gate(pr));
-        st = rn_launch_rows(d, M2G_K_m2_rmsnorm_fwd_wg128, M * G, &a);
-    }
+    if (!st)
+        st = M2G_LAUNCH(d, m2_rmsnorm_fwd_wg128, M2G_GRID(M * G, 1, 1), .out = out, .rstd = rstd,
+                        .has_rstd = rstd.present, .x = x, .z = z, .w = w, .bias = bias,
+                        .has_bias = bias.present, .M = M, .D = D, .S = pr->S,
+                        .eps = (float)pr->eps, .gate = rn_gate(pr));
     return m2g_call_end(&c, st);
 }
 
@@ -110,52 +91,20 @@ mamba2_status_t m2g_rmsnorm_backward(mamba2_context_t *ctx, const m2_rmsnorm_pro
         part.off = rbuf.off + (int64_t)n1;
         rbuf.present = part.present = 1;
     }
-    if (!st && (dx.present || dz.present || rbuf.present)) {
-        m2g_args a = {0};
-        m2g_arg_t(&a, &dx, 1);
-        m2g_arg_i32(&a, dx.present);
-        m2g_arg_t(&a, &dz, 1);
-        m2g_arg_i32(&a, dz.present);
-        m2g_arg_t(&a, &rbuf, 0);
-        m2g_arg_i32(&a, rbuf.present);
-        m2g_arg_t(&a, &dout, 1);
-        m2g_arg_t(&a, &rin, 1);
-        m2g_arg_i32(&a, rin.present);
-        m2g_arg_t(&a, &x, 1);
-        m2g_arg_t(&a, &z, 1);
-        m2g_arg_t(&a, &w, 0);
-        m2g_arg_t(&a, &bias, 0);
-        m2g_arg_i32(&a, bias.present);
-        m2g_arg_i64(&a, M);
-        m2g_arg_i64(&a, D);
-        m2g_arg_i64(&a, pr->S);
-        m2g_arg_f32(&a, (float)pr->eps);
-        m2g_arg_i32(&a, rn_gate(pr));
-        st = rn_launch_rows(d, M2G_K_m2_rmsnorm_bwd_wg128, M * G, &a);
-    }
-    if (!st && part.present) {
-        m2g_args a = {0};
-        m2g_arg_t(&a, &part, 0);
-        m2g_arg_t(&a, &rbuf, 0);
-        m2g_arg_t(&a, &dout, 1);
-        m2g_arg_t(&a, &x, 1);
-        m2g_arg_t(&a, &z, 1);
-        m2g_arg_i64(&a, M);
-        m2g_arg_i64(&a, D);
-        m2g_arg_i64(&a, pr->S);
-        m2g_arg_i32(&a, rn_gate(pr));
-        st = m2g_ops_launch1d(d, M2G_K_m2_rmsnorm_bwd_dw_r64_wi64, nblk * D, &a);
-    }
-    if (!st && want_sums) {
-        m2g_args a = {0};
-        m2g_arg_t(&a, &dw, 0);
-        m2g_arg_i32(&a, dw.present);
-        m2g_arg_t(&a, &db, 0);
-        m2g_arg_i32(&a, db.present);
-        m2g_arg_t(&a, &part, 0);
-        m2g_arg_i64(&a, part.present ? nblk : 0);
-        m2g_arg_i64(&a, D);
-        st = m2g_ops_launch1d(d, M2G_K_m2_rmsnorm_bwd_reduce_wi64, D, &a);
-    }
+    if (!st && (dx.present || dz.present || rbuf.present))
+        st = M2G_LAUNCH(d, m2_rmsnorm_bwd_wg128, M2G_GRID(M * G, 1, 1), .dx = dx,
+                        .has_dx = dx.present, .dz = dz, .has_dz = dz.present, .rbuf = rbuf,
+                        .has_rbuf = rbuf.present, .dout = dout, .rin = rin,
+                        .has_rin = rin.present, .x = x, .z = z, .w = w, .bias = bias,
+                        .has_bias = bias.present, .M = M, .D = D, .S = pr->S,
+                        .eps = (float)pr->eps, .gate = rn_gate(pr));
+    if (!st && part.present) /* dweight, dbias partial sums per block of 64 rows */
+        st = M2G_LAUNCH(d, m2_rmsnorm_bwd_dw_r64_wi64, M2G_GRID64(nblk * D), .part = part,
+                        .rbuf = rbuf, .dout = dout, .x = x, .z = z, .M = M, .D = D, .S = pr->S,
+                        .gate = rn_gate(pr));
+    if (!st && want_sums) /* the blocks reduced in block order */
+        st = M2G_LAUNCH(d, m2_rmsnorm_bwd_reduce_wi64, M2G_GRID64(D), .dw = dw,
+                        .has_dw = dw.present, .db = db, .has_db = db.present, .part = part,
+                        .nblk = part.present ? nblk : 0, .D = D);
     return m2g_call_end(&c, st);
 }

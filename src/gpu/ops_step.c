@@ -6,10 +6,9 @@
  */
 #include "core/ssd_step.h"
 #include "gpu/ops_common.h"
+#include "gpu_launch/step.h"
 
 #define F4 sizeof(float)
-
-static const size_t L32x4[3] = {32, 4, 1};
 
 mamba2_status_t m2g_ssd_step(mamba2_context_t *ctx, const m2_ssd_step_problem *pr) {
     m2g_dev *d = m2g_of(ctx);
@@ -43,37 +42,15 @@ mamba2_status_t m2g_ssd_step(mamba2_context_t *ctx, const m2_ssd_step_problem *p
     if (!st) st = m2g_call_in(&c, &pr->dt_bias, 1, (int64_t[]){H}, F4, &dtb);
     if (!st)
         st = m2g_ops_index(&c, pr->state_indices, pr->idx_dtype, pr->state_indices ? B : 0, &idx);
-    if (!st && T > 0) {
-        m2g_args a = {0};
-        m2g_arg_t(&a, &cache, 3);
-        m2g_arg_t(&a, &out, 3);
-        m2g_arg_t(&a, &as, 4);
-        m2g_arg_i32(&a, as.present);
-        m2g_arg_t(&a, &x, 3);
-        m2g_arg_t(&a, &dt, 2);
-        m2g_arg_t(&a, &A, 0);
-        m2g_arg_t(&a, &Bm, 3);
-        m2g_arg_t(&a, &Cm, 3);
-        m2g_arg_t(&a, &D, 1); /* [H,P]: the row stride; [H]: s[0] = 1, unused */
-        m2g_arg_i32(&a, !D.present ? 0 : pr->D_per_channel ? 2 : 1);
-        m2g_arg_t(&a, &z, 3);
-        m2g_arg_i32(&a, z.present);
-        m2g_arg_t(&a, &dtb, 0);
-        m2g_arg_i32(&a, dtb.present);
-        m2g_arg_mem(&a, idx);
-        m2g_arg_i32(&a, pr->state_indices != NULL);
-        m2g_arg_i64(&a, B);
-        m2g_arg_i64(&a, T);
-        m2g_arg_i64(&a, H);
-        m2g_arg_i64(&a, P);
-        m2g_arg_i64(&a, N);
-        m2g_arg_i64(&a, G);
-        m2g_arg_i32(&a, pr->dt_softplus);
-        m2g_arg_f32(&a, (float)pr->dt_lo);
-        m2g_arg_f32(&a, (float)pr->dt_hi);
-        m2g_arg_i32(&a, st_kind);
-        const size_t g[3] = {(size_t)(B * H * m2g_cdiv(P, 4)), 1, 1};
-        st = m2g_launch(d, M2G_K_m2_ssd_step_32x4, g, L32x4, &a);
-    }
+    if (!st && T > 0)
+        st = M2G_LAUNCH(d, m2_ssd_step_32x4, M2G_GRID(B * H * m2g_cdiv(P, 4), 1, 1),
+                        .cache = cache, .out = out, .as = as, .has_as = as.present, .x = x,
+                        .dt = dt, .A = A, .Bm = Bm, .Cm = Cm,
+                        .Dp = D, /* [H,P]: the row stride; [H]: s[0] = 1, unused */
+                        .D_mode = !D.present ? 0 : pr->D_per_channel ? 2 : 1, .z = z,
+                        .has_z = z.present, .dtb = dtb, .has_dtb = dtb.present, .idx = idx,
+                        .has_idx = pr->state_indices != NULL, .B = B, .T = T, .H = H, .P = P,
+                        .N = N, .G = G, .softplus = pr->dt_softplus, .lo = (float)pr->dt_lo,
+                        .hi = (float)pr->dt_hi, .st_kind = st_kind);
     return m2g_call_end(&c, st);
 }

@@ -2,24 +2,42 @@
  * ssd_bwd.c — host logic of the fused SSD backward on a GPU backend (SPEC §2): recompute the
  * forward's chunk stages into device scratch (ssd_chunked.cl), then the backward kernels of
  * ssd_bwd.cl in dependency order. Every gradient SPEC §2 lists, any subset requested; the
- * saved out_x is not needed (y is recomputed when z needs it). On a CUDA context made with
- * MAMBA2C_CUDA_TC=1 (m2g_dev.ssd_tc_bwd), dx and dB / dC (tf32, or bf16 MMA
- * for bf16 storage), E, the per-token sums, and bmm_chunk and chunk_state (both modes) of the
- * recomputed forward (split tf32) run on their tensor-core twins (src/cuda/ssd_tc_bwd.cuh)
- * with the same arguments.
+ * saved out_x is not needed (y is recomputed when z needs it). A backend may pass tensor-core
+ * twins (m2g_ssd_backward_with; the CUDA backend's src/cuda/ssd_tc.c with MAMBA2C_CUDA_TC=1):
+ * then dx and dB / dC (tf32, or bf16 MMA for bf16 storage), E, the per-token sums, and
+ * bmm_chunk and chunk_state (both modes) of the recomputed forward (split tf32) run on the
+ * twins with the same arguments.
+ *
+ * The driver binds the call's tensors (bwd_bind), carves its scratch (bwd_scratch_plan), then
+ * reads as the list of launches: the forward again (bwd_forward), then the gradients
+ * (bwd_grads).
  */
 #include <math.h>
 #include <string.h>
 
 #include "gpu/gpu.h"
 #include "gpu/ssd_host.h"
+#include "gpu_launch/ssd_bwd.h"
+#include "gpu_launch/ssd_chunked.h"
 
-static const size_t L16x16[3] = {16, 16, 1}, L64[3] = {64, 1, 1};
 #define F4 sizeof(float)
 
-/* scratch pieces, in elements */
-enum { W_DTO, W_DAC, W_CB, W_ST, W_S0, W_Y, W_DY, W_E, W_DCB, W_R, W_Q, W_U, W_G, W_DEC, W_PA,
-       W_PB, W_PD, W_N };
+/* the backward's own device scratch (float32 pieces of one block; the recomputed forward's
+ * dt_out, dA_cumsum, CB, chunk states and states at chunk starts are in ssd_dev) */
+typedef struct bwd_scratch {
+    m2g_t y;          /* [B,L,H,P] y before the gate (z given only), for dz            */
+    m2g_t dy;         /* [B,L,H,P] the gradient of y (after the gate)                  */
+    m2g_t E, dCB;     /* [nc,H,Q,Q] dy x^T-like products; [nc,G,Q,Q] dCB               */
+    m2g_t r, q, u, g; /* [nc,H,Q] per-token sums of the dt gradient                    */
+    m2g_t dec;        /* [nc,H] the decay term                                         */
+    m2g_t pA, pb, pD; /* [nc,H], [nc,H], [nc,H,P] per-chunk partial dA, ddt_bias, dD   */
+} bwd_scratch;
+
+/* the call's tensors: inputs in s, the gradient of the output, and the gradients */
+typedef struct bwd_io {
+    m2g_t dout, dfin, dx, ddt, dA, dBm, dCm, dD, dz, db, dinit;
+    int dD_mode;
+} bwd_io;
 
 static mamba2_status_t no_positions(const m2g_dev *d) {
     return m2_error(MAMBA2_STATUS_UNSUPPORTED, "%s backend: the SSD backward with state positions "
@@ -47,48 +65,16 @@ static float f32_down(double v) {
     return f;
 }
 
-/* a 16x16 kernel of ssd_bwd.cl, or its tensor-core twin on the same arguments */
-static mamba2_status_t launch16(m2g_dev *d, int tc, int bf16, const ssd_dev *s, int id,
-                                const size_t g[3], const m2g_args *a) {
-    return tc ? d->ssd_tc_bwd(d, id, s, bf16, a) : m2g_launch(d, id, g, L16x16, a);
-}
+/* scratch pieces, in elements, padded to 64 */
+enum { W_DTO, W_DAC, W_CB, W_ST, W_S0, W_Y, W_DY, W_E, W_DCB, W_R, W_Q, W_U, W_G, W_DEC, W_PA,
+       W_PB, W_PD, W_N };
 
-static void g64(size_t g[3], int64_t n) {
-    g[0] = (size_t)m2g_cdiv(n, 64);
-    g[1] = g[2] = 1;
-}
-
-mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws) {
-    (void)ws;
-    m2g_dev *d = m2g_of(ctx);
-    if (pr->npos) return no_positions(d);
-    M2_TRY(m2g_need_f32(d->api, MAMBA2_DTYPE_F32, pr->par_dtype)); /* half acts: converted */
-    const int64_t B = pr->B, L = pr->L, H = pr->H, G = pr->G, P = pr->P, N = pr->N;
-    const int64_t Q = M2G_FUSED_Q, S = pr->nseq, BLHP[4] = {B, L, H, P};
-    ssd_dev s;
-    memset(&s, 0, sizeof s);
-    s.nseq = S;
-    s.Q = Q;
-    s.H = H;
-    s.G = G;
-    s.P = P;
-    s.N = N;
-    s.softplus = pr->dt_softplus;
-    s.lo = (float)pr->dt_lo;
-    s.hi = (float)pr->dt_hi;
-    s.lo_up = f32_up(pr->dt_lo);
-    s.hi_dn = f32_down(pr->dt_hi);
-    s.D_mode = !pr->D.p ? 0 : pr->D_per_channel ? 2 : 1;
-    m2g_call c;
-    m2g_call_begin(&c, d);
-    mamba2_status_t st = m2g_fused_tables(&c, pr, Q, &s.nc, &s.ct, &s.stab);
-    const int64_t nc = s.nc;
-    const int tc = d->ssd_tc_bwd != NULL; /* MAMBA2C_CUDA_TC=1 */
-    const int bf16 = pr->act_dtype == MAMBA2_DTYPE_BF16;
-    s.tc_split = tc;
-
-    /* the scratch block: piece sizes in elements, then offsets */
-    size_t n[W_N], off[W_N], total = 0;
+/* one block of scratch for s's stages and w's pieces */
+static mamba2_status_t bwd_scratch_plan(m2g_call *c, const m2_ssd_problem *pr, ssd_dev *s,
+                                        bwd_scratch *w) {
+    const int64_t B = pr->B, L = pr->L, H = s->H, G = s->G, P = s->P, N = s->N, Q = s->Q;
+    const int64_t nc = s->nc;
+    size_t n[W_N], off[W_N], total = 0, bytes;
     const int64_t f[W_N][4] = {
         [W_DTO] = {H, nc, Q, 1}, [W_DAC] = {H, nc, Q, 1},   [W_CB] = {nc, G, Q, Q},
         [W_ST] = {nc, H, P, N},  [W_S0] = {nc, H, P, N},    [W_Y] = {B, L, H, pr->z.p ? P : 0},
@@ -96,249 +82,189 @@ mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr
         [W_R] = {nc, H, Q, 1},   [W_Q] = {nc, H, Q, 1},     [W_U] = {nc, H, Q, 1},
         [W_G] = {nc, H, Q, 1},   [W_DEC] = {nc, H, 1, 1},   [W_PA] = {nc, H, 1, 1},
         [W_PB] = {nc, H, 1, 1},  [W_PD] = {nc, H, P, 1}};
-    for (int i = 0; !st && i < W_N; i++) {
+    for (int i = 0; i < W_N; i++) {
         off[i] = total;
         size_t padded;
         if (!m2_size_prod(&n[i], 4, f[i]) || !m2_size_add(n[i], 63, &padded) ||
             !m2_size_add(total, padded & ~(size_t)63, &total))
-            st = m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: SSD scratch too large", d->api);
+            return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: SSD scratch too large",
+                            c->dev->api);
     }
-    size_t bytes = 0;
-    if (!st && !m2_size_mul(total, F4, &bytes))
-        st = m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: SSD scratch too large", d->api);
-    m2g_mem w = 0;
+    if (!m2_size_mul(total, F4, &bytes))
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: SSD scratch too large",
+                        c->dev->api);
+    m2g_mem m = 0;
     int64_t base = 0;
-    if (!st) st = m2g_call_tmp(&c, bytes, &w, &base, F4);
-#define WO(i) (base + (int64_t)off[i])
-    m2g_t dy = {0}, y = {0};
-    if (!st) {
-        s.dto = (m2g_t){.mem = w, .off = WO(W_DTO), .s = {0, nc * Q, Q, 1}, .present = 1};
-        s.dac = (m2g_t){.mem = w, .off = WO(W_DAC), .s = {0, nc * Q, Q, 1}, .present = 1};
-        s.CB = (m2g_t){.mem = w, .off = WO(W_CB), .s = {0, G * Q * Q, Q * Q, Q, 1}, .present = 1};
-        s.states = (m2g_t){.mem = w, .off = WO(W_ST), .s = {0, H * P * N, P * N, N, 1}, .present = 1};
-        s.start = s.states;
-        s.start.off = WO(W_S0);
-        dy = (m2g_t){.mem = w, .off = WO(W_DY), .s = {L * H * P, H * P, P, 1}, .present = 1};
-        y = dy;
-        y.off = WO(W_Y);
-    }
-    /* inputs and outputs */
-    m2g_t dout, dfin, dx, ddt, dA, dBm, dCm, dD, dz, db, dinit;
-    if (!st) st = m2g_call_in_act(&c, &pr->x, 4, BLHP, pr->act_dtype, &s.x);
-    if (!st) st = m2g_call_in_act(&c, &pr->dt, 3, BLHP, pr->act_dtype, &s.dt);
-    if (!st) st = m2g_call_in(&c, &pr->A, 1, (int64_t[]){H}, F4, &s.A);
-    if (!st) st = m2g_call_in_act(&c, &pr->Bm, 4, (int64_t[]){B, L, G, N}, pr->act_dtype, &s.Bm);
-    if (!st) st = m2g_call_in_act(&c, &pr->Cm, 4, (int64_t[]){B, L, G, N}, pr->act_dtype, &s.Cm);
-    if (!st) st = m2g_call_in(&c, &pr->D, pr->D_per_channel ? 2 : 1, (int64_t[]){H, P}, F4, &s.D);
-    if (!st) st = m2g_call_in_act(&c, &pr->z, 4, BLHP, pr->act_dtype, &s.z);
-    if (!st) st = m2g_call_in(&c, &pr->dt_bias, 1, (int64_t[]){H}, F4, &s.bias);
-    if (!st) st = m2g_call_in(&c, &pr->init, 4, (int64_t[]){S, H, P, N}, F4, &s.init);
-    if (!st) st = m2g_call_in_act(&c, &pr->dout, 4, BLHP, pr->act_dtype, &dout);
-    if (!st) st = m2g_call_in(&c, &pr->dfinal, 4, (int64_t[]){S, H, P, N}, F4, &dfin);
-    if (!st) st = m2g_call_out_act(&c, &pr->dx, 4, BLHP, pr->act_dtype, &dx);
-    if (!st) st = m2g_call_out_act(&c, &pr->ddt, 3, BLHP, pr->act_dtype, &ddt);
-    if (!st) st = m2g_call_out(&c, &pr->dA, 1, (int64_t[]){H}, F4, &dA);
-    if (!st) st = m2g_call_out_act(&c, &pr->dBm, 4, (int64_t[]){B, L, G, N}, pr->act_dtype, &dBm);
-    if (!st) st = m2g_call_out_act(&c, &pr->dCm, 4, (int64_t[]){B, L, G, N}, pr->act_dtype, &dCm);
-    if (!st)
-        st = m2g_call_out(&c, &pr->dD, pr->D_per_channel ? 2 : 1, (int64_t[]){H, P}, F4, &dD);
-    if (!st) st = m2g_call_out_act(&c, &pr->dz, 4, BLHP, pr->act_dtype, &dz);
-    if (!st) st = m2g_call_out(&c, &pr->ddt_bias, 1, (int64_t[]){H}, F4, &db);
-    if (!st) st = m2g_call_out(&c, &pr->dinit, 4, (int64_t[]){S, H, P, N}, F4, &dinit);
+    M2_TRY(m2g_call_tmp(c, bytes, &m, &base, F4));
+    m2g_t p[W_N];
+    for (int i = 0; i < W_N; i++) p[i] = (m2g_t){.mem = m, .off = base + (int64_t)off[i], .present = 1};
+    s->dto = s->dac = p[W_DTO];
+    s->dac.off = p[W_DAC].off;
+    s->dto.s[1] = s->dac.s[1] = nc * Q, s->dto.s[2] = s->dac.s[2] = Q, s->dto.s[3] = s->dac.s[3] = 1;
+    s->CB = (m2g_t){.mem = m, .off = p[W_CB].off, .s = {0, G * Q * Q, Q * Q, Q, 1}, .present = 1};
+    s->states = (m2g_t){.mem = m, .off = p[W_ST].off, .s = {0, H * P * N, P * N, N, 1}, .present = 1};
+    s->start = s->states;
+    s->start.off = p[W_S0].off;
+    *w = (bwd_scratch){.E = p[W_E], .dCB = p[W_DCB], .r = p[W_R], .q = p[W_Q], .u = p[W_U],
+                       .g = p[W_G], .dec = p[W_DEC], .pA = p[W_PA], .pb = p[W_PB], .pD = p[W_PD]};
+    w->dy = (m2g_t){.mem = m, .off = p[W_DY].off, .s = {L * H * P, H * P, P, 1}, .present = 1};
+    w->y = w->dy;
+    w->y.off = p[W_Y].off;
+    return MAMBA2_STATUS_OK;
+}
 
-    /* the forward's stages again: dt_out, dA_cumsum, CB, chunk states, states at chunk starts */
-    const m2g_t no_final = {.mem = d->dummy};
-    s.final = no_final;
-    if (!st) st = m2g_run_cumsum(d, &s);
-    if (!st) st = m2g_run_bmm(d, &s);
-    if (!st) st = m2g_run_state(d, &s);
+/* s from pr, the chunk tables, the scratch, and every tensor of the call bound */
+static mamba2_status_t bwd_bind(m2g_call *c, const m2_ssd_problem *pr, ssd_dev *s,
+                                bwd_scratch *w, bwd_io *io) {
+    const int64_t B = pr->B, L = pr->L, H = pr->H, G = pr->G, P = pr->P, N = pr->N;
+    const int64_t S = pr->nseq, BLHP[4] = {B, L, H, P}, BLGN[4] = {B, L, G, N};
+    const int64_t SHPN[4] = {S, H, P, N}, HP[2] = {H, P};
+    const mamba2_dtype_t at = pr->act_dtype;
+    const int Dr = pr->D_per_channel ? 2 : 1;
+    *s = (ssd_dev){.nseq = S, .Q = M2G_FUSED_Q, .H = H, .G = G, .P = P, .N = N,
+                   .softplus = pr->dt_softplus, .lo = (float)pr->dt_lo, .hi = (float)pr->dt_hi,
+                   .lo_up = f32_up(pr->dt_lo), .hi_dn = f32_down(pr->dt_hi),
+                   .D_mode = !pr->D.p ? 0 : Dr, .twin = s->twin};
+    M2_TRY(m2g_fused_tables(c, pr, s->Q, &s->nc, &s->ct, &s->stab));
+    M2_TRY(bwd_scratch_plan(c, pr, s, w));
+    M2_TRY(m2g_call_in_act(c, &pr->x, 4, BLHP, at, &s->x));
+    M2_TRY(m2g_call_in_act(c, &pr->dt, 3, BLHP, at, &s->dt));
+    M2_TRY(m2g_call_in(c, &pr->A, 1, (int64_t[]){H}, F4, &s->A));
+    M2_TRY(m2g_call_in_act(c, &pr->Bm, 4, BLGN, at, &s->Bm));
+    M2_TRY(m2g_call_in_act(c, &pr->Cm, 4, BLGN, at, &s->Cm));
+    M2_TRY(m2g_call_in(c, &pr->D, Dr, HP, F4, &s->D));
+    M2_TRY(m2g_call_in_act(c, &pr->z, 4, BLHP, at, &s->z));
+    M2_TRY(m2g_call_in(c, &pr->dt_bias, 1, (int64_t[]){H}, F4, &s->bias));
+    M2_TRY(m2g_call_in(c, &pr->init, 4, SHPN, F4, &s->init));
+    M2_TRY(m2g_call_in_act(c, &pr->dout, 4, BLHP, at, &io->dout));
+    M2_TRY(m2g_call_in(c, &pr->dfinal, 4, SHPN, F4, &io->dfin));
+    M2_TRY(m2g_call_out_act(c, &pr->dx, 4, BLHP, at, &io->dx));
+    M2_TRY(m2g_call_out_act(c, &pr->ddt, 3, BLHP, at, &io->ddt));
+    M2_TRY(m2g_call_out(c, &pr->dA, 1, (int64_t[]){H}, F4, &io->dA));
+    M2_TRY(m2g_call_out_act(c, &pr->dBm, 4, BLGN, at, &io->dBm));
+    M2_TRY(m2g_call_out_act(c, &pr->dCm, 4, BLGN, at, &io->dCm));
+    M2_TRY(m2g_call_out(c, &pr->dD, Dr, HP, F4, &io->dD));
+    M2_TRY(m2g_call_out_act(c, &pr->dz, 4, BLHP, at, &io->dz));
+    M2_TRY(m2g_call_out(c, &pr->ddt_bias, 1, (int64_t[]){H}, F4, &io->db));
+    M2_TRY(m2g_call_out(c, &pr->dinit, 4, SHPN, F4, &io->dinit));
+    io->dD_mode = !io->dD.present ? 0 : Dr;
+    return MAMBA2_STATUS_OK;
+}
+
+/* the forward's stages again: dt_out, dA_cumsum, CB, chunk states, states at chunk starts,
+ * and y before the gate where z is given (for dz) */
+static mamba2_status_t bwd_forward(m2g_dev *d, ssd_dev *s, const bwd_scratch *w) {
+    s->final = (m2g_t){.mem = d->dummy};
+    M2_TRY(m2g_run_cumsum(d, s));
+    M2_TRY(m2g_run_bmm(d, s));
+    M2_TRY(m2g_run_state(d, s));
     /* without chunks (no tokens) the chunk-start states are never read: the passing kernel's
      * grid is the state (P*N*H per sequence), not the tokens */
-    if (!st && nc > 0) st = m2g_run_passing(d, &s);
-    if (!st && pr->z.p) { /* y before the gate, for dz */
-        ssd_dev s2 = s;
-        s2.z = (m2g_t){.mem = d->dummy};
-        s2.out = y;
-        s2.outx = (m2g_t){.mem = d->dummy};
-        st = m2g_run_scan(d, &s2);
-    }
+    if (s->nc > 0) M2_TRY(m2g_run_passing(d, s));
+    if (!s->z.present) return MAMBA2_STATUS_OK;
+    ssd_dev s2 = *s;
+    s2.z = s2.outx = (m2g_t){.mem = d->dummy};
+    s2.out = w->y;
+    return m2g_run_scan(d, &s2);
+}
+
+/* the gradients, in dependency order (each 16x16 kernel on its twin where s->twin has one) */
+static mamba2_status_t bwd_grads(m2g_dev *d, const m2_ssd_problem *pr, const ssd_dev *s,
+                                 const bwd_scratch *w, const bwd_io *io, int bf16) {
+    const int64_t B = pr->B, L = pr->L, H = s->H, G = s->G, P = s->P, N = s->N, Q = s->Q;
+    const int64_t nc = s->nc, nq = m2g_cdiv(Q, 16);
     size_t g[3];
-    m2g_args a;
-    if (!st) { /* dy, dz */
-        a.n = 0;
-        m2g_arg_i64(&a, B), m2g_arg_i64(&a, L), m2g_arg_i64(&a, H), m2g_arg_i64(&a, P);
-        m2g_arg_t(&a, &dout, 3);
-        m2g_arg_t(&a, &s.z, 3);
-        m2g_arg_i32(&a, s.z.present);
-        m2g_arg_t(&a, pr->z.p ? &y : &dy, 3);
-        m2g_arg_t(&a, &dy, 3);
-        m2g_arg_t(&a, &dz, 3);
-        m2g_arg_i32(&a, dz.present);
-        g64(g, B * L * H * P);
-        st = m2g_launch(d, M2G_K_m2_ssd_bwd_gate_wi64, g, L64, &a);
+    int id;
+    M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_gate_wi64, M2G_GRID64(B * L * H * P), .B = B, .L = L, .H = H,
+                      .P = P, .dout = io->dout, .z = s->z, .has_z = s->z.present,
+                      .y = s->z.present ? w->y : w->dy, .dy = w->dy, .dz = io->dz,
+                      .has_dz = io->dz.present));
+    /* the chunks' own state-gradient contributions: chunk_state mode 1 */
+    memcpy(g, M2G_GRID(m2g_cdiv(P, 16) * m2g_cdiv(N, 16), H, nc), sizeof g);
+    id = m2g_pick(s, M2G_K_m2_ssd_chunk_state_16x16, bf16, g);
+    M2_TRY(M2G_LAUNCH_AS(d, id, m2_ssd_chunk_state_16x16, g, 0, .ct = s->ct, .Q = Q, .H = H,
+                         .G = G, .P = P, .N = N, .x = w->dy, .Bm = s->Cm, .dto = s->dto,
+                         .dac = s->dac, .S = s->states, .mode = 1));
+    if (nc > 0 || io->dinit.present) /* states -> dS (in place), dinit */
+        M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_state_passing_wi64,
+                          M2G_GRID(m2g_cdiv(P * N, 64), H, s->nseq), .st = s->stab, .nc = nc,
+                          .Q = Q, .H = H, .P = P, .N = N, .ct = s->ct, .dac = s->dac,
+                          .GdS = s->states, .dfin = io->dfin, .has_dfin = io->dfin.present,
+                          .dinit = io->dinit, .has_dinit = io->dinit.present));
+    if (io->dx.present) {
+        memcpy(g, M2G_GRID(nq * m2g_cdiv(P, 16), H, nc), sizeof g);
+        id = m2g_pick(s, M2G_K_m2_ssd_bwd_dx_16x16, bf16, g);
+        M2_TRY(M2G_LAUNCH_AS(d, id, m2_ssd_bwd_dx_16x16, g, 0, .ct = s->ct, .nc = nc, .Q = Q,
+                             .H = H, .G = G, .P = P, .N = N, .CB = s->CB, .dto = s->dto,
+                             .dac = s->dac, .dS = s->states, .dy = w->dy, .Bm = s->Bm,
+                             .D = s->D, .D_mode = s->D_mode, .dx = io->dx));
     }
-    if (!st) { /* the chunks' own state-gradient contributions: chunk_state mode 1 */
-        a.n = 0;
-        m2g_arg_mem(&a, s.ct);
-        m2g_arg_i64(&a, Q), m2g_arg_i64(&a, H), m2g_arg_i64(&a, G), m2g_arg_i64(&a, P),
-            m2g_arg_i64(&a, N);
-        m2g_arg_t(&a, &dy, 3);
-        m2g_arg_t(&a, &s.Cm, 3);
-        m2g_arg_t(&a, &s.dto, 3);
-        m2g_arg_t(&a, &s.dac, 3);
-        m2g_arg_t(&a, &s.states, 4);
-        m2g_arg_i32(&a, 1);
-        const size_t gg[3] = {(size_t)(m2g_cdiv(P, 16) * m2g_cdiv(N, 16)), (size_t)H, (size_t)nc};
-        st = launch16(d, tc, bf16, &s, M2G_K_m2_ssd_chunk_state_16x16, gg, &a);
-    }
-    if (!st && (nc > 0 || dinit.present)) { /* backward state passing: states -> dS, dinit */
-        a.n = 0;
-        m2g_arg_mem(&a, s.stab);
-        m2g_arg_i64(&a, nc), m2g_arg_i64(&a, Q), m2g_arg_i64(&a, H), m2g_arg_i64(&a, P),
-            m2g_arg_i64(&a, N);
-        m2g_arg_mem(&a, s.ct);
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_DAC));
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_ST));
-        m2g_arg_t(&a, &dfin, 3);
-        m2g_arg_i32(&a, dfin.present);
-        m2g_arg_t(&a, &dinit, 3);
-        m2g_arg_i32(&a, dinit.present);
-        const size_t gg[3] = {(size_t)m2g_cdiv(P * N, 64), (size_t)H, (size_t)S};
-        st = m2g_launch(d, M2G_K_m2_ssd_bwd_state_passing_wi64, gg, L64, &a);
-    }
-    if (!st && dx.present) {
-        a.n = 0;
-        m2g_arg_mem(&a, s.ct);
-        m2g_arg_i64(&a, nc), m2g_arg_i64(&a, Q), m2g_arg_i64(&a, H), m2g_arg_i64(&a, G),
-            m2g_arg_i64(&a, P), m2g_arg_i64(&a, N);
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_CB));
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_DTO));
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_DAC));
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_ST));
-        m2g_arg_t(&a, &dy, 3);
-        m2g_arg_t(&a, &s.Bm, 3);
-        m2g_arg_t(&a, &s.D, 1);
-        m2g_arg_i32(&a, s.D_mode);
-        m2g_arg_t(&a, &dx, 3);
-        const size_t gg[3] = {(size_t)(m2g_cdiv(Q, 16) * m2g_cdiv(P, 16)), (size_t)H, (size_t)nc};
-        st = launch16(d, tc, bf16, &s, M2G_K_m2_ssd_bwd_dx_16x16, gg, &a);
-    }
-    if (!st) { /* E */
-        a.n = 0;
-        m2g_arg_mem(&a, s.ct);
-        m2g_arg_i64(&a, nc), m2g_arg_i64(&a, Q), m2g_arg_i64(&a, H), m2g_arg_i64(&a, P);
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_DAC));
-        m2g_arg_t(&a, &dy, 3);
-        m2g_arg_t(&a, &s.x, 3);
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_E));
-        const int64_t nt = m2g_cdiv(Q, 16);
-        const size_t gg[3] = {(size_t)(nt * nt), (size_t)H, (size_t)nc};
-        st = launch16(d, tc, bf16, &s, M2G_K_m2_ssd_bwd_E_16x16, gg, &a);
-    }
-    if (!st) { /* dCBg */
-        a.n = 0;
-        m2g_arg_i64(&a, nc), m2g_arg_i64(&a, Q), m2g_arg_i64(&a, H), m2g_arg_i64(&a, G);
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_E));
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_DTO));
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_DCB));
-        g64(g, nc * G * Q * Q);
-        st = m2g_launch(d, M2G_K_m2_ssd_bwd_dcb_wi64, g, L64, &a);
-    }
-    if (!st) { /* r, q */
-        a.n = 0;
-        m2g_arg_i64(&a, nc), m2g_arg_i64(&a, Q), m2g_arg_i64(&a, H), m2g_arg_i64(&a, G);
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_CB));
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_E));
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_DTO));
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_R));
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_Q));
-        g64(g, nc * H * Q);
-        st = m2g_launch(d, M2G_K_m2_ssd_bwd_rq_wi64, g, L64, &a);
-    }
-    /* dCm (mode 0), dBm (mode 1) */
-    for (int mode = 0; mode < 2 && !st; mode++) {
-        const m2g_t *out = mode ? &dBm : &dCm;
+    memcpy(g, M2G_GRID(nq * nq, H, nc), sizeof g);
+    id = m2g_pick(s, M2G_K_m2_ssd_bwd_E_16x16, bf16, g);
+    M2_TRY(M2G_LAUNCH_AS(d, id, m2_ssd_bwd_E_16x16, g, 0, .ct = s->ct, .nc = nc, .Q = Q, .H = H,
+                         .P = P, .dac = s->dac, .dy = w->dy, .x = s->x, .E = w->E));
+    M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_dcb_wi64, M2G_GRID64(nc * G * Q * Q), .nc = nc, .Q = Q, .H = H,
+                      .G = G, .E = w->E, .dto = s->dto, .dCB = w->dCB));
+    M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_rq_wi64, M2G_GRID64(nc * H * Q), .nc = nc, .Q = Q, .H = H, .G = G,
+                      .CB = s->CB, .E = w->E, .dto = s->dto, .r = w->r, .q = w->q));
+    for (int mode = 0; mode < 2; mode++) { /* dCm (mode 0), dBm (mode 1) */
+        const m2g_t *out = mode ? &io->dBm : &io->dCm;
         if (!out->present) continue;
-        a.n = 0;
-        m2g_arg_mem(&a, s.ct);
-        m2g_arg_i64(&a, nc), m2g_arg_i64(&a, Q), m2g_arg_i64(&a, H), m2g_arg_i64(&a, G),
-            m2g_arg_i64(&a, P), m2g_arg_i64(&a, N);
-        m2g_arg_i32(&a, mode);
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_DCB));
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_DTO));
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_DAC));
-        m2g_arg_t(&a, mode ? &s.Cm : &s.Bm, 3);
-        m2g_arg_t(&a, mode ? &s.x : &dy, 3);
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, mode ? WO(W_ST) : WO(W_S0));
-        m2g_arg_t(&a, out, 3);
-        const size_t gg[3] = {(size_t)(m2g_cdiv(Q, 16) * m2g_cdiv(N, 16)), (size_t)G, (size_t)nc};
-        st = launch16(d, tc, bf16, &s, M2G_K_m2_ssd_bwd_dbc_16x16, gg, &a);
+        memcpy(g, M2G_GRID(nq * m2g_cdiv(N, 16), G, nc), sizeof g);
+        id = m2g_pick(s, M2G_K_m2_ssd_bwd_dbc_16x16, bf16, g);
+        M2_TRY(M2G_LAUNCH_AS(d, id, m2_ssd_bwd_dbc_16x16, g, 0, .ct = s->ct, .nc = nc, .Q = Q,
+                             .H = H, .G = G, .P = P, .N = N, .mode = mode, .dCB = w->dCB,
+                             .dto = s->dto, .dac = s->dac, .M = mode ? s->Cm : s->Bm,
+                             .V = mode ? s->x : w->dy, .St = mode ? s->states : s->start,
+                             .out = *out));
     }
-    if (!st) { /* u, g, the decay term */
-        a.n = 0;
-        m2g_arg_mem(&a, s.ct);
-        m2g_arg_i64(&a, nc), m2g_arg_i64(&a, Q), m2g_arg_i64(&a, H), m2g_arg_i64(&a, G),
-            m2g_arg_i64(&a, P), m2g_arg_i64(&a, N);
-        m2g_arg_t(&a, &dy, 3);
-        m2g_arg_t(&a, &s.x, 3);
-        m2g_arg_t(&a, &s.Bm, 3);
-        m2g_arg_t(&a, &s.Cm, 3);
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_S0));
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_ST));
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_U));
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_G));
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_DEC));
-        const size_t gt[3] = {(size_t)m2g_cdiv(Q, 16), (size_t)H, (size_t)nc};
-        st = launch16(d, tc, bf16, &s, M2G_K_m2_ssd_bwd_tok_16x16, gt, &a);
-    }
-    if (!st) { /* ddt and the chunks' partial dA, ddt_bias */
-        a.n = 0;
-        m2g_arg_mem(&a, s.ct);
-        m2g_arg_i64(&a, nc), m2g_arg_i64(&a, Q), m2g_arg_i64(&a, H);
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_DTO));
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_DAC));
-        static const int v[4] = {W_R, W_Q, W_U, W_G};
-        for (int k = 0; k < 4; k++) m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(v[k]));
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_DEC));
-        m2g_arg_t(&a, &s.A, 0);
-        m2g_arg_t(&a, &s.dt, 2);
-        m2g_arg_t(&a, &s.bias, 0);
-        m2g_arg_i32(&a, s.bias.present);
-        m2g_arg_i32(&a, s.softplus);
-        m2g_arg_f32(&a, s.lo_up);
-        m2g_arg_f32(&a, s.hi_dn);
-        m2g_arg_t(&a, &ddt, 2);
-        m2g_arg_i32(&a, ddt.present);
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_PA));
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_PB));
-        g64(g, nc * H);
-        st = m2g_launch(d, M2G_K_m2_ssd_bwd_dt_wi64, g, L64, &a);
-    }
-    const int dD_mode = !dD.present ? 0 : pr->D_per_channel ? 2 : 1;
-    if (!st && dD_mode) {
-        a.n = 0;
-        m2g_arg_mem(&a, s.ct);
-        m2g_arg_i64(&a, nc), m2g_arg_i64(&a, H), m2g_arg_i64(&a, P);
-        m2g_arg_t(&a, &dy, 3);
-        m2g_arg_t(&a, &s.x, 3);
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_PD));
-        g64(g, nc * H * P);
-        st = m2g_launch(d, M2G_K_m2_ssd_bwd_dD_wi64, g, L64, &a);
-    }
-    if (!st && (dA.present || db.present || dD_mode)) {
-        a.n = 0;
-        m2g_arg_i64(&a, nc), m2g_arg_i64(&a, H), m2g_arg_i64(&a, P);
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_PA));
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_PB));
-        m2g_arg_mem(&a, w), m2g_arg_i64(&a, WO(W_PD));
-        m2g_arg_t(&a, &dA, 0);
-        m2g_arg_i32(&a, dA.present);
-        m2g_arg_t(&a, &db, 0);
-        m2g_arg_i32(&a, db.present);
-        m2g_arg_t(&a, &dD, 1);
-        m2g_arg_i32(&a, dD_mode);
-        g64(g, H * P);
-        st = m2g_launch(d, M2G_K_m2_ssd_bwd_params_wi64, g, L64, &a);
-    }
+    memcpy(g, M2G_GRID(nq, H, nc), sizeof g); /* u, g, the decay term */
+    id = m2g_pick(s, M2G_K_m2_ssd_bwd_tok_16x16, bf16, g);
+    M2_TRY(M2G_LAUNCH_AS(d, id, m2_ssd_bwd_tok_16x16, g, 0, .ct = s->ct, .nc = nc, .Q = Q,
+                         .H = H, .G = G, .P = P, .N = N, .dy = w->dy, .x = s->x, .Bm = s->Bm,
+                         .Cm = s->Cm, .S0 = s->start, .dS = s->states, .u = w->u, .gv = w->g,
+                         .dec = w->dec));
+    return MAMBA2_STATUS_OK;
+}
+
+/* ddt, and dA, ddt_bias, dD from the chunks' partial sums in chunk order */
+static mamba2_status_t bwd_params(m2g_dev *d, const ssd_dev *s, const bwd_scratch *w,
+                                  const bwd_io *io) {
+    const int64_t nc = s->nc, H = s->H, P = s->P;
+    M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_dt_wi64, M2G_GRID64(nc * H), .ct = s->ct, .nc = nc, .Q = s->Q,
+                      .H = H, .dto = s->dto, .dac = s->dac, .r = w->r, .q = w->q, .u = w->u,
+                      .gv = w->g, .dec = w->dec, .A = s->A, .dt = s->dt, .bias = s->bias,
+                      .has_bias = s->bias.present, .softplus = s->softplus, .lo_up = s->lo_up,
+                      .hi_dn = s->hi_dn, .ddt = io->ddt, .has_ddt = io->ddt.present,
+                      .pA = w->pA, .pb = w->pb));
+    if (io->dD_mode)
+        M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_dD_wi64, M2G_GRID64(nc * H * P), .ct = s->ct, .nc = nc, .H = H,
+                          .P = P, .dy = w->dy, .x = s->x, .pD = w->pD));
+    if (!io->dA.present && !io->db.present && !io->dD_mode) return MAMBA2_STATUS_OK;
+    return M2G_LAUNCH(d, m2_ssd_bwd_params_wi64, M2G_GRID64(H * P), .nc = nc, .H = H, .P = P,
+                      .pA = w->pA, .pb = w->pb, .pD = w->pD, .dA = io->dA,
+                      .has_dA = io->dA.present, .db = io->db, .has_db = io->db.present,
+                      .dD = io->dD, .dD_mode = io->dD_mode);
+}
+
+mamba2_status_t m2g_ssd_backward_with(mamba2_context_t *ctx, const m2_ssd_problem *pr,
+                                      m2g_twin_fn twin) {
+    m2g_dev *d = m2g_of(ctx);
+    if (pr->npos) return no_positions(d);
+    M2_TRY(m2g_need_f32(d->api, MAMBA2_DTYPE_F32, pr->par_dtype)); /* half acts: converted */
+    m2g_call c;
+    ssd_dev s = {.twin = twin};
+    bwd_scratch w;
+    bwd_io io;
+    m2g_call_begin(&c, d);
+    mamba2_status_t st = bwd_bind(&c, pr, &s, &w, &io);
+    if (!st) st = bwd_forward(d, &s, &w);
+    if (!st) st = bwd_grads(d, pr, &s, &w, &io, pr->act_dtype == MAMBA2_DTYPE_BF16);
+    if (!st) st = bwd_params(d, &s, &w, &io);
     return m2g_call_end(&c, st);
+}
+
+mamba2_status_t m2g_ssd_backward(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws) {
+    (void)ws;
+    return m2g_ssd_backward_with(ctx, pr, NULL);
 }

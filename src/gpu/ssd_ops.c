@@ -16,8 +16,7 @@
 #include "core/ssd_chunked.h"
 #include "gpu/gpu.h"
 #include "gpu/ssd_host.h"
-
-static const size_t L16x16[3] = {16, 16, 1}, L64[3] = {64, 1, 1};
+#include "gpu_launch/ssd_chunked.h"
 
 /* Every staged kernel here is float32: the backend declares act_dtypes = F32 only, and the
  * staged tensors are F32 by the core's rule (par_dtype). */
@@ -60,102 +59,46 @@ static mamba2_status_t staged_tables(m2g_call *c, const m2_ssd_chunk_problem *pr
 
 /* ---- one launch per stage, on device tensors ------------------------------------------- */
 
-
 mamba2_status_t m2g_run_cumsum(m2g_dev *d, const ssd_dev *s) {
-    m2g_args a = {0};
-    m2g_arg_mem(&a, s->ct);
-    m2g_arg_i64(&a, s->nc);
-    m2g_arg_i64(&a, s->H);
-    m2g_arg_i64(&a, s->Q);
-    m2g_arg_t(&a, &s->dt, 2);
-    m2g_arg_t(&a, &s->A, 0);
-    m2g_arg_t(&a, &s->bias, 0);
-    m2g_arg_i32(&a, s->bias.present);
-    m2g_arg_i32(&a, s->softplus);
-    m2g_arg_f32(&a, s->lo);
-    m2g_arg_f32(&a, s->hi);
-    m2g_arg_t(&a, &s->dto, 3);
-    m2g_arg_t(&a, &s->dac, 3);
-    const size_t g[3] = {(size_t)m2g_cdiv(s->nc * s->H, 64), 1, 1};
-    return m2g_launch(d, M2G_K_m2_ssd_chunk_cumsum_wi64, g, L64, &a);
+    return M2G_LAUNCH(d, m2_ssd_chunk_cumsum_wi64, M2G_GRID(m2g_cdiv(s->nc * s->H, 64), 1, 1),
+                      .ct = s->ct, .nc = s->nc, .H = s->H, .Q = s->Q, .dt = s->dt, .A = s->A,
+                      .bias = s->bias, .has_bias = s->bias.present, .softplus = s->softplus,
+                      .lo = s->lo, .hi = s->hi, .dto = s->dto, .dac = s->dac);
 }
 
 mamba2_status_t m2g_run_bmm(m2g_dev *d, const ssd_dev *s) {
-    m2g_args a = {0};
-    m2g_arg_mem(&a, s->ct);
-    m2g_arg_i64(&a, s->Q);
-    m2g_arg_i64(&a, s->N);
-    m2g_arg_t(&a, &s->Cm, 3);
-    m2g_arg_t(&a, &s->Bm, 3);
-    m2g_arg_t(&a, &s->CB, 4);
-    if (s->tc_split) return d->ssd_tc_bwd(d, M2G_K_m2_ssd_bmm_chunk_16x16, s, 0, &a);
     const int64_t nt = m2g_cdiv(s->Q, 16);
-    const size_t g[3] = {(size_t)(nt * nt), (size_t)s->G, (size_t)s->nc};
-    return m2g_launch(d, M2G_K_m2_ssd_bmm_chunk_16x16, g, L16x16, &a);
+    size_t g[3] = {(size_t)(nt * nt), (size_t)s->G, (size_t)s->nc};
+    const int id = m2g_pick(s, M2G_K_m2_ssd_bmm_chunk_16x16, 0, g);
+    return M2G_LAUNCH_AS(d, id, m2_ssd_bmm_chunk_16x16, g, 0, .ct = s->ct, .Q = s->Q, .N = s->N,
+                         .Cm = s->Cm, .Bm = s->Bm, .CB = s->CB);
 }
 
 mamba2_status_t m2g_run_state(m2g_dev *d, const ssd_dev *s) {
-    m2g_args a = {0};
-    m2g_arg_mem(&a, s->ct);
-    m2g_arg_i64(&a, s->Q);
-    m2g_arg_i64(&a, s->H);
-    m2g_arg_i64(&a, s->G);
-    m2g_arg_i64(&a, s->P);
-    m2g_arg_i64(&a, s->N);
-    m2g_arg_t(&a, &s->x, 3);
-    m2g_arg_t(&a, &s->Bm, 3);
-    m2g_arg_t(&a, &s->dto, 3);
-    m2g_arg_t(&a, &s->dac, 3);
-    m2g_arg_t(&a, &s->states, 4);
-    m2g_arg_i32(&a, 0);
-    if (s->tc_split) return d->ssd_tc_bwd(d, M2G_K_m2_ssd_chunk_state_16x16, s, 0, &a);
-    const size_t g[3] = {(size_t)(m2g_cdiv(s->P, 16) * m2g_cdiv(s->N, 16)), (size_t)s->H,
-                         (size_t)s->nc};
-    return m2g_launch(d, M2G_K_m2_ssd_chunk_state_16x16, g, L16x16, &a);
+    size_t g[3] = {(size_t)(m2g_cdiv(s->P, 16) * m2g_cdiv(s->N, 16)), (size_t)s->H,
+                   (size_t)s->nc};
+    const int id = m2g_pick(s, M2G_K_m2_ssd_chunk_state_16x16, 0, g);
+    return M2G_LAUNCH_AS(d, id, m2_ssd_chunk_state_16x16, g, 0, .ct = s->ct, .Q = s->Q,
+                         .H = s->H, .G = s->G, .P = s->P, .N = s->N, .x = s->x, .Bm = s->Bm,
+                         .dto = s->dto, .dac = s->dac, .S = s->states, .mode = 0);
 }
 
 mamba2_status_t m2g_run_passing(m2g_dev *d, const ssd_dev *s) {
-    m2g_args a = {0};
-    m2g_arg_mem(&a, s->ct);
-    m2g_arg_mem(&a, s->stab);
-    m2g_arg_i64(&a, s->Q);
-    m2g_arg_i64(&a, s->P);
-    m2g_arg_i64(&a, s->N);
-    m2g_arg_t(&a, &s->states, 4);
-    m2g_arg_t(&a, &s->dac, 3);
-    m2g_arg_t(&a, &s->init, 3);
-    m2g_arg_i32(&a, s->init.present);
-    m2g_arg_t(&a, &s->start, 4);
-    m2g_arg_t(&a, &s->final, 3);
-    m2g_arg_i32(&a, s->final.present);
-    const size_t g[3] = {(size_t)m2g_cdiv(s->P * s->N, 64), (size_t)s->H, (size_t)s->nseq};
-    return m2g_launch(d, M2G_K_m2_ssd_state_passing_wi64, g, L64, &a);
+    return M2G_LAUNCH(d, m2_ssd_state_passing_wi64,
+                      M2G_GRID(m2g_cdiv(s->P * s->N, 64), s->H, s->nseq), .ct = s->ct,
+                      .st = s->stab, .Q = s->Q, .P = s->P, .N = s->N, .S = s->states,
+                      .dac = s->dac, .init = s->init, .has_init = s->init.present,
+                      .S0 = s->start, .fin = s->final, .has_final = s->final.present);
 }
 
 mamba2_status_t m2g_run_scan(m2g_dev *d, const ssd_dev *s) {
-    m2g_args a = {0};
-    m2g_arg_mem(&a, s->ct);
-    m2g_arg_i64(&a, s->Q);
-    m2g_arg_i64(&a, s->H);
-    m2g_arg_i64(&a, s->G);
-    m2g_arg_i64(&a, s->P);
-    m2g_arg_i64(&a, s->N);
-    m2g_arg_t(&a, &s->CB, 4);
-    m2g_arg_t(&a, &s->x, 3);
-    m2g_arg_t(&a, &s->dto, 3);
-    m2g_arg_t(&a, &s->dac, 3);
-    m2g_arg_t(&a, &s->Cm, 3);
-    m2g_arg_t(&a, &s->start, 4);
-    m2g_arg_t(&a, &s->D, 1);
-    m2g_arg_i32(&a, s->D_mode);
-    m2g_arg_t(&a, &s->z, 3);
-    m2g_arg_i32(&a, s->z.present);
-    m2g_arg_t(&a, &s->out, 3);
-    m2g_arg_t(&a, &s->outx, 3);
-    m2g_arg_i32(&a, s->outx.present);
-    const size_t g[3] = {(size_t)(m2g_cdiv(s->Q, 16) * m2g_cdiv(s->P, 16)), (size_t)s->H,
-                         (size_t)s->nc};
-    return m2g_launch(d, M2G_K_m2_ssd_chunk_scan_16x16, g, L16x16, &a);
+    return M2G_LAUNCH(d, m2_ssd_chunk_scan_16x16,
+                      M2G_GRID(m2g_cdiv(s->Q, 16) * m2g_cdiv(s->P, 16), s->H, s->nc),
+                      .ct = s->ct, .Q = s->Q, .H = s->H, .G = s->G, .P = s->P, .N = s->N,
+                      .CB = s->CB, .x = s->x, .dto = s->dto, .dac = s->dac, .Cm = s->Cm,
+                      .S0 = s->start, .D = s->D, .D_mode = s->D_mode, .z = s->z,
+                      .has_z = s->z.present, .out = s->out, .ox = s->outx,
+                      .has_ox = s->outx.present);
 }
 
 /* ---- the staged ops ------------------------------------------------------------------------ */
@@ -334,57 +277,30 @@ mamba2_status_t m2g_fused_tables(m2g_call *c, const m2_ssd_problem *pr, int64_t 
  * MAMBA2C_GPU_SSD_FWD=staged forces the three-launch form (the tests run both; on the CUDA
  * tensor cores it forces their two-kernel form over their on-chip scan). The rule is
  * not tuned: no GPU measurement exists yet (docs/gpu.md §4). */
-static int staged_forced(void) {
+int m2g_ssd_staged_forced(void) {
     const char *e = getenv("MAMBA2C_GPU_SSD_FWD");
     return e && !strcmp(e, "staged");
 }
 static int use_scan_seq(const m2g_dev *d, const m2_ssd_problem *pr) {
-    if (staged_forced()) return 0;
+    if (m2g_ssd_staged_forced()) return 0;
     return pr->N <= 128 && pr->npos == 0 && d->local_mem >= 32 * 1024;
 }
 
-/* The tensor-core forward (CUDA): always with MAMBA2C_CUDA_TC=1; in the automatic mode only
- * its on-chip scan, where that has the blocks to fill the device (docs/gpu.md §3a: on an H200
- * it was 1.4-1.5x the portable walk with 512 blocks, 0.9x with 32 and 128). */
-static int use_tc(const m2g_dev *d, const m2_ssd_problem *pr, int64_t nseq) {
-    if (!d->ssd_tc) return 0;
-    if (!d->tc_min_blocks) return 1;
-    return pr->npos == 0 && pr->N <= d->tc_seq_nmax && !staged_forced() &&
-           nseq * pr->H * m2g_cdiv(pr->P, M2G_TC_SEQ_PC) >= d->tc_min_blocks;
-}
-
 static mamba2_status_t run_scan_seq(m2g_dev *d, const ssd_dev *s) {
-    m2g_args a = {0};
-    m2g_arg_mem(&a, s->ct);
-    m2g_arg_mem(&a, s->stab);
-    m2g_arg_i64(&a, s->Q), m2g_arg_i64(&a, s->H), m2g_arg_i64(&a, s->G), m2g_arg_i64(&a, s->P),
-        m2g_arg_i64(&a, s->N);
-    m2g_arg_t(&a, &s->CB, 4);
-    m2g_arg_t(&a, &s->x, 3);
-    m2g_arg_t(&a, &s->dto, 3);
-    m2g_arg_t(&a, &s->dac, 3);
-    m2g_arg_t(&a, &s->Bm, 3);
-    m2g_arg_t(&a, &s->Cm, 3);
-    m2g_arg_t(&a, &s->D, 1);
-    m2g_arg_i32(&a, s->D_mode);
-    m2g_arg_t(&a, &s->z, 3);
-    m2g_arg_i32(&a, s->z.present);
-    m2g_arg_t(&a, &s->init, 3);
-    m2g_arg_i32(&a, s->init.present);
-    m2g_arg_t(&a, &s->out, 3);
-    m2g_arg_t(&a, &s->outx, 3);
-    m2g_arg_i32(&a, s->outx.present);
-    m2g_arg_t(&a, &s->final, 3);
-    m2g_arg_i32(&a, s->final.present);
-    const size_t g[3] = {(size_t)m2g_cdiv(s->P, 16), (size_t)s->H, (size_t)s->nseq};
-    return m2g_launch(d, M2G_K_m2_ssd_scan_seq_16x16, g, L16x16, &a);
+    return M2G_LAUNCH(d, m2_ssd_scan_seq_16x16, M2G_GRID(m2g_cdiv(s->P, 16), s->H, s->nseq),
+                      .ct = s->ct, .st = s->stab, .Q = s->Q, .H = s->H, .G = s->G, .P = s->P,
+                      .N = s->N, .CB = s->CB, .x = s->x, .dto = s->dto, .dac = s->dac,
+                      .Bm = s->Bm, .Cm = s->Cm, .D = s->D, .D_mode = s->D_mode, .z = s->z,
+                      .has_z = s->z.present, .init = s->init, .has_init = s->init.present,
+                      .out = s->out, .ox = s->outx, .has_ox = s->outx.present, .fin = s->final,
+                      .has_final = s->final.present);
 }
 
 /* mamba2_ssd_forward_states: the state after each chosen token, from the states at chunk
  * starts. Positions are flat token indices b*L + t, increasing, as are the chunks (by row,
  * then token), so one merge finds each one's chunk. */
-static mamba2_status_t pos_states(m2g_call *c, m2g_dev *d, const m2_ssd_problem *pr,
-                                  const ssd_dev *s) {
+static mamba2_status_t pos_table(m2g_call *c, const m2_ssd_problem *pr, int64_t Q,
+                                 m2g_mem *ptab) {
     size_t bytes;
     if (!m2_size_prod(&bytes, 2, (int64_t[]){pr->npos, 2 * (int64_t)sizeof(int64_t)}))
         return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "too many state positions");
@@ -395,8 +311,8 @@ static mamba2_status_t pos_states(m2g_call *c, m2g_dev *d, const m2_ssd_problem 
     for (int64_t sq = 0; sq < pr->nseq && nseen < pr->npos; sq++) {
         int64_t b, t0, t1;
         m2_ssd_seq(pr, sq, &b, &t0, &t1);
-        for (int64_t u = t0; u < t1; u += s->Q, ci++) {
-            const int64_t len = t1 - u < s->Q ? t1 - u : s->Q, f0 = b * pr->L + u;
+        for (int64_t u = t0; u < t1; u += Q, ci++) {
+            const int64_t len = t1 - u < Q ? t1 - u : Q, f0 = b * pr->L + u;
             while (nseen < pr->npos && m2_ssd_pos(pr, nseen) < f0 + len) {
                 const int64_t f = m2_ssd_pos(pr, nseen);
                 if (f < f0) { /* the core's checks exclude it; never read out of bounds */
@@ -412,114 +328,97 @@ static mamba2_status_t pos_states(m2g_call *c, m2g_dev *d, const m2_ssd_problem 
     }
     if (!st && nseen != pr->npos)
         st = m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "state positions beyond the last token");
-    m2g_mem ptab = 0;
-    if (!st) st = m2g_call_upload(c, pt, bytes, &ptab);
+    if (!st) st = m2g_call_upload(c, pt, bytes, ptab);
     free(pt);
-    m2g_t ps;
-    if (!st)
-        st = m2g_call_out(c, &pr->pos_states, 4, (int64_t[]){pr->npos, s->H, s->P, s->N},
-                          sizeof(float), &ps);
-    if (st) return st;
-    m2g_args a = {0};
-    m2g_arg_mem(&a, s->ct);
-    m2g_arg_mem(&a, ptab);
-    m2g_arg_i64(&a, s->Q), m2g_arg_i64(&a, s->H), m2g_arg_i64(&a, s->G), m2g_arg_i64(&a, s->P),
-        m2g_arg_i64(&a, s->N);
-    m2g_arg_t(&a, &s->x, 3);
-    m2g_arg_t(&a, &s->Bm, 3);
-    m2g_arg_t(&a, &s->dto, 3);
-    m2g_arg_t(&a, &s->dac, 3);
-    m2g_arg_t(&a, &s->start, 4);
-    m2g_arg_t(&a, &ps, 3);
-    const size_t g[3] = {(size_t)(m2g_cdiv(s->P, 16) * m2g_cdiv(s->N, 16)), (size_t)s->H,
-                         (size_t)pr->npos};
-    return m2g_launch(d, M2G_K_m2_ssd_pos_state_16x16, g, L16x16, &a);
+    return st;
 }
 
+mamba2_status_t m2g_ssd_pos_states(m2g_call *c, const m2_ssd_problem *pr, const ssd_dev *s) {
+    m2g_mem ptab = 0;
+    m2g_t ps;
+    M2_TRY(pos_table(c, pr, s->Q, &ptab));
+    M2_TRY(m2g_call_out(c, &pr->pos_states, 4, (int64_t[]){pr->npos, s->H, s->P, s->N},
+                        sizeof(float), &ps));
+    return M2G_LAUNCH(c->dev, m2_ssd_pos_state_16x16,
+                      M2G_GRID(m2g_cdiv(s->P, 16) * m2g_cdiv(s->N, 16), s->H, pr->npos),
+                      .ct = s->ct, .pt = ptab, .Q = s->Q, .H = s->H, .G = s->G, .P = s->P,
+                      .N = s->N, .x = s->x, .Bm = s->Bm, .dto = s->dto, .dac = s->dac,
+                      .S0 = s->start, .ps = ps);
+}
+
+/* scratch, one block: dt_out, dA_cumsum [1,H,nc,Q]; CB [1,nc,G,Q,Q] (with_cb); states and
+ * states_start [1,nc,H,P,N] (float32 each) */
+static mamba2_status_t fwd_scratch(m2g_call *c, int with_cb, ssd_dev *s) {
+    const int64_t nc = s->nc, H = s->H, G = s->G, P = s->P, N = s->N, Q = s->Q;
+    size_t n_dt = 0, n_cb = 0, n_st = 0, total = 0;
+    if (!m2_size_prod(&n_dt, 3, (int64_t[]){H, nc, Q}) ||
+        !m2_size_prod(&n_cb, 4, (int64_t[]){with_cb ? nc : 0, G, Q, Q}) ||
+        !m2_size_prod(&n_st, 4, (int64_t[]){nc, H, P, N}) || !m2_size_add(n_dt, n_dt, &total) ||
+        !m2_size_add(total, n_cb, &total) || !m2_size_add(total, n_st, &total) ||
+        !m2_size_add(total, n_st, &total) || !m2_size_mul(total, F4, &total))
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: SSD scratch too large",
+                        c->dev->api);
+    m2g_mem w = 0;
+    int64_t base = 0;
+    M2_TRY(m2g_call_tmp(c, total, &w, &base, F4));
+    s->dto = (m2g_t){.mem = w, .off = base, .s = {0, nc * Q, Q, 1}, .present = 1};
+    s->dac = s->dto;
+    s->dac.off = base + (int64_t)n_dt;
+    s->CB = (m2g_t){.mem = w, .off = base + 2 * (int64_t)n_dt, .s = {0, G * Q * Q, Q * Q, Q, 1},
+                    .present = 1};
+    s->states = (m2g_t){.mem = w, .off = s->CB.off + (int64_t)n_cb,
+                        .s = {0, H * P * N, P * N, N, 1}, .present = 1};
+    s->start = s->states;
+    s->start.off = s->states.off + (int64_t)n_st;
+    return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t m2g_ssd_fwd_bind(m2g_call *c, const m2_ssd_problem *pr, int with_cb,
+                                 ssd_dev *s) {
+    const int64_t B = pr->B, L = pr->L, H = pr->H, G = pr->G, P = pr->P, N = pr->N;
+    const int64_t S = pr->nseq, BLHP[4] = {B, L, H, P}, BLGN[4] = {B, L, G, N};
+    const mamba2_dtype_t at = pr->act_dtype;
+    memset(s, 0, sizeof *s);
+    *s = (ssd_dev){.nseq = S, .Q = M2G_FUSED_Q, .H = H, .G = G, .P = P, .N = N,
+                   .softplus = pr->dt_softplus, .lo = (float)pr->dt_lo, .hi = (float)pr->dt_hi,
+                   .D_mode = !pr->D.p ? 0 : pr->D_per_channel ? 2 : 1};
+    M2_TRY(m2g_fused_tables(c, pr, s->Q, &s->nc, &s->ct, &s->stab));
+    M2_TRY(fwd_scratch(c, with_cb, s));
+    M2_TRY(m2g_call_in_act(c, &pr->x, 4, BLHP, at, &s->x));
+    M2_TRY(m2g_call_in_act(c, &pr->dt, 3, BLHP, at, &s->dt));
+    M2_TRY(m2g_call_in(c, &pr->A, 1, (int64_t[]){H}, F4, &s->A));
+    M2_TRY(m2g_call_in_act(c, &pr->Bm, 4, BLGN, at, &s->Bm));
+    M2_TRY(m2g_call_in_act(c, &pr->Cm, 4, BLGN, at, &s->Cm));
+    M2_TRY(m2g_call_in(c, &pr->D, pr->D_per_channel ? 2 : 1, (int64_t[]){H, P}, F4, &s->D));
+    M2_TRY(m2g_call_in_act(c, &pr->z, 4, BLHP, at, &s->z));
+    M2_TRY(m2g_call_in(c, &pr->dt_bias, 1, (int64_t[]){H}, F4, &s->bias));
+    M2_TRY(m2g_call_in(c, &pr->init, 4, (int64_t[]){S, H, P, N}, F4, &s->init));
+    M2_TRY(m2g_call_out_act(c, &pr->out, 4, BLHP, at, &s->out));
+    M2_TRY(m2g_call_out_act(c, &pr->out_x, 4, BLHP, at, &s->outx));
+    return m2g_call_out(c, &pr->final, 4, (int64_t[]){S, H, P, N}, F4, &s->final);
+}
+
+mamba2_status_t m2g_ssd_fwd_empty(m2g_dev *d, const ssd_dev *s) {
+    return s->final.present ? m2g_run_passing(d, s) : MAMBA2_STATUS_OK;
+}
+
+/* The portable fused forward: chunk_cumsum, bmm_chunk, then the on-chip scan or chunk_state,
+ * state_passing, chunk_scan (and the states at positions). */
 mamba2_status_t m2g_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws) {
     (void)ws;
     m2g_dev *d = m2g_of(ctx);
     M2_TRY(m2g_need_f32(d->api, MAMBA2_DTYPE_F32, pr->par_dtype)); /* half acts: converted */
-    const int64_t B = pr->B, L = pr->L, H = pr->H, G = pr->G, P = pr->P, N = pr->N;
-    const int64_t Q = M2G_FUSED_Q, S = pr->nseq;
-    ssd_dev s;
-    memset(&s, 0, sizeof s);
-    s.nseq = S;
-    s.Q = Q;
-    s.H = H;
-    s.G = G;
-    s.P = P;
-    s.N = N;
-    s.softplus = pr->dt_softplus;
-    s.lo = (float)pr->dt_lo;
-    s.hi = (float)pr->dt_hi;
-    s.D_mode = !pr->D.p ? 0 : pr->D_per_channel ? 2 : 1;
     m2g_call c;
+    ssd_dev s;
     m2g_call_begin(&c, d);
-    mamba2_status_t st = m2g_fused_tables(&c, pr, Q, &s.nc, &s.ct, &s.stab);
-    const int64_t nc = s.nc;
-    const int tc = use_tc(d, pr, S); /* the tensor-core forward needs no CB in scratch */
-    /* scratch, one block: dt_out, dA_cumsum [1,H,nc,Q]; CB [1,nc,G,Q,Q] (not on the tensor
-     * cores); states and states_start [1,nc,H,P,N] (float32 each) */
-    size_t n_dt = 0, n_cb = 0, n_st = 0, total = 0;
-    if (!st && (!m2_size_prod(&n_dt, 3, (int64_t[]){H, nc, Q}) ||
-                !m2_size_prod(&n_cb, 4, (int64_t[]){tc ? 0 : nc, G, Q, Q}) ||
-                !m2_size_prod(&n_st, 4, (int64_t[]){nc, H, P, N}) ||
-                !m2_size_add(n_dt, n_dt, &total) || !m2_size_add(total, n_cb, &total) ||
-                !m2_size_add(total, n_st, &total) || !m2_size_add(total, n_st, &total) ||
-                !m2_size_mul(total, F4, &total)))
-        st = m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: SSD scratch too large", d->api);
-    m2g_mem scratch = 0;
-    int64_t base = 0;
-    if (!st) st = m2g_call_tmp(&c, total, &scratch, &base, F4);
-    if (!st) {
-        s.dto = (m2g_t){.mem = scratch, .off = base, .s = {0, nc * Q, Q, 1}, .present = 1};
-        s.dac = s.dto;
-        s.dac.off = base + (int64_t)n_dt;
-        s.CB = (m2g_t){.mem = scratch, .off = base + 2 * (int64_t)n_dt,
-                       .s = {0, G * Q * Q, Q * Q, Q, 1}, .present = 1};
-        s.states = (m2g_t){.mem = scratch, .off = s.CB.off + (int64_t)n_cb,
-                           .s = {0, H * P * N, P * N, N, 1}, .present = 1};
-        s.start = s.states;
-        s.start.off = s.states.off + (int64_t)n_st;
-    }
-    if (!st) st = m2g_call_in_act(&c, &pr->x, 4, (int64_t[]){B, L, H, P}, pr->act_dtype, &s.x);
-    if (!st) st = m2g_call_in_act(&c, &pr->dt, 3, (int64_t[]){B, L, H}, pr->act_dtype, &s.dt);
-    if (!st) st = m2g_call_in(&c, &pr->A, 1, (int64_t[]){H}, F4, &s.A);
-    if (!st) st = m2g_call_in_act(&c, &pr->Bm, 4, (int64_t[]){B, L, G, N}, pr->act_dtype, &s.Bm);
-    if (!st) st = m2g_call_in_act(&c, &pr->Cm, 4, (int64_t[]){B, L, G, N}, pr->act_dtype, &s.Cm);
-    if (!st)
-        st = m2g_call_in(&c, &pr->D, pr->D_per_channel ? 2 : 1, (int64_t[]){H, P}, F4, &s.D);
-    if (!st) st = m2g_call_in_act(&c, &pr->z, 4, (int64_t[]){B, L, H, P}, pr->act_dtype, &s.z);
-    if (!st) st = m2g_call_in(&c, &pr->dt_bias, 1, (int64_t[]){H}, F4, &s.bias);
-    if (!st) st = m2g_call_in(&c, &pr->init, 4, (int64_t[]){S, H, P, N}, F4, &s.init);
-    if (!st) st = m2g_call_out_act(&c, &pr->out, 4, (int64_t[]){B, L, H, P}, pr->act_dtype, &s.out);
-    if (!st) st = m2g_call_out_act(&c, &pr->out_x, 4, (int64_t[]){B, L, H, P}, pr->act_dtype, &s.outx);
-    if (!st) st = m2g_call_out(&c, &pr->final, 4, (int64_t[]){S, H, P, N}, F4, &s.final);
-    if (!st && nc == 0) { /* no tokens: final_state = initial_state (or 0), nothing else */
-        if (s.final.present) st = m2g_run_passing(d, &s);
-        return m2g_call_end(&c, st);
-    }
+    mamba2_status_t st = m2g_ssd_fwd_bind(&c, pr, 1, &s);
+    if (!st && s.nc == 0) return m2g_call_end(&c, m2g_ssd_fwd_empty(d, &s));
     if (!st) st = m2g_run_cumsum(d, &s);
-    if (!st && tc) { /* CUDA tensor cores: CB stays on chip */
-        const int bf16 = pr->act_dtype == MAMBA2_DTYPE_BF16;
-        if (pr->npos == 0 && N <= d->tc_seq_nmax && !staged_forced()) /* states on chip too */
-            return m2g_call_end(&c, d->ssd_tc(d, &s, M2G_TC_SEQ, bf16));
-        st = d->ssd_tc(d, &s, M2G_TC_STATE, bf16);
-        if (!st) st = m2g_run_passing(d, &s);
-        if (!st) st = d->ssd_tc(d, &s, M2G_TC_SCAN, bf16);
-        if (!st && pr->npos) st = pos_states(&c, d, pr, &s);
-        return m2g_call_end(&c, st);
-    }
     if (!st) st = m2g_run_bmm(d, &s);
-    if (!st && use_scan_seq(d, pr)) {
-        st = run_scan_seq(d, &s);
-    } else {
-        if (!st) st = m2g_run_state(d, &s);
-        if (!st) st = m2g_run_passing(d, &s);
-        if (!st) st = m2g_run_scan(d, &s);
-        if (!st && pr->npos) st = pos_states(&c, d, pr, &s);
-    }
+    if (!st && use_scan_seq(d, pr)) return m2g_call_end(&c, run_scan_seq(d, &s));
+    if (!st) st = m2g_run_state(d, &s);
+    if (!st) st = m2g_run_passing(d, &s);
+    if (!st) st = m2g_run_scan(d, &s);
+    if (!st && pr->npos) st = m2g_ssd_pos_states(&c, pr, &s);
     return m2g_call_end(&c, st);
 }
-

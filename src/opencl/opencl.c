@@ -137,11 +137,12 @@ static mamba2_status_t d_read(m2g_dev *d, void *dst, m2g_mem src, size_t off, si
     return e == CL_SUCCESS ? MAMBA2_STATUS_OK : cl_fail(e, "clEnqueueReadBuffer");
 }
 static mamba2_status_t d_launch(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
-                                int nargs, const m2g_arg *args) {
+                                size_t smem, int nargs, const m2g_arg *args) {
     cl_dev *c = (cl_dev *)d;
-    if (id < 0 || id >= M2G_NUM_KERNELS || nargs > M2G_MAX_ARGS)
+    if (id < 0 || id >= M2G_NUM_KERNELS || nargs > M2G_MAX_ARGS || smem)
         return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "OpenCL: bad launch of kernel %d", id);
     if (groups[0] == 0 || groups[1] == 0 || groups[2] == 0) return MAMBA2_STATUS_OK;
+    m2g_trace_launch(m2g_kernel_names[id], groups, local, 0, nargs, args);
     cl_kernel k = c->kernels[id];
     for (int i = 0; i < nargs; i++) {
         const m2g_arg *a = &args[i];
