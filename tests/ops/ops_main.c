@@ -16,8 +16,8 @@
  * without a device; with `all`, a missing GPU backend is a note, not a failure.
  * Without MAMBA2C_CUDA_TC the program sets it to 0 (the exact float32 tier); with
  * MAMBA2C_CUDA_TC=1 the CUDA backend runs on the tensor cores, a separate mode with the
- * tf32 tolerances of ops.h. MAMBA2C_TEST_REDUCED=1 (the emulated CUDA device): the
- * layer-sized fused SSD case is left out on the GPU backends.
+ * tf32 tolerances of ops.h. MAMBA2C_TEST_REDUCED=1 (the emulated CUDA device, the AArch64
+ * build under qemu): the layer-sized fused SSD case is left out.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stdio.h>
