@@ -252,11 +252,17 @@ void ops_ssd_positions(const ops_be *be) {
         {"batched_B2_L37", SH(2, 37, 4, 5, 7, 8, 2), .D_mode = 1, ALL_OPTS},
         {"batched_L150_chunk_edges", SH(1, 150, 2, 16, 32, 64, 1), .z = 1, STATES},
         {"varlen_3seq", SH(1, 0, 3, 4, 9, 16, 3), .nseq = 3, .seqlen = {1, 14, 85}, STATES},
+        {"view_zxbcdt_B2_L45", SH(2, 45, 4, 6, 10, 16, 2), .D_mode = 2, ALL_OPTS,
+         .layout = TH_LAYOUT_ZXBCDT},
+        {"L1_B3", SH(3, 1, 2, 4, 4, 8, 1), STATES},
     };
-    static const int64_t pos[3][8] = {{0, 5, 31, 36, 37, 73}, {0, 63, 64, 65, 127, 128, 149},
-                                      {0, 1, 14, 15, 20, 78, 79, 99}};
-    static const int np[3] = {6, 7, 8};
-    for (int i = 0; i < 3; i++)
+    static const int64_t pos[][8] = {{0, 5, 31, 36, 37, 73},
+                                     {0, 63, 64, 65, 127, 128, 149},
+                                     {0, 1, 14, 15, 20, 78, 79, 99},
+                                     {0, 15, 16, 44, 45, 60, 89},
+                                     {0, 1, 2}};
+    static const int np[] = {6, 7, 8, 7, 3};
+    for (int i = 0; i < (int)(sizeof np / sizeof np[0]); i++)
         if (ops_selected(pc[i].name)) test_positions(be, &pc[i], np[i], pos[i]);
 }
 
