@@ -15,7 +15,7 @@
  *    TOL_TC_TF32_GRAD; the other gradients and determinism as ever.
  *  - positions: states at positions (batched, varlen, positions at chunk edges) vs the
  *    reference; out and final_state unchanged by asking for them; guards after the states.
- *  - errors: float64 storage (UNSUPPORTED on the GPU backends), bad shapes, NULL tensors,
+ *  - errors: float64 storage (OK on the reference only), bad shapes, NULL tensors,
  *    wrong dtypes and overflowing sizes (INVALID_ARGUMENT everywhere), nothing written.
  * With MAMBA2C_TEST_REDUCED=1 (the emulated CUDA device, the AArch64 build under qemu) the
  * layer-sized fused case is left out unless a filter is given.

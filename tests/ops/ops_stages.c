@@ -4,7 +4,7 @@
  * under test; each stage's outputs vs the float64 reference run on exactly the inputs the
  * chain gave it, the chain's out (and final_state) vs the fused float64 reference; strided
  * (padded) views for the odd cases; padding of the staged tensors exact. Error table: bf16
- * storage (UNSUPPORTED on the GPU backends), bad shapes, NULL tensors.
+ * storage of dt (UNSUPPORTED on every backend), bad shapes, NULL tensors.
  */
 #include <math.h>
 #include <stdio.h>
