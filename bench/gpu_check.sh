@@ -4,8 +4,8 @@
 # mamba_ssm); downloads nothing; ends within ~570 s. In order, each phase with a deadline:
 #   0. preflight: GPU, driver, clocks, nvcc, torch and Triton versions (preflight.txt);
 #   1. build (Release, CUDA on) into a scratch build dir                          (until 120 s);
-#   2. the CUDA test suite under CUDA_LAUNCH_BLOCKING=1: test_cuda_device, test_opencl_ssd,
-#      test_opencl_ops, test_ssd_half, test_step_layouts (--backend cuda), the fat-binary kernel
+#   2. the CUDA test suite under CUDA_LAUNCH_BLOCKING=1: test_cuda_device, test_ops (the SSD
+#      ops, then the others), test_ssd_half, test_step_layouts (--backend cuda), the fat-binary kernel
 #      list check, the tile emulation; the device and SSD tests again with the tensor-core
 #      path (MAMBA2C_CUDA_TC=1); python/tests/test_cuda_tensors.py               (until 250 s);
 #   3. compute-sanitizer memcheck, racecheck and synccheck on test_cuda_device, without and with
@@ -137,7 +137,7 @@ if [ "$SKIP_BUILD" = 0 ]; then
     fi
     say "build (-j$NPROC)"
     if ! timeout "$(left "$E_BUILD")" cmake --build "$BUILD" -j"$NPROC" --target mamba2c gpu-bench \
-        test_cuda_device test_opencl_ssd test_opencl_ops test_ssd_half test_step_layouts \
+        test_cuda_device test_ops test_ssd_half test_step_layouts \
         test_tc_tiles >"$LOG/build.log" 2>&1; then
         say "FAIL: build (see logs/build.log)"
         tail -30 "$LOG/build.log"
@@ -167,8 +167,8 @@ run_test() { # end (s), name, command...: log logs/<name>.log, a PASS/FAIL/SKIP 
 }
 if [ "$SKIP_TESTS" = 0 ] && [ "$DRY" = 0 ]; then
     run_test "$E_TESTS" cuda_device "$T/test_cuda_device"
-    run_test "$E_TESTS" cuda_ssd "$T/test_opencl_ssd" --backend cuda -q
-    run_test "$E_TESTS" cuda_ops "$T/test_opencl_ops" --backend cuda
+    run_test "$E_TESTS" cuda_ssd "$T/test_ops" --backend cuda --op ssd,stages,positions -q
+    run_test "$E_TESTS" cuda_ops "$T/test_ops" --backend cuda --op conv1d,rmsnorm,conv1d_step,ssd_step
     run_test "$E_TESTS" cuda_half "$T/test_ssd_half" --backend cuda -q
     run_test "$E_TESTS" cuda_step_layouts "$T/test_step_layouts" --backend cuda -q
     [ -f "$BUILD/mamba2c_kernels.fatbin" ] && run_test "$E_TESTS" cuda_fatbin cmake \
@@ -176,7 +176,8 @@ if [ "$SKIP_TESTS" = 0 ] && [ "$DRY" = 0 ]; then
         -DFATBIN="$BUILD/mamba2c_kernels.fatbin" -P "$ROOT/cmake/check_fatbin.cmake"
     run_test "$E_TESTS" tc_tiles_emulated "$T/test_tc_tiles"
     run_test "$E_TESTS" tc_cuda_device env MAMBA2C_CUDA_TC=1 "$T/test_cuda_device"
-    run_test "$E_TESTS" tc_cuda_ssd env MAMBA2C_CUDA_TC=1 "$T/test_opencl_ssd" --backend cuda -q
+    run_test "$E_TESTS" tc_cuda_ssd env MAMBA2C_CUDA_TC=1 "$T/test_ops" --backend cuda \
+        --op ssd,stages,positions -q
     run_test "$E_TESTS" tc_cuda_half env MAMBA2C_CUDA_TC=1 "$T/test_ssd_half" --backend cuda -q
     PYT=$ROOT/python/tests/test_cuda_tensors.py
     [ -f "$PYT" ] && run_test "$E_TESTS" py_cuda_tensors env MAMBA2C_LIBRARY="$LIB" \

@@ -1,20 +1,23 @@
 # tests/ops_cuda_emu.cmake — the CUDA backend on the emulated device (cmake/cuda_emu.cmake,
 # tests/cuda_emu/): the CUDA test programs with the stand-in libcuda.so.1 first on
 # LD_LIBRARY_PATH, against the float64 reference as on a GPU: the fused SSD forward, backward,
-# states at positions and staged stages (test_opencl_ssd), conv1d, gated RMSNorm and the steps
-# (test_opencl_ops), device mode (test_cuda_device), bf16/f16 storage (test_ssd_half), the step
-# cache layouts (test_step_layouts), and the emulator's own checks (cuda_emu/test_cuda_emu.c).
+# states at positions and staged stages (test_ops --op ssd,stages,positions), conv1d, gated
+# RMSNorm and the steps (test_ops --op conv1d,rmsnorm,conv1d_step,ssd_step), device mode
+# (test_cuda_device), bf16/f16 storage (test_ssd_half), the step cache layouts
+# (test_step_layouts), and the emulator's own checks (cuda_emu/test_cuda_emu.c).
 # No skip code: a missing device here is a failure. cuda_emu_ssd_tc, cuda_emu_ssd_half_tc and
 # cuda_emu_device_tc run the fused forward and backward on the (emulated) tensor cores (tf32
 # for f32/f16 storage, bf16 MMA for bf16; device mode bitwise equal to host mode there too). Every run is reduced (MAMBA2C_TEST_REDUCED=1): the emulator runs a CUDA thread as a
-# fiber, ~100x slower than PoCL, so test_opencl_ssd leaves out its layer-sized case and
+# fiber, ~100x slower than PoCL, so test_ops leaves out its layer-sized SSD case and
 # test_ssd_half its CPU-split case (L = 6200) on the GPU backends; every op, option, dtype and
 # kernel form still runs (timings: docs/gpu.md, "The emulated CUDA device").
 if(MAMBA2C_CUDA_EMU_ACTIVE)
   set(emu_env "LD_LIBRARY_PATH=${MAMBA2C_CUDA_EMU_DIR};MAMBA2C_TEST_REDUCED=1")
-  add_test(NAME cuda_emu_ssd COMMAND test_opencl_ssd --backend cuda -q)
-  add_test(NAME cuda_emu_ssd_tc COMMAND test_opencl_ssd --backend cuda -q)
-  add_test(NAME cuda_emu_ops COMMAND test_opencl_ops --backend cuda)
+  set(emu_ssd --backend cuda --op ssd,stages,positions -q)
+  add_test(NAME cuda_emu_ssd COMMAND test_ops ${emu_ssd})
+  add_test(NAME cuda_emu_ssd_tc COMMAND test_ops ${emu_ssd})
+  add_test(NAME cuda_emu_ops COMMAND test_ops --backend cuda
+           --op conv1d,rmsnorm,conv1d_step,ssd_step)
   add_test(NAME cuda_emu_device COMMAND test_cuda_device -q)
   add_test(NAME cuda_emu_device_tc COMMAND test_cuda_device -q)
   add_test(NAME cuda_emu_ssd_half COMMAND test_ssd_half --backend cuda -q)

@@ -1,11 +1,12 @@
 # tests/ops_opencl.cmake — the GPU kernels on the OpenCL backend (PoCL in CI; included from
 # tests/CMakeLists.txt). Exit code 77 = no OpenCL device at all (SKIPPED); `make test`
 # installs PoCL first so that CI never skips it.
-add_executable(test_opencl_ssd gpu/test_opencl_ssd.c)
-target_include_directories(test_opencl_ssd PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
-target_link_libraries(test_opencl_ssd PRIVATE mamba2c_test_harness)
-add_test(NAME opencl_ssd COMMAND test_opencl_ssd -q)
+# the SSD ops (fused, staged stages, states at positions) and the device selection: test_ops
+# (tests/ops/, ops_test_ops.cmake); on the CUDA backend (host mode) where a GPU exists
+add_test(NAME opencl_ssd COMMAND test_ops --backend opencl --op ssd,stages,positions,context -q)
 set_tests_properties(opencl_ssd PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "gpu;opencl")
+add_test(NAME cuda_ssd COMMAND test_ops --backend cuda --op ssd,stages,positions -q)
+set_tests_properties(cuda_ssd PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "gpu;cuda")
 # bf16/f16 storage of the fused SSD op on the OpenCL backend: the half test's own table
 add_test(NAME ssd_half_opencl COMMAND test_ssd_half --backend opencl -q)
 set_tests_properties(ssd_half_opencl PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 LABELS "gpu;opencl")

@@ -1,6 +1,6 @@
 /*
  * ssd_case_macros.h — shorthands for th_ssd_case tables (designated initialisers), shared by
- * the tables of test_ssd_cases.c, test_ssd_half.c and gpu/test_opencl_ssd.c.
+ * the tables of test_ssd_cases.c, test_ssd_half.c and ops/ops_ssd.c, ops/ops_stages.c.
  */
 #ifndef MAMBA2C_TEST_SSD_CASE_MACROS_H
 #define MAMBA2C_TEST_SSD_CASE_MACROS_H
