@@ -36,3 +36,16 @@ if(MAMBA2C_CUDA_EMU_ACTIVE)
                ENVIRONMENT MAMBA2C_CUDA_TC=1)
   add_dependencies(mamba2c_test_harness m2emu_cuda) # built with every test program
 endif()
+# the grid fold (issue 26): a z extent past the driver's limit (M2EMU_MAX_GRID_Z=3 there) folded
+# into x, bitwise the unfolded run (tests/cuda_emu/test_cuda_grid.c); and the whole SSD suite
+# with every chunk, sequence and position count above 3 folded
+if(MAMBA2C_CUDA_EMU_ACTIVE)
+  add_executable(test_cuda_grid cuda_emu/test_cuda_grid.c)
+  target_include_directories(test_cuda_grid PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+  target_link_libraries(test_cuda_grid PRIVATE mamba2c_test_harness)
+  add_test(NAME cuda_emu_grid COMMAND test_cuda_grid -q)
+  add_test(NAME cuda_emu_ssd_zfold COMMAND test_opencl_ssd --backend cuda -q)
+  set_tests_properties(cuda_emu_grid cuda_emu_ssd_zfold PROPERTIES ENVIRONMENT "${emu_env}"
+                       TIMEOUT 900 LABELS "gpu;cuda;cuda_emu")
+  set_property(TEST cuda_emu_ssd_zfold APPEND PROPERTY ENVIRONMENT M2EMU_MAX_GRID_Z=3)
+endif()

@@ -142,6 +142,7 @@ typedef struct cu_dev {
     cu_buf cache[CU_CACHE_MAX];
     int stage_next; /* device mode: the pinned staging ring of index-table uploads */
     struct cu_prof *prof; /* MAMBA2C_CUDA_PROFILE, else NULL */
+    unsigned grid_max[3]; /* the device's grid limits (MAX_GRID_DIM_X, _Y, _Z) */
     cu_stage stage[CU_STAGE_SLOTS];
 } cu_dev;
 
@@ -383,24 +384,52 @@ static void prof_report(cu_dev *c) {
 
 m2cu_tc_cfg m2cu_tc_config(const m2g_dev *d) { return ((const cu_dev *)d)->tc; }
 
+/* The z extents of these kernels count chunks, sequences or positions, and they read their
+ * ids through common.h's fold (M2K_GROUP_X / M2K_GROUP_Z): every portable kernel (CUDA has no
+ * plain z id) and the tensor-core on-chip scans. The other tensor-core kernels put the chunks
+ * in x; their z (tiles of P and N) is never folded. */
+static int foldable(int id) {
+    return id < M2G_NUM_KERNELS || id == M2G_K_m2_ssd_scan_seq_tf32_tc128 ||
+           id == M2G_K_m2_ssd_scan_seq_bf16_tc128;
+}
+/* The smallest k dividing gz with gz / k <= zmax (at worst gz; divisors in pairs up to sqrt(gz)). */
+static size_t fold_factor(size_t gz, size_t zmax) {
+    const size_t k0 = (gz + zmax - 1) / zmax;
+    size_t best = gz; /* gz / gz = 1 always fits */
+    for (size_t q = 1; q <= gz / q; q++)
+        if (gz % q == 0) {
+            if (q >= k0 && q < best) best = q;
+            if (gz / q >= k0 && gz / q < best) best = gz / q;
+        }
+    return best;
+}
+
 static mamba2_status_t d_launch(m2g_dev *d, int id, const size_t groups[3], const size_t local[3],
                                 size_t smem, int nargs, const m2g_arg *args) {
     cu_dev *c = (cu_dev *)d;
     if (id < 0 || id >= M2G_NUM_ALL_KERNELS || nargs > M2G_MAX_ARGS)
         return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: bad launch of kernel %d", id);
     if (groups[0] == 0 || groups[1] == 0 || groups[2] == 0) return MAMBA2_STATUS_OK;
-    if (groups[0] > 0x7FFFFFFFu || groups[1] > 65535 || groups[2] > 65535)
+    /* z past the device's limit: k z-slices per row of x (common.h, "Grid folding") */
+    size_t grid[3] = {groups[0], groups[1], groups[2]};
+    if (grid[2] > c->grid_max[2] && foldable(id)) {
+        const size_t k = fold_factor(grid[2], c->grid_max[2]);
+        if (grid[0] <= c->grid_max[0] / k) grid[0] *= k, grid[2] /= k;
+    }
+    if (grid[0] > c->grid_max[0] || grid[1] > c->grid_max[1] || grid[2] > c->grid_max[2])
         return m2_error(MAMBA2_STATUS_UNSUPPORTED,
-                        "CUDA: %s needs a grid of %zu x %zu x %zu blocks (y and z are at most "
-                        "65535)",
-                        kname(id), groups[0], groups[1], groups[2]);
+                        "CUDA: %s needs a grid of %zu x %zu x %zu blocks; %s allows %u x %u x "
+                        "%u%s",
+                        kname(id), groups[0], groups[1], groups[2], c->base.name,
+                        c->grid_max[0], c->grid_max[1], c->grid_max[2],
+                        foldable(id) ? " (z folded into x where that fits)" : "");
     m2g_trace_launch(kname(id), groups, local, smem, nargs, args);
     void *params[M2G_MAX_ARGS];
     for (int i = 0; i < nargs; i++) params[i] = (void *)&args[i].v; /* union: value at offset 0 */
     push(c);
     const int rec = c->prof ? prof_begin(c) : -1;
-    CUresult r = cu.cuLaunchKernel(c->fn[id], (unsigned)groups[0], (unsigned)groups[1],
-                                   (unsigned)groups[2], (unsigned)local[0], (unsigned)local[1],
+    CUresult r = cu.cuLaunchKernel(c->fn[id], (unsigned)grid[0], (unsigned)grid[1],
+                                   (unsigned)grid[2], (unsigned)local[0], (unsigned)local[1],
                                    (unsigned)local[2], (unsigned)smem, c->stream, params, NULL);
     if (c->prof && r == CUDA_SUCCESS) prof_end(c, rec, id);
     pop();
@@ -549,6 +578,17 @@ static mamba2_status_t open_cuda(mamba2_context_t *ctx, int ordinal, void *strea
                 c->tc.min_blocks = 2 * (int64_t)sms;
         }
         pop();
+    }
+    /* the grid limits the launch folds to (MAX_GRID_DIM_X, _Y, _Z: attributes 5, 6, 7) */
+    for (int k = 0; !st && k < 3; k++) {
+        int v = 0;
+        if ((r = cu.cuDeviceGetAttribute(&v, 5 + k, c->device)) != CUDA_SUCCESS)
+            st = cu_fail(r, "cuDeviceGetAttribute (MAX_GRID_DIM)");
+        else if (v <= 0)
+            st = m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "CUDA: grid limit %d of %s is %d", k,
+                          c->base.name, v);
+        else
+            c->grid_max[k] = (unsigned)v;
     }
     const char *prof = getenv("MAMBA2C_CUDA_PROFILE");
     if (!st && prof && *prof) {

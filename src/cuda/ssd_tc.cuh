@@ -243,7 +243,9 @@ __device__ __forceinline__ void scan_seq(
     float *S = (float *)(smd + L.s), *r1 = (float *)(smd + L.r1), *y2s = (float *)(smd + L.y2);
     T *wt = (T *)(smd + L.w), *xs = (T *)(smd + L.xs), *xw = (T *)(smd + L.xw);
     T *ka = (T *)(smd + L.ka), *kb = (T *)(smd + L.kb), *kc = (T *)(smd + L.kc);
-    const m2_i64 p0 = (m2_i64)blockIdx.x * M2TC_SEQ_PC, h = blockIdx.y, s = blockIdx.z;
+    // x, z through the fold of common.h: the sequences (z) may pass the grid limit
+    const m2_i64 gx = (P + M2TC_SEQ_PC - 1) / M2TC_SEQ_PC;
+    const m2_i64 p0 = M2K_GROUP_X(gx) * M2TC_SEQ_PC, h = blockIdx.y, s = M2K_GROUP_Z(gx);
     const m2_i64 g = h / (H / G);
     for (int e = tid; e < M2TC_SEQ_PC * npad; e += M2TC_THREADS) { // the entering state
         const int r = e / npad, n = e % npad;

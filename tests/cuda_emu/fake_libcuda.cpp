@@ -17,6 +17,9 @@
 // The last cuDevicePrimaryCtxRelease destroys the context and everything it owns.
 // Not modelled: static shared memory and registers per function, occupancy, asynchrony.
 // M2EMU_MEM_BYTES caps the emulated memory (default 4 GiB); m2emu_call_count(name) counts calls.
+// M2EMU_MAX_GRID_X, _Y, _Z lower the grid limits (read at every attribute query and launch, so
+// a test can change them between contexts): a small problem then needs the host's grid fold,
+// and a launch past them still fails.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -116,6 +119,14 @@ int need_ctx() {
     ctx_st *c = current();
     if (!c || c->refs <= 0) return E_INVALID_CONTEXT;
     return c->sticky;
+}
+// grid limit of axis a (0 x, 1 y, 2 z): an H200's, or M2EMU_MAX_GRID_X/_Y/_Z when set lower
+unsigned grid_limit(int a) {
+    static const char *const var[3] = {"M2EMU_MAX_GRID_X", "M2EMU_MAX_GRID_Y", "M2EMU_MAX_GRID_Z"};
+    const unsigned long long hw = a == 0 ? 2147483647ull : 65535ull;
+    const char *e = getenv(var[a]);
+    const unsigned long long v = e && *e ? strtoull(e, nullptr, 0) : hw;
+    return (unsigned)(v >= 1 && v < hw ? v : hw);
 }
 size_t mem_limit() {
     const char *e = getenv("M2EMU_MEM_BYTES");
@@ -247,8 +258,7 @@ API CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
     switch (attr) {
     case 1: case 2: case 3: *v = 1024; return OK;     // threads per block, block x, y
     case 4: *v = 64; return OK;                       // block z
-    case 5: *v = 2147483647; return OK;               // grid x
-    case 6: case 7: *v = 65535; return OK;            // grid y, z
+    case 5: case 6: case 7: *v = (int)grid_limit(attr - 5); return OK; // grid x, y, z
     case 8: *v = kSmemDefault; return OK;             // shared memory per block
     case 9: *v = 65536; return OK;                    // constant memory
     case 10: *v = 32; return OK;                      // warp size
@@ -598,7 +608,8 @@ API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsi
         if (fn->mod->ctx != current()) return E_INVALID_HANDLE; // another context's function
         if (!stream_ok(stream)) return E_INVALID_HANDLE;
     }
-    if (!gx || !gy || !gz || gx > 2147483647u || gy > 65535 || gz > 65535) return E_INVALID_VALUE;
+    if (!gx || !gy || !gz || gx > grid_limit(0) || gy > grid_limit(1) || gz > grid_limit(2))
+        return E_INVALID_VALUE;
     if (!bx || !by || !bz || bx > 1024 || by > 1024 || bz > 64 ||
         (unsigned long long)bx * by * bz > 1024)
         return E_INVALID_VALUE;

@@ -14,7 +14,10 @@
  *   M2K_DYNAMIC_SHARED(t,n) CUDA only: `t *n`, the launch's dynamic shared block (128-aligned);
  *                         the host emulator of tests/cuda_emu defines its own before this header
  *   M2K_BARRIER()         work-group barrier with local-memory fence
- *   M2K_GROUP_ID(d), M2K_LOCAL_ID(d), M2K_NUM_GROUPS(d)   ids, d = 0, 1, 2
+ *   M2K_GROUP_ID(d), M2K_NUM_GROUPS(d)   group ids and counts, d = 0, 1 (z: M2K_GROUP_Z)
+ *   M2K_GROUP_X(gx), M2K_GROUP_Z(gx)     x and z ids of a kernel whose z extent can pass the
+ *                         CUDA grid limit (chunks, sequences, positions); gx: its x extent
+ *   M2K_LOCAL_ID(d)       work-item id in its group, d = 0, 1, 2
  *   m2_i64, m2_i32, m2_u32, m2_u16                     fixed-width integers
  *   m2k_exp, m2k_log1p, m2k_expm1, m2k_fmax, m2k_fmin, m2k_sqrt, m2k_fabs   float32 math
  *   m2k_f32_bits, m2k_f32_from_bits                     bit casts
@@ -24,6 +27,15 @@
  *
  * Work-group shape: kernels are launched with a fixed local size that their name states
  * (e.g. _16x16); the host (src/gpu/) passes group counts, never global sizes.
+ * Grid folding: CUDA caps grid.y and grid.z at 65535 (x at 2^31 - 1), and a z extent counts
+ * chunks, sequences or positions, so it passes the cap near 4.2 M tokens. A kernel with a z
+ * extent reads its x and z ids as M2K_GROUP_X(gx) / M2K_GROUP_Z(gx), gx being its x extent
+ * recomputed from its arguments exactly as the host computes it. Where z passes the device's
+ * limit, src/cuda/cuda.c launches (gx * k, y, z / k) blocks, k the smallest divisor of z that
+ * fits: launch block (bx, by, bz) is x = bx % gx, z = bx / gx + k * bz (so every block exists
+ * once and the numerics cannot change); unfolded, k = 1, that is (bx, bz). OpenCL has no such
+ * limit: the plain ids. CUDA has no M2K_GROUP_ID(2) / M2K_NUM_GROUPS(2), so a kernel that
+ * reads z without the fold does not compile for CUDA (M2K_CU_GROUP_ID_2 is undeclared).
  * Precision: float32 arithmetic throughout; the OpenCL host builds without
  * -cl-fast-relaxed-math / -cl-mad-enable and nvcc without --use_fast_math.
  */
@@ -40,6 +52,8 @@
 #define M2K_BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
 #define M2K_GROUP_ID(d) ((m2_i64)get_group_id(d))
 #define M2K_NUM_GROUPS(d) ((m2_i64)get_num_groups(d))
+#define M2K_GROUP_X(gx) ((m2_i64)get_group_id(0))
+#define M2K_GROUP_Z(gx) ((m2_i64)get_group_id(2))
 #define M2K_LOCAL_ID(d) ((int)get_local_id(d))
 typedef long m2_i64;
 typedef int m2_i32;
@@ -67,8 +81,17 @@ typedef ushort m2_u16;
 #define M2K_DYNAMIC_SHARED(type, name) extern __shared__ __align__(128) type name[]
 #endif
 #define M2K_BARRIER() __syncthreads()
-#define M2K_GROUP_ID(d) ((m2_i64)((d) == 0 ? blockIdx.x : (d) == 1 ? blockIdx.y : blockIdx.z))
-#define M2K_NUM_GROUPS(d) ((m2_i64)((d) == 0 ? gridDim.x : (d) == 1 ? gridDim.y : gridDim.z))
+/* d is a literal 0 or 1: z only through the fold (the header comment, "Grid folding") */
+#define M2K_GROUP_ID(d) M2K_CU_GROUP_ID_##d
+#define M2K_NUM_GROUPS(d) M2K_CU_NUM_GROUPS_##d
+#define M2K_CU_GROUP_ID_0 ((m2_i64)blockIdx.x)
+#define M2K_CU_GROUP_ID_1 ((m2_i64)blockIdx.y)
+#define M2K_CU_NUM_GROUPS_0 ((m2_i64)gridDim.x)
+#define M2K_CU_NUM_GROUPS_1 ((m2_i64)gridDim.y)
+#define M2K_GROUP_X(gx) ((m2_i64)(blockIdx.x % (unsigned int)(gx)))
+#define M2K_GROUP_Z(gx)                                                                        \
+    ((m2_i64)(blockIdx.x / (unsigned int)(gx)) +                                               \
+     (m2_i64)(gridDim.x / (unsigned int)(gx)) * (m2_i64)blockIdx.z)
 #define M2K_LOCAL_ID(d) ((int)((d) == 0 ? threadIdx.x : (d) == 1 ? threadIdx.y : threadIdx.z))
 typedef long long m2_i64;
 typedef int m2_i32;

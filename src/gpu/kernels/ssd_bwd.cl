@@ -67,9 +67,9 @@ M2K_KERNEL void m2_ssd_bwd_state_passing_wi64(
     m2_i32 has_dfin,
     M2K_GLOBAL float *dinit, m2_i64 di_o, m2_i64 di_s0, m2_i64 di_s1, m2_i64 di_s2,
     m2_i32 has_dinit) {
-    const m2_i64 e = M2K_GROUP_ID(0) * 64 + M2K_LOCAL_ID(0);
+    const m2_i64 gx = (P * N + 63) / 64, e = M2K_GROUP_X(gx) * 64 + M2K_LOCAL_ID(0);
     if (e >= P * N) return;
-    const m2_i64 p = e / N, n = e % N, h = M2K_GROUP_ID(1), s = M2K_GROUP_ID(2);
+    const m2_i64 p = e / N, n = e % N, h = M2K_GROUP_ID(1), s = M2K_GROUP_Z(gx);
     float v = has_dfin ? dfin[df_o + s * df_s0 + h * df_s1 + p * df_s2 + n] : 0.0f;
     for (m2_i64 c = st[2 * s + 1] - 1; c >= st[2 * s]; c--) {
         const m2_i64 len = ct[5 * c + 2];
@@ -93,9 +93,9 @@ M2K_KERNEL void m2_ssd_bwd_dx_16x16(
     M2K_LOCAL_ARRAY(float, ws, [16][17]);
     M2K_LOCAL_ARRAY(float, vs, [16][17]);
     const int lx = M2K_LOCAL_ID(0), ly = M2K_LOCAL_ID(1);
-    const m2_i64 ntp = (P + 15) / 16, tile = M2K_GROUP_ID(0);
+    const m2_i64 ntp = (P + 15) / 16, gx = (Q + 15) / 16 * ntp, tile = M2K_GROUP_X(gx);
     const m2_i64 j0 = (tile / ntp) * 16, p0 = (tile % ntp) * 16;
-    const m2_i64 h = M2K_GROUP_ID(1), c = M2K_GROUP_ID(2), g = h / (H / G);
+    const m2_i64 h = M2K_GROUP_ID(1), c = M2K_GROUP_Z(gx), g = h / (H / G);
     M2K_CT(c);
     const m2_i64 b = ctc[0], t0 = ctc[1], len = ctc[2];
     const m2_i64 oc = dac_o + (h * nc + c) * Q, od = dto_o + (h * nc + c) * Q;
@@ -142,9 +142,9 @@ M2K_KERNEL void m2_ssd_bwd_E_16x16(
     M2K_LOCAL_ARRAY(float, as, [16][17]);
     M2K_LOCAL_ARRAY(float, bs, [16][17]);
     const int lx = M2K_LOCAL_ID(0), ly = M2K_LOCAL_ID(1);
-    const m2_i64 nt = (Q + 15) / 16, tile = M2K_GROUP_ID(0);
+    const m2_i64 nt = (Q + 15) / 16, tile = M2K_GROUP_X(nt * nt);
     const m2_i64 i0 = (tile / nt) * 16, j0 = (tile % nt) * 16;
-    const m2_i64 h = M2K_GROUP_ID(1), c = M2K_GROUP_ID(2);
+    const m2_i64 h = M2K_GROUP_ID(1), c = M2K_GROUP_Z(nt * nt);
     M2K_CT(c);
     const m2_i64 b = ctc[0], t0 = ctc[1], len = ctc[2];
     float acc = 0.0f;
@@ -216,9 +216,9 @@ M2K_KERNEL void m2_ssd_bwd_dbc_16x16(
     M2K_LOCAL_ARRAY(float, as, [16][17]);
     M2K_LOCAL_ARRAY(float, bs, [16][17]);
     const int lx = M2K_LOCAL_ID(0), ly = M2K_LOCAL_ID(1);
-    const m2_i64 ntn = (N + 15) / 16, tile = M2K_GROUP_ID(0);
+    const m2_i64 ntn = (N + 15) / 16, gx = (Q + 15) / 16 * ntn, tile = M2K_GROUP_X(gx);
     const m2_i64 i0 = (tile / ntn) * 16, n0 = (tile % ntn) * 16;
-    const m2_i64 g = M2K_GROUP_ID(1), c = M2K_GROUP_ID(2), hpg = H / G;
+    const m2_i64 g = M2K_GROUP_ID(1), c = M2K_GROUP_Z(gx), hpg = H / G;
     M2K_CT(c);
     const m2_i64 b = ctc[0], t0 = ctc[1], len = ctc[2];
     const m2_i64 ocb = dCB_o + (c * G + g) * Q * Q;
@@ -277,7 +277,8 @@ M2K_KERNEL void m2_ssd_bwd_tok_16x16(
     M2K_LOCAL_ARRAY(float, ss, [16][17]); /* S0[p][n] */
     M2K_LOCAL_ARRAY(float, ds, [16][17]); /* dS[p][n] */
     const int lx = M2K_LOCAL_ID(0), ly = M2K_LOCAL_ID(1), lid = ly * 16 + lx;
-    const m2_i64 i0 = M2K_GROUP_ID(0) * 16, h = M2K_GROUP_ID(1), c = M2K_GROUP_ID(2);
+    const m2_i64 gx = (Q + 15) / 16, i0 = M2K_GROUP_X(gx) * 16, h = M2K_GROUP_ID(1);
+    const m2_i64 c = M2K_GROUP_Z(gx);
     const m2_i64 g = h / (H / G);
     M2K_CT(c);
     const m2_i64 b = ctc[0], t0 = ctc[1], len = ctc[2];

@@ -74,9 +74,9 @@ M2K_KERNEL void m2_ssd_bmm_chunk_16x16(
     M2K_LOCAL_ARRAY(float, cs, [16][17]);
     M2K_LOCAL_ARRAY(float, bs, [16][17]);
     const int lx = M2K_LOCAL_ID(0), ly = M2K_LOCAL_ID(1);
-    const m2_i64 nt = (Q + 15) / 16, tile = M2K_GROUP_ID(0);
+    const m2_i64 nt = (Q + 15) / 16, tile = M2K_GROUP_X(nt * nt);
     const m2_i64 i0 = (tile / nt) * 16, j0 = (tile % nt) * 16;
-    const m2_i64 g = M2K_GROUP_ID(1), c = M2K_GROUP_ID(2);
+    const m2_i64 g = M2K_GROUP_ID(1), c = M2K_GROUP_Z(nt * nt);
     const m2_i64 b = ct[5 * c], t0 = ct[5 * c + 1], len = ct[5 * c + 2];
     const m2_i64 sb = ct[5 * c + 3], sk = ct[5 * c + 4];
     const m2_i64 cb = C_o + b * C_s0 + g * C_s2, bb = B_o + b * B_s0 + g * B_s2;
@@ -109,9 +109,9 @@ M2K_KERNEL void m2_ssd_chunk_state_16x16(
     M2K_LOCAL_ARRAY(float, xs, [16][17]);
     M2K_LOCAL_ARRAY(float, bs, [16][17]);
     const int lx = M2K_LOCAL_ID(0), ly = M2K_LOCAL_ID(1);
-    const m2_i64 ntn = (N + 15) / 16, tile = M2K_GROUP_ID(0);
+    const m2_i64 ntn = (N + 15) / 16, gx = (P + 15) / 16 * ntn, tile = M2K_GROUP_X(gx);
     const m2_i64 p0 = (tile / ntn) * 16, n0 = (tile % ntn) * 16;
-    const m2_i64 h = M2K_GROUP_ID(1), c = M2K_GROUP_ID(2), g = h / (H / G);
+    const m2_i64 h = M2K_GROUP_ID(1), c = M2K_GROUP_Z(gx), g = h / (H / G);
     const m2_i64 b = ct[5 * c], t0 = ct[5 * c + 1], len = ct[5 * c + 2];
     const m2_i64 sb = ct[5 * c + 3], sk = ct[5 * c + 4];
     const m2_i64 od = dto_o + sb * dto_s0 + h * dto_s1 + sk * dto_s2;
@@ -147,9 +147,9 @@ M2K_KERNEL void m2_ssd_state_passing_wi64(
     M2K_GLOBAL float *S0, m2_i64 S0_o, m2_i64 S0_s0, m2_i64 S0_s1, m2_i64 S0_s2, m2_i64 S0_s3,
     M2K_GLOBAL float *fin, m2_i64 fin_o, m2_i64 fin_s0, m2_i64 fin_s1, m2_i64 fin_s2,
     m2_i32 has_final) {
-    const m2_i64 e = M2K_GROUP_ID(0) * 64 + M2K_LOCAL_ID(0);
+    const m2_i64 gx = (P * N + 63) / 64, e = M2K_GROUP_X(gx) * 64 + M2K_LOCAL_ID(0);
     if (e >= P * N) return;
-    const m2_i64 p = e / N, n = e % N, h = M2K_GROUP_ID(1), s = M2K_GROUP_ID(2);
+    const m2_i64 p = e / N, n = e % N, h = M2K_GROUP_ID(1), s = M2K_GROUP_Z(gx);
     float v = has_init ? init[in_o + s * in_s0 + h * in_s1 + p * in_s2 + n] : 0.0f;
     for (m2_i64 c = st[2 * s]; c < st[2 * s + 1]; c++) {
         const m2_i64 sb = ct[5 * c + 3], sk = ct[5 * c + 4];
@@ -181,9 +181,9 @@ M2K_KERNEL void m2_ssd_chunk_scan_16x16(
     M2K_LOCAL_ARRAY(float, ws, [16][17]);
     M2K_LOCAL_ARRAY(float, xs, [16][17]);
     const int lx = M2K_LOCAL_ID(0), ly = M2K_LOCAL_ID(1);
-    const m2_i64 ntp = (P + 15) / 16, tile = M2K_GROUP_ID(0);
+    const m2_i64 ntp = (P + 15) / 16, gx = (Q + 15) / 16 * ntp, tile = M2K_GROUP_X(gx);
     const m2_i64 i0 = (tile / ntp) * 16, p0 = (tile % ntp) * 16;
-    const m2_i64 h = M2K_GROUP_ID(1), c = M2K_GROUP_ID(2), g = h / (H / G);
+    const m2_i64 h = M2K_GROUP_ID(1), c = M2K_GROUP_Z(gx), g = h / (H / G);
     const m2_i64 b = ct[5 * c], t0 = ct[5 * c + 1], len = ct[5 * c + 2];
     const m2_i64 sb = ct[5 * c + 3], sk = ct[5 * c + 4];
     const m2_i64 od = dto_o + sb * dto_s0 + h * dto_s1 + sk * dto_s2;
@@ -244,9 +244,9 @@ M2K_KERNEL void m2_ssd_pos_state_16x16(
     M2K_LOCAL_ARRAY(float, xs, [16][17]);
     M2K_LOCAL_ARRAY(float, bs, [16][17]);
     const int lx = M2K_LOCAL_ID(0), ly = M2K_LOCAL_ID(1);
-    const m2_i64 ntn = (N + 15) / 16, tile = M2K_GROUP_ID(0);
+    const m2_i64 ntn = (N + 15) / 16, gx = (P + 15) / 16 * ntn, tile = M2K_GROUP_X(gx);
     const m2_i64 p0 = (tile / ntn) * 16, n0 = (tile % ntn) * 16;
-    const m2_i64 h = M2K_GROUP_ID(1), k = M2K_GROUP_ID(2), g = h / (H / G);
+    const m2_i64 h = M2K_GROUP_ID(1), k = M2K_GROUP_Z(gx), g = h / (H / G);
     const m2_i64 c = pt[2 * k], m = pt[2 * k + 1];
     const m2_i64 b = ct[5 * c], t0 = ct[5 * c + 1], sb = ct[5 * c + 3], sk = ct[5 * c + 4];
     const m2_i64 od = dto_o + sb * dto_s0 + h * dto_s1 + sk * dto_s2;
@@ -302,7 +302,8 @@ M2K_KERNEL void m2_ssd_scan_seq_16x16(
     M2K_LOCAL_ARRAY(float, ws, [16][17]);
     M2K_LOCAL_ARRAY(float, xs, [16][17]);
     const int lx = M2K_LOCAL_ID(0), ly = M2K_LOCAL_ID(1);
-    const m2_i64 p0 = M2K_GROUP_ID(0) * 16, h = M2K_GROUP_ID(1), s = M2K_GROUP_ID(2);
+    const m2_i64 gx = (P + 15) / 16, p0 = M2K_GROUP_X(gx) * 16, h = M2K_GROUP_ID(1);
+    const m2_i64 s = M2K_GROUP_Z(gx);
     const m2_i64 g = h / (H / G), p = p0 + lx;
     /* the entering state: S[p - p0][n] */
     for (m2_i64 n = ly; n < N; n += 16)
