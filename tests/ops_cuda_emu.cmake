@@ -38,13 +38,13 @@ if(MAMBA2C_CUDA_EMU_ACTIVE)
 endif()
 # the grid fold (issue 26): a z extent past the driver's limit (M2EMU_MAX_GRID_Z=3 there) folded
 # into x, bitwise the unfolded run (tests/cuda_emu/test_cuda_grid.c); and the whole SSD suite
-# with every chunk, sequence and position count above 3 folded
+# with every chunk, sequence and position count above 3 folded, and the other ops (test_ops)
 if(MAMBA2C_CUDA_EMU_ACTIVE)
   add_executable(test_cuda_grid cuda_emu/test_cuda_grid.c)
   target_include_directories(test_cuda_grid PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
   target_link_libraries(test_cuda_grid PRIVATE mamba2c_test_harness)
   add_test(NAME cuda_emu_grid COMMAND test_cuda_grid -q)
-  add_test(NAME cuda_emu_ssd_zfold COMMAND test_opencl_ssd --backend cuda -q)
+  add_test(NAME cuda_emu_ssd_zfold COMMAND test_ops --backend cuda -q)
   set_tests_properties(cuda_emu_grid cuda_emu_ssd_zfold PROPERTIES ENVIRONMENT "${emu_env}"
                        TIMEOUT 900 LABELS "gpu;cuda;cuda_emu")
   set_property(TEST cuda_emu_ssd_zfold APPEND PROPERTY ENVIRONMENT M2EMU_MAX_GRID_Z=3)
