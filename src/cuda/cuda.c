@@ -388,8 +388,7 @@ static int foldable(int id) {
     return id < M2G_NUM_KERNELS || id == M2CU_TC_ID(M2CU_TC_m2_ssd_scan_seq_tf32_tc128) ||
            id == M2CU_TC_ID(M2CU_TC_m2_ssd_scan_seq_bf16_tc128);
 }
-/* The smallest k dividing gz with gz / k <= zmax (gz itself at worst: a prime gz), from the
- * divisor pairs (q, gz / q) with q <= sqrt(gz). */
+/* The smallest k dividing gz with gz / k <= zmax, or 0 (divisors in pairs up to sqrt(gz)). */
 static size_t fold_factor(size_t gz, size_t zmax) {
     const size_t k0 = (gz + zmax - 1) / zmax;
     size_t best = gz; /* gz / gz = 1 always fits */
