@@ -96,7 +96,9 @@ static int bwd_twin(int id, const ssd_dev *s, int bf16, size_t g[3]) {
     case M2G_K_m2_ssd_chunk_state_16x16:
         g[2] = (size_t)(m2g_cdiv(s->P, M2TC_TILE) * m2g_cdiv(s->N, M2TC_TILE));
         return M2G_K_m2_ssd_chunk_state_3xtf32_tc128; /* split tf32 for every storage */
-    case M2G_K_m2_ssd_bmm_chunk_16x16: g[1] = (size_t)s->G; return M2G_K_m2_ssd_bmm_chunk_3xtf32_tc128;
+    case M2G_K_m2_ssd_bmm_chunk_16x16:
+        g[1] = (size_t)s->G;
+        return M2G_K_m2_ssd_bmm_chunk_3xtf32_tc128;
     case M2G_K_m2_ssd_bwd_E_16x16: return M2G_K_m2_ssd_bwd_E_3xtf32_tc128;
     case M2G_K_m2_ssd_bwd_dx_16x16:
         g[2] = (size_t)m2g_cdiv(s->P, M2TC_TILE);

@@ -1,7 +1,9 @@
 /*
  * tc_list.h — the CUDA-only tensor-core kernels (src/cuda/ssd_tc.cuh, ssd_tc_bwd.cuh), one
- * M2G_TC_KERNEL(name) line each (an X-macro list, like gpu/kernels/list.h for the portable ones). src/cuda/cuda.c
- * looks them up after the portable kernels and launches them by id M2G_NUM_KERNELS + k;
+ * M2G_TC_KERNEL(name) line each (an X-macro list, like gpu/kernels/list.h for the portable
+ * ones). Their kernel ids M2G_K_<name> follow the portable ones (src/gpu/gpu.h), their
+ * signatures are in the same table (cmake/kernel_sigs.cmake), src/cuda/cuda.c looks them up
+ * after the portable kernels;
  * ctest cuda_fatbin_kernels checks that each one is in the fat binary. _tc128: one block of
  * 128 threads (4 warps) on the tensor cores.
  */

@@ -97,12 +97,14 @@ static mamba2_status_t bwd_scratch_plan(m2g_call *c, const m2_ssd_problem *pr, s
     int64_t base = 0;
     M2_TRY(m2g_call_tmp(c, bytes, &m, &base, F4));
     m2g_t p[W_N];
-    for (int i = 0; i < W_N; i++) p[i] = (m2g_t){.mem = m, .off = base + (int64_t)off[i], .present = 1};
-    s->dto = s->dac = p[W_DTO];
+    for (int i = 0; i < W_N; i++)
+        p[i] = (m2g_t){.mem = m, .off = base + (int64_t)off[i], .present = 1};
+    s->dto = (m2g_t){.mem = m, .off = p[W_DTO].off, .s = {0, nc * Q, Q, 1}, .present = 1};
+    s->dac = s->dto;
     s->dac.off = p[W_DAC].off;
-    s->dto.s[1] = s->dac.s[1] = nc * Q, s->dto.s[2] = s->dac.s[2] = Q, s->dto.s[3] = s->dac.s[3] = 1;
     s->CB = (m2g_t){.mem = m, .off = p[W_CB].off, .s = {0, G * Q * Q, Q * Q, Q, 1}, .present = 1};
-    s->states = (m2g_t){.mem = m, .off = p[W_ST].off, .s = {0, H * P * N, P * N, N, 1}, .present = 1};
+    s->states =
+        (m2g_t){.mem = m, .off = p[W_ST].off, .s = {0, H * P * N, P * N, N, 1}, .present = 1};
     s->start = s->states;
     s->start.off = p[W_S0].off;
     *w = (bwd_scratch){.E = p[W_E], .dCB = p[W_DCB], .r = p[W_R], .q = p[W_Q], .u = p[W_U],
@@ -205,8 +207,8 @@ static mamba2_status_t bwd_grads(m2g_dev *d, const m2_ssd_problem *pr, const ssd
                          .P = P, .dac = s->dac, .dy = w->dy, .x = s->x, .E = w->E));
     M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_dcb_wi64, M2G_GRID64(nc * G * Q * Q), .nc = nc, .Q = Q, .H = H,
                       .G = G, .E = w->E, .dto = s->dto, .dCB = w->dCB));
-    M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_rq_wi64, M2G_GRID64(nc * H * Q), .nc = nc, .Q = Q, .H = H, .G = G,
-                      .CB = s->CB, .E = w->E, .dto = s->dto, .r = w->r, .q = w->q));
+    M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_rq_wi64, M2G_GRID64(nc * H * Q), .nc = nc, .Q = Q, .H = H,
+                      .G = G, .CB = s->CB, .E = w->E, .dto = s->dto, .r = w->r, .q = w->q));
     for (int mode = 0; mode < 2; mode++) { /* dCm (mode 0), dBm (mode 1) */
         const m2g_t *out = mode ? &io->dBm : &io->dCm;
         if (!out->present) continue;
@@ -238,8 +240,8 @@ static mamba2_status_t bwd_params(m2g_dev *d, const ssd_dev *s, const bwd_scratc
                       .hi_dn = s->hi_dn, .ddt = io->ddt, .has_ddt = io->ddt.present,
                       .pA = w->pA, .pb = w->pb));
     if (io->dD_mode)
-        M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_dD_wi64, M2G_GRID64(nc * H * P), .ct = s->ct, .nc = nc, .H = H,
-                          .P = P, .dy = w->dy, .x = s->x, .pD = w->pD));
+        M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_dD_wi64, M2G_GRID64(nc * H * P), .ct = s->ct, .nc = nc,
+                          .H = H, .P = P, .dy = w->dy, .x = s->x, .pD = w->pD));
     if (!io->dA.present && !io->db.present && !io->dD_mode) return MAMBA2_STATUS_OK;
     return M2G_LAUNCH(d, m2_ssd_bwd_params_wi64, M2G_GRID64(H * P), .nc = nc, .H = H, .P = P,
                       .pA = w->pA, .pb = w->pb, .pD = w->pD, .dA = io->dA,

@@ -1,7 +1,8 @@
 /*
- * test_kernel_launchers.c — the typed launchers of the GPU host layer (<build>/gpu_launch/<file>.h,
- * generated from the kernel prototypes by cmake/kernel_launchers.cmake) compiled and run on a
- * recording device (an m2g_dev whose launch keeps what it is given). No GPU needed.
+ * test_kernel_launchers.c — the typed launchers of the GPU host layer
+ * (<build>/gpu_launch/<file>.h, generated from the kernel prototypes by
+ * cmake/kernel_launchers.cmake) compiled and run on a recording device (an m2g_dev whose
+ * launch keeps what it is given). No GPU needed.
  *   - a launcher puts named fields into the argument list in prototype order: a tensor field
  *     as buffer, offset and the prototype's count of strides; scalars with their kinds;
  *   - the work-group shape comes from the kernel's name, dynamic shared bytes pass through;
