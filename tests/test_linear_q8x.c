@@ -20,7 +20,8 @@
  *                 (metric "bound": the largest ratio, <= 1); the guard bytes and gaps intact,
  *                 inputs unchanged; the figure "vs_exact" is ‖out - yex‖ / ‖yex‖ (reported,
  *                 the bound is the check);
- *   <case>/<set>_same_bits  1, 2, 3 threads identical; each row of x alone gives its row;
+ *   <case>/<set>_same_bits  1, 2, 3 threads identical; each row of x alone gives its row
+ *                 (the note: a hash of the bits, to compare runs with and without sdot);
  *   <case>/avx512_eq_avx2   VNNI (avx512 set, where the CPU has it) equals AVX2 bit for bit;
  *   <case>/ref_exact  the reference ignores quantize_x (the exact product, TH_TOL_F32);
  *   ignored_*     f32 / bf16 weights, and a v1-sized struct, ignore quantize_x (same bits);
@@ -263,6 +264,15 @@ static void save_rows(const qprob *p, float *bits) {
         memcpy(bits + m * p->c.O, out_data(p) + m * p->os, sizeof(float) * (size_t)p->c.O);
 }
 
+/* FNV-1a of a result's bits: printed with same_bits, so that two runs on CPUs with and
+ * without a dot-product extension (qemu -cpu max / cortex-a72) can be compared line by line */
+static unsigned long long bits_hash(const float *v, int64_t n) {
+    unsigned long long h = 1469598103934665603ull;
+    const unsigned char *b = (const unsigned char *)v;
+    for (int64_t k = 0; k < n * 4; k++) h = (h ^ b[k]) * 1099511628211ull;
+    return h;
+}
+
 static void test_case(mamba2_context_t *ref, const qcase *c) {
     qprob p;
     prob_make(&p, c);
@@ -305,6 +315,7 @@ static void test_case(mamba2_context_t *ref, const qcase *c) {
             same &= rows_equal(&p, bits);
         }
         th_expect(same, "thread counts 1, 2, 3 disagree");
+        th_note("bits %016llx", bits_hash(bits, n));
         for (int64_t m = 0; m < c->M && c->M > 1; m++) { /* each row alone */
             float *dst = out_data(&p) + m * p.os;
             for (int64_t o = 0; o < c->O; o++) dst[o] = c->accumulate ? p.out0[m * c->O + o] : NAN;
