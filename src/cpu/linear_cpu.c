@@ -11,7 +11,8 @@
  * bitwise identical for every thread count, every M and every position of a row.
  * With quantize_x (Q8_0 weights) x is first rounded to Q8_0 blocks here, once per call in
  * the calling thread (q8x_quantize_row: plain C, the same bits on every kernel set), and the
- * same task split runs the integer-activation tiles (linear_q8x_impl.h) on that copy.
+ * same task split runs the integer-activation tiles (linear_q8x_impl.h, one weight row at a
+ * time) on that copy.
  */
 #include <math.h>
 #include <stdint.h>
@@ -162,7 +163,8 @@ typedef struct q8x_arg {
     int64_t xqs;
 } q8x_arg;
 
-/* lin_task's split and tiles over the quantized x */
+/* lin_task's split over the quantized x; the q8x tiles take one weight row at a time (its
+ * rows then stream in address order: linear_q8x_impl.h), and two rows of x at a time */
 static void q8x_task(void *arg_, int64_t task, int thread) {
     (void)thread;
     const q8x_arg *a = arg_;
@@ -171,29 +173,16 @@ static void q8x_task(void *arg_, int64_t task, int thread) {
     const unsigned char *w = (const unsigned char *)pr->w.p;
     const int64_t wrb = pr->w_row_bytes, xqs = a->xqs, I = pr->I;
     float res[8];
-    int64_t o = task * ROWS;
-    if (pr->M == 1) {
-        for (; o + 4 <= o1; o += 4) {
-            a->tile[M2_LIN_4x1](I, w + o * wrb, wrb, a->xq, xqs, res);
-            store(pr, o, 4, 0, 1, res);
-        }
-        for (; o < o1; o++) {
-            a->tile[M2_LIN_1x1](I, w + o * wrb, wrb, a->xq, xqs, res);
-            store(pr, o, 1, 0, 1, res);
-        }
-        return;
-    }
-    for (; o < o1; o += 2) {
-        const int nr = o + 2 <= o1 ? 2 : 1;
+    for (int64_t o = task * ROWS; o < o1; o++) {
         const unsigned char *wo = w + o * wrb;
         int64_t m = 0;
         for (; m + 2 <= pr->M; m += 2) {
-            a->tile[nr == 2 ? M2_LIN_2x2 : M2_LIN_1x2](I, wo, wrb, a->xq + m * xqs, xqs, res);
-            store(pr, o, nr, m, 2, res);
+            a->tile[M2_Q8X_1x2](I, wo, wrb, a->xq + m * xqs, xqs, res);
+            store(pr, o, 1, m, 2, res);
         }
         if (m < pr->M) {
-            a->tile[nr == 2 ? M2_LIN_2x1 : M2_LIN_1x1](I, wo, wrb, a->xq + m * xqs, xqs, res);
-            store(pr, o, nr, m, 1, res);
+            a->tile[M2_Q8X_1x1](I, wo, wrb, a->xq + m * xqs, xqs, res);
+            store(pr, o, 1, m, 1, res);
         }
     }
 }
