@@ -164,7 +164,7 @@ typedef struct q8x_arg {
 } q8x_arg;
 
 /* lin_task's split over the quantized x; the q8x tiles take one weight row at a time (its
- * rows then stream in address order: linear_q8x_impl.h), and two rows of x at a time */
+ * rows then stream in address order: linear_q8x_impl.h), and four, two, one rows of x */
 static void q8x_task(void *arg_, int64_t task, int thread) {
     (void)thread;
     const q8x_arg *a = arg_;
@@ -172,10 +172,14 @@ static void q8x_task(void *arg_, int64_t task, int thread) {
     const int64_t o1 = (task + 1) * ROWS < pr->O ? (task + 1) * ROWS : pr->O;
     const unsigned char *w = (const unsigned char *)pr->w.p;
     const int64_t wrb = pr->w_row_bytes, xqs = a->xqs, I = pr->I;
-    float res[8];
+    float res[16];
     for (int64_t o = task * ROWS; o < o1; o++) {
         const unsigned char *wo = w + o * wrb;
         int64_t m = 0;
+        for (; m + 4 <= pr->M; m += 4) {
+            a->tile[M2_Q8X_1x4](I, wo, wrb, a->xq + m * xqs, xqs, res);
+            store(pr, o, 1, m, 4, res);
+        }
         for (; m + 2 <= pr->M; m += 2) {
             a->tile[M2_Q8X_1x2](I, wo, wrb, a->xq + m * xqs, xqs, res);
             store(pr, o, 1, m, 2, res);

@@ -38,9 +38,9 @@ typedef void (*m2_lin_q8x_tile_fn)(int64_t I, const unsigned char *w, int64_t w_
                                    const unsigned char *xq, int64_t xq_stride, float *res);
 static inline int64_t m2_lin_q8x_row_bytes(int64_t I) { return ((I / 32) * 36 + 63) & ~(int64_t)63; }
 
-/* q8x tiles: one weight row (a single sequential stream, see linear_q8x_impl.h) against one
- * or two rows of x */
-enum { M2_Q8X_1x1 = 0, M2_Q8X_1x2 = 1, M2_Q8X_NTILE = 2 };
+/* q8x tiles: one weight row (a single sequential stream, see linear_q8x_impl.h) against 1,
+ * 2 or 4 rows of x */
+enum { M2_Q8X_1x1 = 0, M2_Q8X_1x2 = 1, M2_Q8X_1x4 = 2, M2_Q8X_NTILE = 3 };
 typedef struct m2_linear_q8x_kernels {
     const char *isa;
     m2_lin_q8x_tile_fn tile[M2_Q8X_NTILE];

@@ -13,8 +13,8 @@
  * (the block's exact integer lanes, converted; dw · dx rounded to float32), then the lanes of
  * a0 + a1 summed (m2v_reduce). The same operations in every tile shape, so a result never
  * depends on the tile, M, the row's position or the thread count.
- * A tile is ONE weight row (1x1, or 1x2: two rows of x sharing each weight block, the
- * compiler keeping one |w| for both): the rows of a task are then read in address order, one
+ * A tile is ONE weight row (1x1, or 1x2 / 1x4: two or four rows of x sharing each weight
+ * block, its |w| and its scale): the rows of a task are then read in address order, one
  * sequential stream that the hardware prefetchers follow, where the float kernels' 4x1 tile
  * reads four short streams side by side (a 1024-wide Q8_0 row is only 17 cache lines). From
  * memory that measured ~1.5x the 4x1 tile's rate (docs/decode.md); in cache the 4x1 tile is
@@ -35,7 +35,7 @@
 #define M2Q_CAT(a, b) M2Q_CAT2(a, b)
 #define M2Q(name) M2Q_CAT(name, M2_KSUFFIX)
 #define M2Q_NRMAX 1
-#define M2Q_MBMAX 2
+#define M2Q_MBMAX 4
 
 /* block b of the tile's NR weight rows against its MB rows of x, added to a */
 M2_INLINE void lin_q8x_block(const int NR, const int MB, int64_t b, const unsigned char *w,
@@ -79,6 +79,7 @@ M2_INLINE void lin_q8x_body(const int NR, const int MB, int64_t I, const unsigne
     }
 M2Q_TILE(1, 1)
 M2Q_TILE(1, 2)
+M2Q_TILE(1, 4)
 
 /* the q8x table's tile[] initializer, in the order of linear_kernels.h's M2_Q8X_* */
-#define M2_LIN_Q8X_TABLE {M2Q(lin_q8x_1x1), M2Q(lin_q8x_1x2)}
+#define M2_LIN_Q8X_TABLE {M2Q(lin_q8x_1x1), M2Q(lin_q8x_1x2), M2Q(lin_q8x_1x4)}
