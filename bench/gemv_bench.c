@@ -17,6 +17,9 @@
  *
  *   mamba2c-gemv-bench [--threads 1,2] [--trials 11] [--batch 1] [--vocab 50288]
  *                      [--d-model 1024] [--d-inner 2048] [--in-proj 4384] [--in-cache]
+ *                      [--dtypes f32,bf16,q8_0,q8_0x]
+ * q8_0x is the Q8_0 weight with integer activations (mamba2_linear_options_t.quantize_x: x
+ * rounded to Q8_0 once per call, int8 dot products); its bytes are the Q8_0 weight's.
  * --in-cache keeps one copy of each weight (with small shapes: the kernels' speed from cache,
  * not a bandwidth figure; no triad trials, the "triad" columns read 1).
  * Prints one table row per case and, with --json FILE, writes the rows as JSON.
@@ -94,6 +97,7 @@ int main(int argc, char **argv) {
     int64_t vocab = 50288, d_model = 1024, d_inner = 2048, in_proj = 4384;
     const char *json = NULL;
     int in_cache = 0; /* --in-cache: one copy of each weight (kernel speed from cache) */
+    char dtypes_arg[64] = "f32,bf16,q8_0,q8_0x";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--threads") && v) snprintf(threads_arg, sizeof threads_arg, "%s", v), i++;
@@ -105,9 +109,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--in-proj") && v) in_proj = atoll(v), i++;
         else if (!strcmp(a, "--json") && v) json = v, i++;
         else if (!strcmp(a, "--in-cache")) in_cache = 1;
+        else if (!strcmp(a, "--dtypes") && v) snprintf(dtypes_arg, sizeof dtypes_arg, "%s", v), i++;
         else {
             fprintf(stderr, "usage: %s [--threads 1,2] [--trials N] [--batch M] [--vocab V] "
-                            "[--d-model D] [--d-inner E] [--in-proj P] [--in-cache] [--json FILE]\n", argv[0]);
+                            "[--d-model D] [--d-inner E] [--in-proj P] [--in-cache] "
+                            "[--dtypes f32,bf16,q8_0,q8_0x] [--json FILE]\n", argv[0]);
             return 2;
         }
     }
@@ -116,8 +122,15 @@ int main(int argc, char **argv) {
     const shape shapes[3] = {{"in_proj", in_proj, d_model},
                              {"out_proj", d_model, d_inner},
                              {"lm_head", vocab, d_model}};
-    const mamba2_dtype_t dts[3] = {MAMBA2_DTYPE_F32, MAMBA2_DTYPE_BF16, MAMBA2_DTYPE_Q8_0};
-    const char *dtn[3] = {"f32", "bf16", "q8_0"};
+    const mamba2_dtype_t dts[4] = {MAMBA2_DTYPE_F32, MAMBA2_DTYPE_BF16, MAMBA2_DTYPE_Q8_0,
+                                   MAMBA2_DTYPE_Q8_0};
+    const char *dtn[4] = {"f32", "bf16", "q8_0", "q8_0x"};
+    int use[4] = {0, 0, 0, 0};
+    for (int di = 0; di < 4; di++) { /* whole names in the comma-separated list */
+        const size_t n = strlen(dtn[di]);
+        for (const char *q = dtypes_arg; (q = strstr(q, dtn[di])) != NULL; q += n)
+            if ((q == dtypes_arg || q[-1] == ',') && (q[n] == ',' || q[n] == 0)) use[di] = 1;
+    }
     size_t l3 = 0;
     const size_t span = bench_stream_default_bytes(&l3);
 
@@ -138,8 +151,11 @@ int main(int argc, char **argv) {
         }
         const int row0 = nrows;
         for (int si = 0; si < 3; si++)
-            for (int di = 0; di < 3; di++) {
+            for (int di = 0; di < 4; di++) {
+                if (!use[di]) continue;
                 const shape *sh = &shapes[si];
+                mamba2_linear_options_t lo = mamba2_linear_options_default();
+                lo.quantize_x = di == 3;
                 const size_t wb = weight_bytes(dts[di], sh->O, sh->I);
                 int copies = (int)((span + wb - 1) / wb);
                 if (copies < 1 || in_cache) copies = 1;
@@ -163,7 +179,7 @@ int main(int argc, char **argv) {
                     const double t0 = bench_now();
                     for (int c = 0; c < copies; c++) {
                         mamba2_tensor_t wt = mamba2_tensor_make(w + (size_t)c * wb, dts[di], 2, wsh);
-                        if (mamba2_linear_forward(ctx, &ot, &xt, &wt, NULL) != MAMBA2_STATUS_OK) {
+                        if (mamba2_linear_forward(ctx, &ot, &xt, &wt, &lo) != MAMBA2_STATUS_OK) {
                             fprintf(stderr, "linear: %s\n", mamba2_last_error());
                             return 1;
                         }

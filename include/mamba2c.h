@@ -607,19 +607,22 @@ MAMBA2_API mamba2_status_t mamba2_ssd_step(mamba2_context_t *ctx,
  * weight.stride[0] (in elements) must be multiples of 32 and the blocks need no alignment;
  * row o starts at byte o * stride[0] / 32 * 34. weight.stride[1] is 1 for every dtype.
  * Arithmetic is float32 (float64 on the reference, with the Q8_0 weights dequantized
- * exactly); the CPU backend widens bf16 exactly and sums, per output element, the products
- * in an order fixed by I and the kernel set alone: for Q8_0 the sum Σ q x of each block is
- * taken in float32 and then multiplied by the block's scale and added (x is not quantized).
- * So out[m,o] never depends on M, on m's position, on the thread count or on O. NaN or inf
- * in x, weight or a Q8_0 scale propagates to the elements it enters. The bias is added to
- * the float32 sum, and then (accumulate) that result to out.
- * out is overwritten (accumulate == 0) or accumulated into; it may overlap no input. GPU
- * backends: MAMBA2_STATUS_UNSUPPORTED. Needs no workspace.
+ * exactly); the CPU backend widens bf16 exactly and sums, per output element, in an order
+ * fixed by I and the kernel set alone (for Q8_0, per block Σ q x in float32 times the scale;
+ * x is not quantized), so out[m,o] never depends on M, m's position, the thread count or O.
+ * NaN/inf in x, weight or a Q8_0 scale reaches the elements it enters. bias is added to the
+ * float32 sum, then (accumulate) that to out; out may overlap no input. GPU: UNSUPPORTED.
+ * quantize_x (Q8_0 weights, CPU backend; the reference ignores it): each 32-block of x is
+ * rounded to dx = amax/127 (float32), qx = x/dx to nearest even; per block the exact integer
+ * Σ qw·qx times (dw·dx) in float32, summed in float32 (NaN/inf in a block of x: its row of
+ * out is NaN). Extra error <= Σ_blocks dx/2 · Σ|w| per output, for half the instructions
+ * per weight byte (docs/decode.md); the copy of x: stack up to 16 KiB, else one heap block.
  */
 typedef struct mamba2_linear_options {
     uint32_t struct_size;          /* sizeof(mamba2_linear_options_t), or 0 (v1)           */
     const mamba2_tensor_t *bias;   /* [O] (x's dtype), or NULL                             */
     int32_t accumulate;            /* nonzero: out += x Wᵀ + bias (a residual connection)  */
+    int64_t quantize_x; /* appended (64-bit: v1's sizeof covers bytes 20..23); see above   */
 } mamba2_linear_options_t;
 
 /* Defaults: struct_size set, no bias, out overwritten. */

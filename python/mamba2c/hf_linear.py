@@ -107,7 +107,7 @@ def _gemv(module, x):
         b32 = b.to(torch.float32).contiguous()
         _T1.pack_into(blk, 3 * TSZ, b32.data_ptr(), DT_F32, 1, O, 1)
         pb = base + 3 * TSZ
-    abi.LINEAR_OPTIONS.pack_into(blk, _OPT_OFF, pb, 0)
+    abi.LINEAR_OPTIONS.pack_into(blk, _OPT_OFF, pb, 0, 0)  # no accumulate, exact Q8_0
     context._state()
     ctx = context._context(BACKEND_CPU)
     st = loader._lib.mamba2_linear_forward(ctx, base, base + TSZ, base + 2 * TSZ,

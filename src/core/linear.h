@@ -21,6 +21,7 @@ struct m2_linear_problem {
     mamba2_dtype_t act_dtype; /* x, out, bias: F32 (F64 on the reference)                   */
     mamba2_dtype_t w_dtype;   /* F32, BF16 or Q8_0                                          */
     int accumulate;           /* out += ... instead of out = ...                            */
+    int quantize_x;           /* Q8_0 weights only: x rounded to Q8_0, integer products     */
     int64_t w_row_bytes;      /* bytes from weight row o to row o + 1 (every w_dtype)       */
 
     /* inputs        shape    strides used                                                   */

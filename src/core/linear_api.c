@@ -7,6 +7,7 @@
  * element size, so its rows and byte extent are checked here with checked arithmetic), the
  * Q8_0 rule that I and the row stride are multiples of 32, and out overlapping an input.
  */
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -142,6 +143,9 @@ static mamba2_status_t validate(mamba2_context_t *ctx, const mamba2_tensor_t *ou
     pr->act_dtype = adt;
     pr->w_dtype = wdt;
     pr->accumulate = o->accumulate != 0;
+    /* quantize_x (appended after v1: read only when struct_size covers it) */
+    const size_t qx_end = offsetof(mamba2_linear_options_t, quantize_x) + sizeof o->quantize_x;
+    pr->quantize_x = wdt == MAMBA2_DTYPE_Q8_0 && o->struct_size >= qx_end && o->quantize_x != 0;
     pr->w_row_bytes = wdt == MAMBA2_DTYPE_Q8_0
                           ? (O > 1 ? w->stride[0] / M2_Q8_0_BLOCK * M2_Q8_0_BYTES : 0)
                           : w->stride[0] * (int64_t)mamba2_dtype_size(wdt);

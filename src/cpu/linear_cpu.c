@@ -9,8 +9,18 @@
  * an odd last row), so each group of two x rows re-reads the tile's weight rows from L1.
  * Every out[m,o] is one kernel chain whatever the tile (linear_kernels.h), so results are
  * bitwise identical for every thread count, every M and every position of a row.
+ * With quantize_x (Q8_0 weights) x is first rounded to Q8_0 blocks here, once per call in
+ * the calling thread (q8x_quantize_row: plain C, the same bits on every kernel set), and the
+ * same task split runs the integer-activation tiles (linear_q8x_impl.h, one weight row at a
+ * time) on that copy.
  */
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(M2_KSETS_NEON) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
 
 #include "core/internal.h"
 #include "core/linear.h"
@@ -88,7 +98,128 @@ static void lin_task(void *arg_, int64_t task, int thread) {
     }
 }
 
+/* ---- integer activations (quantize_x) ------------------------------------------------- */
+
+static const m2_linear_q8x_kernels *q8x_kernels_for(const mamba2_context_t *ctx) {
+#if defined(M2_KSETS_X86)
+    /* the avx512 level implies the OS saves the zmm state; VNNI is one more cpuid bit */
+    if (ctx->isa == M2_ISA_AVX512 && __builtin_cpu_supports("avx512vnni"))
+        return &m2_linear_q8x_avx512vnni;
+    return ctx->isa == M2_ISA_AVX2 || ctx->isa == M2_ISA_AVX512 ? &m2_linear_q8x_avx2
+                                                                : &m2_linear_q8x_scalar;
+#elif defined(M2_KSETS_NEON)
+    if (ctx->isa != M2_ISA_NEON) return &m2_linear_q8x_scalar;
+#if defined(__linux__) && defined(HWCAP_ASIMDDP)
+    if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) return &m2_linear_q8x_neondot;
+#endif
+    return &m2_linear_q8x_neon;
+#else
+    (void)ctx;
+    return &m2_linear_q8x_scalar;
+#endif
+}
+
+/* Row x[0 .. I) as Q8_0 blocks into dst (the layout of linear_kernels.h): per block
+ * dx = amax / 127 and qx_j = x_j / dx rounded to nearest even (x / 1 when dx == 0: all x_j
+ * are zero then, or too small to matter), clamped to ±127 (x_j / dx <= 127 (1 + 2^-23)
+ * anyway). amax is the largest |x_j| taken on the bits, so a NaN or inf anywhere in the
+ * block is seen (a float max would drop a NaN): then dx = NaN and qx = 0. Rounding:
+ * adding and subtracting 1.5 · 2^23 rounds |v| < 2^22 to an integer in the default
+ * rounding mode, with no libm call and the same bits on every target. */
+static void q8x_quantize_row(int64_t I, const float *x, unsigned char *dst) {
+    const int64_t nb = I / 32;
+    int8_t *q = (int8_t *)dst;
+    float *d = (float *)(void *)(dst + nb * 32);
+    for (int64_t b = 0; b < nb; b++, x += 32, q += 32) {
+        uint32_t amax = 0;
+        for (int j = 0; j < 32; j++) {
+            uint32_t u;
+            memcpy(&u, &x[j], sizeof u);
+            u &= 0x7FFFFFFFu;
+            amax = u > amax ? u : amax;
+        }
+        if (amax >= 0x7F800000u) {
+            d[b] = NAN;
+            memset(q, 0, 32);
+            continue;
+        }
+        float a;
+        memcpy(&a, &amax, sizeof a);
+        const float db = a / 127.0f, div = db != 0.0f ? db : 1.0f;
+        d[b] = db;
+        for (int j = 0; j < 32; j++) {
+            float v = x[j] / div;
+            v = (v + 12582912.0f) - 12582912.0f;
+            v = v < -127.0f ? -127.0f : v > 127.0f ? 127.0f : v;
+            q[j] = (int8_t)(int)v;
+        }
+    }
+}
+
+typedef struct q8x_arg {
+    const m2_linear_problem *pr;
+    const m2_lin_q8x_tile_fn *tile;
+    const unsigned char *xq; /* M rows of xqs bytes */
+    int64_t xqs;
+} q8x_arg;
+
+/* lin_task's split over the quantized x; the q8x tiles take one weight row at a time (its
+ * rows then stream in address order: linear_q8x_impl.h), and four, two, one rows of x */
+static void q8x_task(void *arg_, int64_t task, int thread) {
+    (void)thread;
+    const q8x_arg *a = arg_;
+    const m2_linear_problem *pr = a->pr;
+    const int64_t o1 = (task + 1) * ROWS < pr->O ? (task + 1) * ROWS : pr->O;
+    const unsigned char *w = (const unsigned char *)pr->w.p;
+    const int64_t wrb = pr->w_row_bytes, xqs = a->xqs, I = pr->I;
+    float res[16];
+    for (int64_t o = task * ROWS; o < o1; o++) {
+        const unsigned char *wo = w + o * wrb;
+        int64_t m = 0;
+        for (; m + 4 <= pr->M; m += 4) {
+            a->tile[M2_Q8X_1x4](I, wo, wrb, a->xq + m * xqs, xqs, res);
+            store(pr, o, 1, m, 4, res);
+        }
+        for (; m + 2 <= pr->M; m += 2) {
+            a->tile[M2_Q8X_1x2](I, wo, wrb, a->xq + m * xqs, xqs, res);
+            store(pr, o, 1, m, 2, res);
+        }
+        if (m < pr->M) {
+            a->tile[M2_Q8X_1x1](I, wo, wrb, a->xq + m * xqs, xqs, res);
+            store(pr, o, 1, m, 1, res);
+        }
+    }
+}
+
+/* x's quantized copy: on this thread's stack up to Q8X_STACK bytes, else one heap block */
+#define Q8X_STACK 16384
+
+static mamba2_status_t q8x_forward(mamba2_context_t *ctx, const m2_linear_problem *pr) {
+    _Alignas(64) unsigned char stack_buf[Q8X_STACK];
+    const int64_t xqs = m2_lin_q8x_row_bytes(pr->I);
+    size_t need;
+    if (!m2_size_mul((size_t)pr->M, (size_t)xqs, &need) || need > (size_t)INT64_MAX)
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY,
+                        "quantize_x: x [%lld,%lld] rounded to Q8_0 exceeds the address space",
+                        (long long)pr->M, (long long)pr->I);
+    unsigned char *heap = NULL, *xq = stack_buf;
+    if (need > sizeof stack_buf) {
+        heap = aligned_alloc(64, (need + 63) & ~(size_t)63);
+        if (!heap)
+            return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY,
+                            "quantize_x: no memory for x rounded to Q8_0 (%zu bytes)", need);
+        xq = heap;
+    }
+    const float *x = (const float *)pr->x.p;
+    for (int64_t m = 0; m < pr->M; m++) q8x_quantize_row(pr->I, x + m * pr->x.s[0], xq + m * xqs);
+    q8x_arg a = {pr, q8x_kernels_for(ctx)->tile, xq, xqs};
+    m2_cpu_run_tasks(ctx, (pr->O + ROWS - 1) / ROWS, q8x_task, &a);
+    free(heap);
+    return MAMBA2_STATUS_OK;
+}
+
 mamba2_status_t m2_cpu_linear_forward(mamba2_context_t *ctx, const m2_linear_problem *pr) {
+    if (pr->quantize_x) return q8x_forward(ctx, pr);
     const int fmt = pr->w_dtype == MAMBA2_DTYPE_Q8_0   ? M2_LIN_Q8_0
                     : pr->w_dtype == MAMBA2_DTYPE_BF16 ? M2_LIN_BF16
                                                        : M2_LIN_F32;

@@ -31,12 +31,32 @@ typedef struct m2_linear_kernels {
     m2_lin_tile_fn tile[M2_LIN_NFMT][M2_LIN_NTILE];
 } m2_linear_kernels;
 
+/* Q8_0 weights with integer activations (quantize_x; linear_q8x_impl.h): x arrives
+ * quantized, row m at xq + m * xq_stride bytes: I/32 blocks of 32 int8 qx, then I/32 float dx
+ * (so x_j ~ dx · qx_j); rows m2_lin_q8x_row_bytes(I) apart, the buffer 64-byte aligned. */
+typedef void (*m2_lin_q8x_tile_fn)(int64_t I, const unsigned char *w, int64_t w_row_bytes,
+                                   const unsigned char *xq, int64_t xq_stride, float *res);
+static inline int64_t m2_lin_q8x_row_bytes(int64_t I) { return ((I / 32) * 36 + 63) & ~(int64_t)63; }
+
+/* q8x tiles: one weight row (a single sequential stream, see linear_q8x_impl.h) against 1,
+ * 2 or 4 rows of x */
+enum { M2_Q8X_1x1 = 0, M2_Q8X_1x2 = 1, M2_Q8X_1x4 = 2, M2_Q8X_NTILE = 3 };
+typedef struct m2_linear_q8x_kernels {
+    const char *isa;
+    m2_lin_q8x_tile_fn tile[M2_Q8X_NTILE];
+} m2_linear_q8x_kernels;
+
 extern const m2_linear_kernels m2_linear_kernels_scalar;  /* linear_kernels_scalar.c       */
+extern const m2_linear_q8x_kernels m2_linear_q8x_scalar;
 #if defined(M2_KSETS_X86)
 extern const m2_linear_kernels m2_linear_kernels_avx2;    /* linear_kernels_avx2.c         */
 extern const m2_linear_kernels m2_linear_kernels_avx512;  /* linear_kernels_avx512.c       */
+extern const m2_linear_q8x_kernels m2_linear_q8x_avx2;     /* linear_kernels_avx2.c     */
+extern const m2_linear_q8x_kernels m2_linear_q8x_avx512vnni; /* linear_kernels_avx512vnni.c */
 #elif defined(M2_KSETS_NEON)
 extern const m2_linear_kernels m2_linear_kernels_neon;    /* linear_kernels_neon.c         */
+extern const m2_linear_q8x_kernels m2_linear_q8x_neon;     /* linear_kernels_neon.c     */
+extern const m2_linear_q8x_kernels m2_linear_q8x_neondot;  /* linear_kernels_neondot.c  */
 #endif
 
 #endif /* MAMBA2C_CPU_LINEAR_KERNELS_H */

@@ -7,5 +7,7 @@
 #define M2_SIMD_AVX2 1
 #define M2_KSUFFIX __avx2
 #include "cpu/linear_kernels_impl.h"
+#include "cpu/linear_q8x_impl.h"
 
 const m2_linear_kernels m2_linear_kernels_avx2 = {"avx2+fma", M2_LIN_TABLE};
+const m2_linear_q8x_kernels m2_linear_q8x_avx2 = {"avx2+fma", M2_LIN_Q8X_TABLE};

@@ -6,5 +6,7 @@
 #define M2_SIMD_NEON 1
 #define M2_KSUFFIX __neon
 #include "cpu/linear_kernels_impl.h"
+#include "cpu/linear_q8x_impl.h"
 
 const m2_linear_kernels m2_linear_kernels_neon = {"neon", M2_LIN_TABLE};
+const m2_linear_q8x_kernels m2_linear_q8x_neon = {"neon", M2_LIN_Q8X_TABLE};

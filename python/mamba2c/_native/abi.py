@@ -119,7 +119,7 @@ STRUCTS: Dict[str, Tuple[list, Optional[str], dict]] = {
     "conv1d_step_options": ([_SS, ("bias", _PTR), ("state_indices", _PTR), ("activation", _INT),
                              ("cache_seqlens", _PTR)],  # appended after ABI v1
                             "mamba2_conv1d_step_options_default", {}),
-    "linear_options": ([_SS, ("bias", _PTR), ("accumulate", _I32)],
+    "linear_options": ([_SS, ("bias", _PTR), ("accumulate", _I32), ("quantize_x", _I64)],
                        "mamba2_linear_options_default", {}),
     # mamba2c_block.h: the whole-block decode step
     "block_step_weights": ([_SS] + [(n, _PTR) for n in BLOCK_STEP_WEIGHTS],

@@ -108,7 +108,7 @@ def pack_linear(buf, base: int, off_out: int, off_x: int, off_w: int, off_b: int
             raise ValueError("linear: bias must be a contiguous float32 tensor")
         TENSOR_R[1].pack_into(buf, off_b, bias.data_ptr(), DT_F32, 1, bias.shape[0], 1)
         pb = base + off_b
-    abi.LINEAR_OPTIONS.pack_into(buf, off_opt, pb, 0)
+    abi.LINEAR_OPTIONS.pack_into(buf, off_opt, pb, 0, 0)  # no accumulate, exact Q8_0
     return (base + off_out, base + off_x, base + off_w, base + off_opt)
 
 
