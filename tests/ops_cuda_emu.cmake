@@ -41,12 +41,7 @@ if(MAMBA2C_CUDA_EMU_ACTIVE)
   target_include_directories(test_cuda_grid PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
   target_link_libraries(test_cuda_grid PRIVATE mamba2c_test_harness)
   add_test(NAME cuda_emu_grid COMMAND test_cuda_grid -q)
-  # the SSD suite's program: test_ops (tests/ops/) where the tree has it, else test_opencl_ssd
-  if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/ops/ops_main.c)
-    add_test(NAME cuda_emu_ssd_zfold COMMAND test_ops --backend cuda --op ssd,stages,positions -q)
-  else()
-    add_test(NAME cuda_emu_ssd_zfold COMMAND test_opencl_ssd --backend cuda -q)
-  endif()
+  add_test(NAME cuda_emu_ssd_zfold COMMAND test_opencl_ssd --backend cuda -q)
   set_tests_properties(cuda_emu_grid cuda_emu_ssd_zfold PROPERTIES ENVIRONMENT "${emu_env}"
                        TIMEOUT 900 LABELS "gpu;cuda;cuda_emu")
   set_property(TEST cuda_emu_ssd_zfold APPEND PROPERTY ENVIRONMENT M2EMU_MAX_GRID_Z=3)
