@@ -1,18 +1,21 @@
 /*
  * gpu.h — the device layer under the GPU backends, and the per-op host logic above it.
  *
- * The op code in src/gpu/ (ssd_ops.c, ...) (problem struct -> buffers -> launches) is written once against
- * m2g_dev, a small table of device operations (allocate, copy, launch by kernel id, finish)
- * that each API fills in: src/opencl/opencl.c (OpenCL 1.2 through a dlopen'ed ICD loader) and
- * src/cuda/cuda.c (the CUDA driver API through a dlopen'ed libcuda). Everything above this
- * layer (argument checks, problem structs) is the core's, unchanged.
+ * The op code in src/gpu/ (ssd_ops.c, ...: problem struct -> buffers -> launches) is written
+ * once against m2g_dev, a small table of device operations (allocate, copy, launch by kernel
+ * id, finish) that each API fills in: src/opencl/opencl.c (OpenCL 1.2 through a dlopen'ed ICD
+ * loader) and src/cuda/cuda.c (the CUDA driver API through a dlopen'ed libcuda). Every launch
+ * is a typed launcher's (M2G_LAUNCH below), generated from the kernel prototypes and checked
+ * against the signature table (docs/gpu.md §2a). Everything above this layer (argument
+ * checks, problem structs) is the core's, unchanged.
  *
  * Memory modes. In host mode (mamba2_context_create with MAMBA2_BACKEND_OPENCL/CUDA) tensor
  * data pointers are host pointers: an op copies each input's span in, runs, and copies each
  * output's elements back (the gaps of a strided output are never written). In device mode
  * (mamba2_context_create_opencl, _cuda) tensor data pointers are on the device and nothing
  * is copied: OpenCL's are registered buffers' virtual addresses (m2g_region), CUDA's the
- * device addresses themselves (flat_addresses). Either way a kernel sees a tensor as (buffer, element offset, element strides).
+ * device addresses themselves (flat_addresses). Either way a kernel sees a tensor as
+ * (buffer, element offset, element strides).
  * Scratch between the stages of one op lives in buffers of the call (host mode) or of the
  * context (device mode, grown to the largest call).
  */

@@ -2,6 +2,7 @@
  * gpu_common.c — what every GPU op's host code shares: kernel names, argument lists, and the
  * buffers of one call (copy in, scratch, copy back) over the m2g_dev table of gpu.h.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,21 +83,24 @@ mamba2_status_t m2g_launch_id(m2g_dev *d, int id, const size_t groups[3], size_t
  * every argument's kind and value) appended to the file; a buffer is written as the order of
  * its first appearance in the process (its handle is an address: different run to run), so
  * two runs of the same program give the same text. A diagnostic of the host layer: a rewrite
- * of the launch code must leave it byte-identical (docs/gpu.md). Not thread-safe; off, it
- * costs one test per launch. */
+ * of the launch code must leave it byte-identical (docs/gpu.md §2a). Read once per process;
+ * off, it costs one test per launch. */
+static pthread_once_t trace_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t trace_mu = PTHREAD_MUTEX_INITIALIZER;
+static FILE *trace_file;
+static void trace_open(void) {
+    const char *path = getenv("MAMBA2C_GPU_TRACE");
+    trace_file = path && *path ? fopen(path, "a") : NULL;
+}
+
 void m2g_trace_launch(const char *kernel, const size_t groups[3], const size_t local[3],
                       size_t smem, int nargs, const m2g_arg *args) {
-    static int state; /* 0 unknown, 1 off, 2 on */
-    static FILE *f;
     static m2g_mem seen[4096];
     static int nseen;
-    if (state == 1) return;
-    if (state == 0) {
-        const char *path = getenv("MAMBA2C_GPU_TRACE");
-        f = path && *path ? fopen(path, "a") : NULL;
-        state = f ? 2 : 1;
-        if (!f) return;
-    }
+    pthread_once(&trace_once, trace_open);
+    if (!trace_file) return;
+    pthread_mutex_lock(&trace_mu);
+    FILE *f = trace_file;
     fprintf(f, "%s g=%zu,%zu,%zu l=%zu,%zu,%zu smem=%zu:", kernel, groups[0], groups[1],
             groups[2], local[0], local[1], local[2], smem);
     for (int i = 0; i < nargs; i++) {
@@ -116,6 +120,7 @@ void m2g_trace_launch(const char *kernel, const size_t groups[3], const size_t l
     }
     fputc('\n', f);
     fflush(f);
+    pthread_mutex_unlock(&trace_mu);
 }
 
 /* ---- one call's buffers ------------------------------------------------------------------ */
