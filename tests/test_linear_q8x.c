@@ -25,6 +25,7 @@
  *   <case>/avx512_eq_avx2   VNNI (avx512 set, where the CPU has it) equals AVX2 bit for bit;
  *   <case>/ref_exact  the reference ignores quantize_x (the exact product, TH_TOL_F32);
  *   ignored_*     f32 / bf16 weights, and a v1-sized struct, ignore quantize_x (same bits);
+ *   api_q8x_*     I not a multiple of 32 is still refused (INVALID_ARGUMENT, out untouched);
  *   nan_*         NaN or inf in x makes its row NaN; a NaN scale its column.
  * Q8_0 weights draw every int8 value (-128 included) and f16 scales 2^-12 .. 2^-6.
  */
@@ -390,6 +391,18 @@ static void test_ignored(mamba2_context_t *ctx) {
               mamba2_last_error());
     run_rows(ctx, &p, 0, 2, 1);
     th_expect(!rows_equal(&p, ex), "quantize_x = 1 gave the exact path's bits");
+    th_end();
+    /* the Q8_0 checks come first: I not a multiple of 32 is refused, out untouched */
+    th_begin("api_q8x_I_not_32");
+    save_rows(&p, ex);
+    mamba2_tensor_t x48 = t2(p.x, MAMBA2_DTYPE_F32, 2, 48, p.xs);
+    mamba2_tensor_t w48 = t2(p.w, MAMBA2_DTYPE_Q8_0, 7, 48, p.ws);
+    o = mamba2_linear_options_default();
+    o.quantize_x = 1;
+    st = mamba2_linear_forward(ctx, &out, &x48, &w48, &o);
+    th_expect(st == MAMBA2_STATUS_INVALID_ARGUMENT && th_has_word(mamba2_last_error(), "q8_0") &&
+                  rows_equal(&p, ex),
+              "status %s (%s)", mamba2_status_string(st), mamba2_last_error());
     prob_free(&p);
     th_end();
 }

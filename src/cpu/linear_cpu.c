@@ -7,6 +7,10 @@
  * pool hands tasks out dynamically. A task walks its rows in tiles: with M == 1 four weight
  * rows at a time (4x1), otherwise two weight rows against two rows of x (2x2, then 2x1 for
  * an odd last row), so each group of two x rows re-reads the tile's weight rows from L1.
+ * Q8_0 weights take one weight row per tile (1x1, 1x2): four or two rows side by side are
+ * four or two short streams (a 1024-wide row is 17 cache lines), which the hardware
+ * prefetchers follow worse than the task's rows read in address order (measured ~1.5x from
+ * memory, docs/decode.md).
  * Every out[m,o] is one kernel chain whatever the tile (linear_kernels.h), so results are
  * bitwise identical for every thread count, every M and every position of a row.
  * With quantize_x (Q8_0 weights) x is first rounded to Q8_0 blocks here, once per call in
@@ -72,8 +76,11 @@ static void lin_task(void *arg_, int64_t task, int thread) {
     const float *x = (const float *)pr->x.p;
     float res[8];
     int64_t o = task * ROWS;
+    /* Q8_0: one weight row per tile, so the task's rows stream in address order (its rows
+     * are short: 17 cache lines at I = 1024; docs/decode.md) */
+    const int one_row = pr->w_dtype == MAMBA2_DTYPE_Q8_0;
     if (pr->M == 1) {
-        for (; o + 4 <= o1; o += 4) {
+        for (; o + 4 <= o1 && !one_row; o += 4) {
             a->tile[M2_LIN_4x1](I, w + o * wrb, wrb, x, xs, res);
             store(pr, o, 4, 0, 1, res);
         }
@@ -83,8 +90,8 @@ static void lin_task(void *arg_, int64_t task, int thread) {
         }
         return;
     }
-    for (; o < o1; o += 2) {
-        const int nr = o + 2 <= o1 ? 2 : 1;
+    for (; o < o1; o += one_row ? 1 : 2) {
+        const int nr = o + 2 <= o1 && !one_row ? 2 : 1;
         const unsigned char *wo = w + o * wrb;
         int64_t m = 0;
         for (; m + 2 <= pr->M; m += 2) {

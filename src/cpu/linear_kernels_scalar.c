@@ -1,7 +1,8 @@
 /*
  * linear_kernels_scalar.c — the decode linear-layer kernels in portable C (one-lane "vectors"):
  * the fallback for CPUs without a vector set and what mamba2_context_force_isa(ctx, "scalar")
- * selects; the same kernel text (linear_kernels_impl.h) with simd.h's scalar mapping.
+ * selects; the same kernel text (linear_kernels_impl.h, and linear_q8x_impl.h for Q8_0 with
+ * integer activations) with simd.h's scalar mapping.
  */
 #define M2_SIMD_SCALAR 1
 #define M2_KSUFFIX __scalar

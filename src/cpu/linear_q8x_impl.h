@@ -19,7 +19,7 @@
  * reads four short streams side by side (a 1024-wide Q8_0 row is only 17 cache lines). From
  * memory that measured ~1.5x the 4x1 tile's rate (docs/decode.md); in cache the 4x1 tile is
  * faster (x's block and scale loaded once for four rows), which the memory-bound decode
- * shapes do not need. Each block also prefetches the same block one row on.
+ * shapes do not need. Every other block also prefetches the same place one row on.
  */
 #ifndef M2_KSUFFIX
 #error "define M2_KSUFFIX before including linear_q8x_impl.h"
@@ -38,12 +38,12 @@
 #define M2Q_MBMAX 4
 
 /* block b of the tile's NR weight rows against its MB rows of x, added to a */
-M2_INLINE void lin_q8x_block(const int NR, const int MB, int64_t b, const unsigned char *w,
-                             int64_t wrb, const int8_t *const *qx, const float *const *dx,
-                             m2v a[M2Q_NRMAX][M2Q_MBMAX]) {
+M2_INLINE void lin_q8x_block(const int NR, const int MB, const int pf, int64_t b,
+                             const unsigned char *w, int64_t wrb, const int8_t *const *qx,
+                             const float *const *dx, m2v a[M2Q_NRMAX][M2Q_MBMAX]) {
     for (int r = 0; r < NR; r++) {
         const unsigned char *blk = w + r * wrb + b * 34;
-        m2_prefetch(blk + wrb); /* the same block one row on */
+        if (pf) m2_prefetch(blk + wrb); /* the same place one row on, once per 68 bytes */
         const int8_t *qw = (const int8_t *)(const void *)(blk + 2);
         const float dw = m2_load_f16(blk);
         for (int m = 0; m < MB; m++)
@@ -64,10 +64,10 @@ M2_INLINE void lin_q8x_body(const int NR, const int MB, int64_t I, const unsigne
     }
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) { /* even blocks into a0, odd ones into a1 */
-        lin_q8x_block(NR, MB, b, w, wrb, qx, dx, a0);
-        lin_q8x_block(NR, MB, b + 1, w, wrb, qx, dx, a1);
+        lin_q8x_block(NR, MB, 1, b, w, wrb, qx, dx, a0);
+        lin_q8x_block(NR, MB, 0, b + 1, w, wrb, qx, dx, a1);
     }
-    if (b < nb) lin_q8x_block(NR, MB, b, w, wrb, qx, dx, a0);
+    if (b < nb) lin_q8x_block(NR, MB, 1, b, w, wrb, qx, dx, a0);
     for (int r = 0; r < NR; r++)
         for (int m = 0; m < MB; m++) res[m * 4 + r] = m2v_reduce(m2v_add(a0[r][m], a1[r][m]));
 }
