@@ -22,6 +22,9 @@ if(MAMBA2C_CUDA_EMU_ACTIVE)
   add_test(NAME cuda_emu_device_tc COMMAND test_cuda_device -q)
   add_test(NAME cuda_emu_ssd_half COMMAND test_ssd_half --backend cuda -q)
   add_test(NAME cuda_emu_ssd_half_tc COMMAND test_ssd_half --backend cuda -q)
+  # the tensor cores' two-kernel forward (chunk states, then the chunk scan) in place of their
+  # on-chip scan: with bf16 storage the only run of m2_ssd_chunk_{state,scan}_bf16_tc128
+  add_test(NAME cuda_emu_ssd_half_tc_staged COMMAND test_ssd_half --backend cuda -q)
   add_test(NAME cuda_emu_step_layouts COMMAND test_step_layouts --backend cuda -q)
   # the emulator's own rules and its defect detection (planted kernels of cuda_emu/selftest.cuh)
   add_executable(test_cuda_emu cuda_emu/test_cuda_emu.c)
@@ -29,11 +32,12 @@ if(MAMBA2C_CUDA_EMU_ACTIVE)
   target_link_libraries(test_cuda_emu PRIVATE mamba2c_test_harness ${CMAKE_DL_LIBS})
   add_test(NAME cuda_emu_selftest COMMAND test_cuda_emu)
   set(emu_tests cuda_emu_ssd cuda_emu_ssd_tc cuda_emu_ops cuda_emu_device cuda_emu_device_tc
-      cuda_emu_ssd_half cuda_emu_ssd_half_tc cuda_emu_step_layouts cuda_emu_selftest)
+      cuda_emu_ssd_half cuda_emu_ssd_half_tc cuda_emu_ssd_half_tc_staged cuda_emu_step_layouts cuda_emu_selftest)
   set_tests_properties(${emu_tests} PROPERTIES ENVIRONMENT "${emu_env}" TIMEOUT 900
                        LABELS "gpu;cuda;cuda_emu")
-  set_property(TEST cuda_emu_ssd_tc cuda_emu_ssd_half_tc cuda_emu_device_tc APPEND PROPERTY
+  set_property(TEST cuda_emu_ssd_tc cuda_emu_ssd_half_tc cuda_emu_ssd_half_tc_staged cuda_emu_device_tc APPEND PROPERTY
                ENVIRONMENT MAMBA2C_CUDA_TC=1)
+  set_property(TEST cuda_emu_ssd_half_tc_staged APPEND PROPERTY ENVIRONMENT MAMBA2C_GPU_SSD_FWD=staged)
   add_dependencies(mamba2c_test_harness m2emu_cuda) # built with every test program
 endif()
 # the grid fold (issue 26): a z extent past the driver's limit (M2EMU_MAX_GRID_Z=3 there) folded
