@@ -49,6 +49,11 @@ static mamba2_status_t check_positions(const mamba2_tensor_t *t, int64_t ntok, i
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                         "state_positions has stride %lld; it must be contiguous",
                         (long long)t->stride[0]);
+    if (!values && n > ntok) /* device indices: what the unread values would imply */
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "state_positions has %lld entries; strictly increasing token indices "
+                        "allow at most B*L=%lld",
+                        (long long)n, (long long)ntok);
     if (n > 0 && !t->data)
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "state_positions has a NULL data pointer");
     if (n > 0 && (uintptr_t)t->data % mamba2_dtype_size(t->dtype) != 0)
