@@ -4,8 +4,8 @@
  * the fused forward as the same five launches chained on the device with the intermediates
  * (dt_out, dA_cumsum, CB, chunk states, states at chunk starts) in device scratch.
  *
- * Chunk and sequence tables (see ssd_chunked.cl) are built on the device (tables.cl): for the staged
- * ops chunk c = b*K + k covers tokens [kQ, kQ + len) of row b; for the fused forward the
+ * Chunk and sequence tables (see ssd_chunked.cl) are built on the device (tables.cl): for the
+ * staged ops chunk c = b*K + k covers tokens [kQ, kQ + len) of row b; for the fused forward the
  * chunks of each sequence (a batch row, or a cu_seqlens segment) are numbered one after the
  * other, so a chunk never straddles a sequence boundary, and the staged intermediates are
  * laid out as one row of nc chunks.

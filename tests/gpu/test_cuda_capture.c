@@ -49,7 +49,8 @@ static void *pool_alloc(void *user, size_t bytes, void *s) {
     pool.stream_seen = s;
     int best = -1;
     for (int i = 0; i < pool.n; i++)
-        if (!pool.used[i] && pool.bytes[i] >= bytes && (best < 0 || pool.bytes[i] < pool.bytes[best]))
+        if (!pool.used[i] && pool.bytes[i] >= bytes &&
+            (best < 0 || pool.bytes[i] < pool.bytes[best]))
             best = i;
     if (best < 0) {
         if (pool.n == POOL_MAX) return NULL;
