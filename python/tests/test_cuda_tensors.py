@@ -425,6 +425,45 @@ def test_gpu_conv1d_rmsnorm_and_steps(cuda_spy):
 
 
 @gpu
+def test_gpu_cuda_graph_capture_forward_backward(cuda_spy):
+    """A varlen forward + backward (cu_seqlens on the device) captured in a CUDA graph: the
+    library's contexts take device index tensors and torch's allocator, so its calls make no
+    allocation, host copy or sync (docs/gpu_capture.md). The context of a stream is made on
+    its first call, which allocates: warm up on the stream the capture then uses."""
+    cu = torch.tensor([0, 9, 9, 40], dtype=torch.int32, device="cuda")
+    inp = make_ssd_inputs(1, 40, 2, 16, 16, 1, nseq=3, requires_grad=True, seed=6)
+    t = _cuda(inp)
+    keys = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states")
+    args = [t[k] for k in keys]
+    g = torch.Generator().manual_seed(4)
+    dout = torch.randn(1, 40, 2, 16, generator=g).cuda()
+    dfin = torch.randn(3, 2, 16, 16, generator=g).cuda()
+
+    def fb():
+        out, fin = ops.ssd(*args[:5], 8, *args[5:], cu, True)
+        loss = (out * dout).sum() + (fin * dfin).sum()
+        return (out, fin) + torch.autograd.grad(loss, args)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            fb()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):
+        static = fb()
+    for scale in (1.0, 0.5):
+        with torch.no_grad():
+            t["x"].mul_(scale)  # new values in the captured input buffer
+        eager = fb()
+        graph.replay()
+        torch.cuda.synchronize()
+        for a, b in zip(eager, static):
+            assert torch.equal(a, b)
+
+
+@gpu
 def test_gpu_torch_compile_custom_ops(cuda_spy):
     inp = make_ssd_inputs(1, 40, 2, 16, 16, 1, requires_grad=True, seed=8)
     t = _cuda(inp)
