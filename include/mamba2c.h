@@ -778,8 +778,8 @@ MAMBA2_API mamba2_status_t mamba2_opencl_unregister_buffer(mamba2_context_t *ctx
  * allocator must be stream-ordered (torch's caching allocator, cudaMallocAsync). alloc
  * returns a 256-byte aligned device pointer or NULL (then MAMBA2_STATUS_OUT_OF_MEMORY); both
  * NULL restore the cache. With both set a call makes no allocation, host copy or sync of its
- * own: CUDA-graph capturable. The setters need a device-mode CUDA context (else
- * INVALID_ARGUMENT). No CUDA build, driver or device: BACKEND_UNAVAILABLE.
+ * own: CUDA-graph capturable. The setters need a device-mode CUDA context, and device < 0 or
+ * past the count is INVALID_ARGUMENT; no CUDA build, driver or device: BACKEND_UNAVAILABLE.
  */
 MAMBA2_API mamba2_status_t mamba2_context_create_cuda(mamba2_context_t **ctx, int32_t device,
                                                       void *stream);
