@@ -14,8 +14,9 @@
  * and zero stream, context or event synchronisations; every buffer the op took from the
  * allocator must be back by the time it returns; and every output must be bitwise the host
  * mode's. Also: the setters' argument errors, and device index tensors holding nonsense
- * (a decreasing, out-of-range cu_seqlens; slots past the cache) run without a fault (the
- * kernels clamp; the results are unspecified). Without a GPU or the emulator: the argument
+ * (decreasing, out-of-range cu_seqlens for the SSD and conv1d; positions out of order and
+ * range; slots past the cache, negative cache lengths) run without a fault (the kernels
+ * clamp; the results are unspecified; the sanitizer build checks every access). Without a GPU or the emulator: the argument
  * checks only, and BACKEND_UNAVAILABLE.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -450,9 +451,32 @@ static void bad_values(mamba2_context_t *dev) {
     st = ok ? run_cstep(dev, q, 1) : MAMBA2_STATUS_INTERNAL_ERROR;
     th_expect(st == MAMBA2_STATUS_OK, "conv1d_step with slots past the cache: %s: %s",
               mamba2_status_string(st), mamba2_last_error());
+    tcase ps;
+    pos_case(&ps); /* positions decreasing and out of range; cu_seqlens past L */
+    int64_t *pv = ps.t[6].init, *cv = ps.t[5].init;
+    pv[0] = 99, pv[1] = -7, pv[2] = 1000, pv[3] = 3, pv[4] = 3, pv[5] = -1;
+    cv[1] = 500, cv[2] = -4;
+    const mamba2_tensor_t *r[MAXT];
+    for (int i = 0; i < ps.n; i++) r[i] = &ps.t[i].dev;
+    ok = th_expect(restore(&ps), "device buffers");
+    st = ok ? run_pos(dev, r, 1) : MAMBA2_STATUS_INTERNAL_ERROR;
+    th_expect(st == MAMBA2_STATUS_OK, "states at nonsense positions: %s: %s",
+              mamba2_status_string(st), mamba2_last_error());
+    tcase cv1;
+    conv_case(&cv1); /* cu_seqlens decreasing, past L */
+    int64_t *cc = cv1.t[4].init;
+    cc[1] = 70, cc[2] = 5, cc[3] = 1 << 20;
+    const mamba2_tensor_t *q2[MAXT];
+    for (int i = 0; i < cv1.n; i++) q2[i] = &cv1.t[i].dev;
+    ok = th_expect(restore(&cv1), "device buffers");
+    st = ok ? run_conv(dev, q2, 1) : MAMBA2_STATUS_INTERNAL_ERROR;
+    th_expect(st == MAMBA2_STATUS_OK, "conv1d with a nonsense cu_seqlens: %s: %s",
+              mamba2_status_string(st), mamba2_last_error());
     th_expect(!cu.cuStreamSynchronize(stream), "the stream reports a fault");
     case_free(&c);
     case_free(&s);
+    case_free(&ps);
+    case_free(&cv1);
     th_end();
 }
 
