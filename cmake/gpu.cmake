@@ -13,6 +13,7 @@ set(MAMBA2C_GPU_KERNEL_FILES
   ${PROJECT_SOURCE_DIR}/src/gpu/kernels/conv1d.cl
   ${PROJECT_SOURCE_DIR}/src/gpu/kernels/rmsnorm.cl
   ${PROJECT_SOURCE_DIR}/src/gpu/kernels/step.cl
+  ${PROJECT_SOURCE_DIR}/src/gpu/kernels/tables.cl
   # @@ more kernel files go above this line @@
 )
 set(MAMBA2C_GPU_SRC ${CMAKE_CURRENT_BINARY_DIR}/gpu_kernel_sources.c)

@@ -731,22 +731,15 @@ MAMBA2_API mamba2_status_t mamba2_ssd_chunk_scan(
 /* ------------------------------------------------------------------------- */
 /*
  * Both run the same kernels (src/gpu/kernels/) behind the same entry points and checks as the
- * CPU backends. Neither is a load-time dependency: libOpenCL.so.1 and libcuda.so.1 are opened
- * with dlopen when a context is created; without a driver or a device the create call returns
- * MAMBA2_STATUS_BACKEND_UNAVAILABLE with a message saying what is missing.
+ * CPU backends. libOpenCL.so.1 / libcuda.so.1 are opened with dlopen at context creation;
+ * without a driver or a device that returns BACKEND_UNAVAILABLE saying what is missing.
  *
- * Implemented today: the fused SSD op (mamba2_ssd_forward, _forward_states, _backward; every
- * option; float32, or bf16/f16 activation storage), the five staged SSD stages, the causal
- * conv1d (forward, backward, conv1d_step with every cache layout and cache_seqlens), the
- * gated RMSNorm (forward, backward) and ssd_step (float32 activations; F32/BF16/F16
- * state_cache). The decode steps take float32 activations only here (half ones: the CPU
- * and reference backends).
+ * Implemented: every op but mamba2_linear_forward (steps: float32 activations only).
  *
- * Host mode: mamba2_context_create(&ctx, MAMBA2_BACKEND_OPENCL, n) opens the first available
- * OpenCL device, or the one MAMBA2C_OPENCL_DEVICE names (an index in `clinfo -l` order, or a
- * substring of "<platform> / <device>"). Tensor data pointers are ordinary host pointers: a
- * call copies its inputs in, runs, copies its outputs back and returns when they are there.
- * Only the elements of an output are written, never the gaps of a strided view.
+ * Host mode: mamba2_context_create(&ctx, MAMBA2_BACKEND_OPENCL, n) opens the first OpenCL
+ * device, or the one MAMBA2C_OPENCL_DEVICE names (an index in `clinfo -l` order, or a
+ * substring of "<platform> / <device>"). Data pointers are host pointers: a call copies its
+ * inputs in and its outputs back (only their elements, never the gaps of a strided view).
  *
  * Device mode: mamba2_context_create_opencl(&ctx, cl_context, cl_device_id, cl_command_queue)
  * binds a context to the caller's OpenCL objects (retained until mamba2_context_destroy).
@@ -755,12 +748,8 @@ MAMBA2_API mamba2_status_t mamba2_ssd_chunk_scan(
  * range of a private address space, and a tensor's data pointer is base + its byte offset in
  * the buffer (a multiple of its element size). The argument checks then see real offsets
  * (overlap checks included); the kernels get (buffer, offset). Ranges of different buffers
- * never touch. Strides work as for host tensors. Index tensors (cu_seqlens,
- * state_positions) stay host arrays: the argument checks read them. Work is queued on the
- * caller's in-order queue and a call returns without waiting for it. Device scratch is owned by the context (grown to
- * the largest call, freed with it), so the *_workspace_size queries report 0 bytes for
- * GPU contexts and the workspace arguments are unused. A context (in either mode) serves one
- * call at a time.
+ * never touch. Index tensors stay host arrays. Work is queued on the caller's queue; a call
+ * does not wait. Scratch is the context's: *_workspace_size reports 0 bytes on GPUs.
  */
 MAMBA2_API mamba2_status_t mamba2_context_create_opencl(mamba2_context_t **ctx, void *cl_context,
                                                         void *cl_device, void *cl_queue);
@@ -773,23 +762,34 @@ MAMBA2_API mamba2_status_t mamba2_opencl_unregister_buffer(mamba2_context_t *ctx
 
 /*
  * CUDA device mode: mamba2_context_create_cuda(&ctx, device, stream) binds a context to CUDA
- * device ordinal `device` (its primary context, the one the CUDA runtime uses) and the
- * caller's stream (a cudaStream_t / CUstream; NULL = the default stream). Tensor data
- * pointers are CUDA device pointers (cudaMalloc / cuMemAlloc memory of that device, or
- * offsets into it; each a multiple of its element size), given to the kernels as they are, so
- * the argument checks see real addresses. Index tensors (cu_seqlens, state_positions,
- * state_indices) stay host arrays, as in OpenCL device mode: the argument checks read them
- * and the call queues their upload (from pageable memory: the CUDA driver may wait for the
- * stream while staging it). Every call queues its work on the stream and returns without
- * synchronising (synchronise the stream before reading the outputs on the host). Device
- * scratch is owned by the context (kept and reused; a call repeating an earlier call's sizes
- * allocates nothing); the *_workspace_size queries report 0 bytes. mamba2_context_destroy
- * waits for the stream first. Without a CUDA build, driver or device this returns
- * MAMBA2_STATUS_BACKEND_UNAVAILABLE with a message; device < 0 or past the device count is
- * MAMBA2_STATUS_INVALID_ARGUMENT.
+ * device `device` (its primary context, the CUDA runtime's) and the caller's stream
+ * (cudaStream_t / CUstream; NULL: the default stream). Tensor data pointers are device
+ * pointers (each a multiple of its element size); the checks see real addresses. A call
+ * queues its work on the stream and does not wait; mamba2_context_destroy waits for it.
+ * Chunk, sequence and position tables are built on the device. Index tensors (cu_seqlens,
+ * state_positions, state_indices, cache_seqlens) are host arrays, checked and uploaded
+ * through pinned buffers, unless mamba2_context_set_device_indices(ctx, 1): then they are
+ * device arrays, checked for shape, dtype and alignment, not values (that would need a copy
+ * and a wait); invalid values give unspecified results, never an access out of bounds (the
+ * kernels clamp every index). Scratch: the context's cache of device buffers (a call
+ * repeating earlier sizes allocates nothing), or after mamba2_context_set_device_allocator
+ * the caller's: each buffer a call needs is alloc(user, bytes, stream) and goes back with
+ * free(user, ptr, stream) before the call returns, for the context's stream, so the
+ * allocator must be stream-ordered (torch's caching allocator, cudaMallocAsync). alloc
+ * returns a 256-byte aligned device pointer or NULL (then MAMBA2_STATUS_OUT_OF_MEMORY); both
+ * NULL restore the cache. With both set a call makes no allocation, host copy or sync of its
+ * own: CUDA-graph capturable. The setters need a device-mode CUDA context, and device < 0 or
+ * past the count is INVALID_ARGUMENT; no CUDA build, driver or device: BACKEND_UNAVAILABLE.
  */
 MAMBA2_API mamba2_status_t mamba2_context_create_cuda(mamba2_context_t **ctx, int32_t device,
                                                       void *stream);
+typedef void *(*mamba2_device_alloc_fn)(void *user, size_t bytes, void *stream);
+typedef void (*mamba2_device_free_fn)(void *user, void *ptr, void *stream);
+MAMBA2_API mamba2_status_t mamba2_context_set_device_allocator(mamba2_context_t *ctx,
+                                                               mamba2_device_alloc_fn alloc,
+                                                               mamba2_device_free_fn free_fn,
+                                                               void *user);
+MAMBA2_API mamba2_status_t mamba2_context_set_device_indices(mamba2_context_t *ctx, int32_t on);
 
 #ifdef __cplusplus
 }

@@ -53,3 +53,12 @@ if(MAMBA2C_CUDA_EMU_ACTIVE)
                        TIMEOUT 900 LABELS "gpu;cuda;cuda_emu")
   set_property(TEST cuda_emu_ssd_zfold APPEND PROPERTY ENVIRONMENT M2EMU_MAX_GRID_Z=3)
 endif()
+# graph-capturable device mode (issue 26): zero driver allocations, copies and syncs inside the
+# ops, counted by the emulated driver; portable and tensor-core kernels
+if(MAMBA2C_CUDA_EMU_ACTIVE)
+  add_test(NAME cuda_emu_capture COMMAND test_cuda_capture -q)
+  add_test(NAME cuda_emu_capture_tc COMMAND test_cuda_capture -q)
+  set_tests_properties(cuda_emu_capture cuda_emu_capture_tc PROPERTIES ENVIRONMENT "${emu_env}"
+                       TIMEOUT 900 LABELS "gpu;cuda;cuda_emu")
+  set_property(TEST cuda_emu_capture_tc APPEND PROPERTY ENVIRONMENT MAMBA2C_CUDA_TC=1)
+endif()

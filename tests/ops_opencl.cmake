@@ -39,6 +39,13 @@ target_include_directories(test_cuda_device PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(test_cuda_device PRIVATE mamba2c_test_harness ${CMAKE_DL_LIBS})
 add_test(NAME cuda_device COMMAND test_cuda_device -q)
 set_tests_properties(cuda_device PROPERTIES TIMEOUT 300 LABELS "gpu;cuda")
+# CUDA device mode for graph capture: device index tensors and a caller's allocator, no
+# allocation / host copy / sync inside an op (counted on the emulated device: cuda_emu_capture)
+add_executable(test_cuda_capture gpu/test_cuda_capture.c)
+target_include_directories(test_cuda_capture PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(test_cuda_capture PRIVATE mamba2c_test_harness ${CMAKE_DL_LIBS})
+add_test(NAME cuda_capture COMMAND test_cuda_capture -q)
+set_tests_properties(cuda_capture PROPERTIES TIMEOUT 300 LABELS "gpu;cuda")
 # the GPU host layer's launch check: every kernel's argument kinds from its prototype
 # (cmake/kernel_sigs.cmake), and planted swaps / missing / extra arguments refused
 add_executable(test_kernel_sigs gpu/test_kernel_sigs.c)

@@ -5,7 +5,7 @@ Two halves:
     tensors (metadata only) against a mock of the library: the dispatch decisions, one
     context per (thread, device, stream) bound to torch's current stream, outputs
     allocated on the device, descriptors of the device tensors passed as they are (no
-    copy), index tensors moved to the host, mixed devices refused, the CPU path untouched.
+    copy), index tensors kept on the device, mixed devices refused, the CPU path untouched.
   - With a GPU (torch.cuda.is_available(); skipped elsewhere): the real thing — every op on
     CUDA tensors against the float64 reference (SPEC §8), autograd, the torch.compile
     custom ops, a non-default stream, determinism and agreement with the CPU backend.
@@ -203,23 +203,27 @@ def test_ssd_backward_marshalling(fake_cuda):
     assert _tensor_at(lib.calls[-1][1][9])[2] == (2, 12, 4, 8)
 
 
-def test_index_tensors_go_to_the_host_and_devices_must_match(fake_cuda, monkeypatch):
+def test_index_tensors_stay_on_the_device_and_devices_must_match(fake_cuda, monkeypatch):
     mode, lib, streams = fake_cuda
     moved = []
-    real = _native.tensors._host_index
+    real = _native.tensors._index_tensor
 
     def spy(name, v):
         r = real(name, v)
         moved.append((name, v.device.type, r.device.type))
         return r
 
-    monkeypatch.setattr(_native.tensors, "_host_index", spy)
+    monkeypatch.setattr(_native.tensors, "_index_tensor", spy)
     t = _fake_ssd_inputs()
     x1 = {k: (v[:1] if k in ("x", "dt", "B", "C", "z") else v) for k, v in t.items()}
     cu = torch.tensor([0, 5, 12], device="cuda", dtype=torch.int32)
     out, fin = ops.ssd(x1["x"], x1["dt"], x1["A"], x1["B"], x1["C"], 8, cu_seqlens=cu)
     assert fin.shape[0] == 2 and fin.device.type == "cuda"
-    assert moved == [("cu_seqlens", "cuda", "cpu")]
+    # device contexts take device index tensors: a CUDA one is not copied to the host, a CPU
+    # one of a CUDA call goes to the device
+    assert moved == [("cu_seqlens", "cuda", "cuda")]
+    ops.ssd(x1["x"], x1["dt"], x1["A"], x1["B"], x1["C"], 8, cu_seqlens=cu.cpu())
+    assert moved[-1] == ("cu_seqlens", "cpu", "cuda")
     opts = abi.SSD_OPTIONS.st.unpack(ctypes.string_at(lib.calls[-1][1][9],
                                                       abi.SSD_OPTIONS.st.size))
     cu_desc = opts[abi.SSD_OPTIONS.names.index("cu_seqlens")]
@@ -231,6 +235,20 @@ def test_index_tensors_go_to_the_host_and_devices_must_match(fake_cuda, monkeypa
     if not torch.cuda.is_available() or torch.cuda.device_count() > 1:
         with pytest.raises(mamba2c.DeviceError, match="one device"):
             ops.ssd(t["x"], t["dt"], torch.empty(4, device="cuda:1"), t["B"], t["C"], 8)
+
+
+def test_cuda_context_takes_device_indices_and_torch_allocator(monkeypatch):
+    """A device-mode context of the binding sets device index tensors and torch's caching
+    allocator (mamba2_context_set_device_indices / _set_device_allocator) when created."""
+    lib = _MockLib()
+    monkeypatch.setattr(loader, "_lib", lib)
+    context._CudaContext(0, 0)
+    names = [c[0] for c in lib.calls]
+    assert names[:3] == ["mamba2_context_create_cuda", "mamba2_context_set_device_indices",
+                         "mamba2_context_set_device_allocator"]
+    assert lib.calls[1][1][1] == 1
+    alloc, free = lib.calls[2][1][1:3]
+    assert alloc.value and free.value  # the two ctypes callbacks (torch's allocator)
 
 
 def test_conv1d_rmsnorm_steps_on_the_device_context(fake_cuda):
@@ -404,6 +422,45 @@ def test_gpu_conv1d_rmsnorm_and_steps(cuda_spy):
     rcs = cs0.double().clone()
     ryc = R.conv1d_step(xo.double(), rcs, w.detach().double(), None, True)
     assert nerr(yc.cpu(), ryc) <= TOL_F32 and nerr(cs.cpu(), rcs) <= TOL_F32
+
+
+@gpu
+def test_gpu_cuda_graph_capture_forward_backward(cuda_spy):
+    """A varlen forward + backward (cu_seqlens on the device) captured in a CUDA graph: the
+    library's contexts take device index tensors and torch's allocator, so its calls make no
+    allocation, host copy or sync (docs/gpu_capture.md). The context of a stream is made on
+    its first call, which allocates: warm up on the stream the capture then uses."""
+    cu = torch.tensor([0, 9, 9, 40], dtype=torch.int32, device="cuda")
+    inp = make_ssd_inputs(1, 40, 2, 16, 16, 1, nseq=3, requires_grad=True, seed=6)
+    t = _cuda(inp)
+    keys = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states")
+    args = [t[k] for k in keys]
+    g = torch.Generator().manual_seed(4)
+    dout = torch.randn(1, 40, 2, 16, generator=g).cuda()
+    dfin = torch.randn(3, 2, 16, 16, generator=g).cuda()
+
+    def fb():
+        out, fin = ops.ssd(*args[:5], 8, *args[5:], cu, True)
+        loss = (out * dout).sum() + (fin * dfin).sum()
+        return (out, fin) + torch.autograd.grad(loss, args)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            fb()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):
+        static = fb()
+    for scale in (1.0, 0.5):
+        with torch.no_grad():
+            t["x"].mul_(scale)  # new values in the captured input buffer
+        eager = fb()
+        graph.replay()
+        torch.cuda.synchronize()
+        for a, b in zip(eager, static):
+            assert torch.equal(a, b)
 
 
 @gpu

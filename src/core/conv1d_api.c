@@ -137,7 +137,7 @@ static mamba2_status_t validate(const conv_call *c, m2_conv1d_problem *pr) {
         init = c->opts->initial_conv_state;
         cu = c->opts->cu_seqlens;
         if (cu) {
-            M2_TRY(m2_check_cu_seqlens(cu, B, L, &S));
+            M2_TRY(m2_check_cu_seqlens(cu, B, L, !c->ctx->device_indices, &S));
             pr->cu_seqlens = cu->data;
             pr->cu_dtype = cu->dtype;
         }
@@ -208,7 +208,7 @@ static mamba2_status_t validate(const conv_call *c, m2_conv1d_problem *pr) {
         const span cache_span = {"conv_cache", cc, n};
         const mamba2_tensor_t *ix = c->sopts->state_indices;
         if (ix) {
-            M2_TRY(m2_check_state_indices(ix, B, S, "conv_cache"));
+            M2_TRY(m2_check_state_indices(ix, B, S, !c->ctx->device_indices, "conv_cache"));
             ins[nin++] = (span){"state_indices", ix, B};
             pr->state_indices = ix->data;
             pr->idx_dtype = ix->dtype;
@@ -230,7 +230,7 @@ static mamba2_status_t validate(const conv_call *c, m2_conv1d_problem *pr) {
                                 "cache_seqlens has dtype %s; expected i32 or i64",
                                 m2_dtype_name(cs->dtype));
             M2_IN("cache_seqlens", cs, 1, sh_b, "[B]", cs->dtype, "an index dtype");
-            for (int64_t b = 0; b < B; b++) {
+            for (int64_t b = 0; !c->ctx->device_indices && b < B; b++) {
                 const int64_t q = ix ? m2_index_at(ix, b) : b;
                 if (q < 0) continue; /* padding row: not read */
                 const int64_t v = m2_index_at(cs, b);

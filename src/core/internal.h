@@ -206,6 +206,8 @@ struct mamba2_context {
     int amd;    /* m2_detect_amd() */
     void *gpu;  /* GPU backends: the device (struct m2g_dev, src/gpu/gpu.h); else NULL */
     atomic_int in_use; /* 1 while an entry point runs on this context (m2_ctx_enter) */
+    int device_indices; /* CUDA device mode: index tensors are device arrays, values unchecked
+                         * (mamba2_context_set_device_indices) */
 };
 
 /* Every entry point that takes a context brackets its work with these: m2_ctx_enter fails
@@ -310,12 +312,14 @@ int m2_may_overlap(const mamba2_tensor_t *a, const mamba2_tensor_t *b);
 m2_view m2_view_of(const mamba2_tensor_t *t);
 /* Element i of a rank-1 i32/i64 index tensor. */
 int64_t m2_index_at(const mamba2_tensor_t *t, int64_t i);
-/* cu_seqlens[nseq+1]: rank 1, i32/i64, contiguous, 0 = c[0] <= ... <= c[nseq] = L, B == 1. */
-mamba2_status_t m2_check_cu_seqlens(const mamba2_tensor_t *cu, int64_t B, int64_t L, int64_t *nseq);
+/* cu_seqlens[nseq+1]: rank 1, i32/i64, contiguous, 0 = c[0] <= ... <= c[nseq] = L, B == 1.
+ * values == 0 (a device array: ctx->device_indices): everything but the values. */
+mamba2_status_t m2_check_cu_seqlens(const mamba2_tensor_t *cu, int64_t B, int64_t L, int values,
+                                    int64_t *nseq);
 /* state_indices[B]: i32/i64, each < S (slots of cache_name) or negative (padding), the
- * non-negative ones distinct. */
+ * non-negative ones distinct (values == 0: not the values). */
 mamba2_status_t m2_check_state_indices(const mamba2_tensor_t *ix, int64_t B, int64_t S,
-                                       const char *cache_name);
+                                       int values, const char *cache_name);
 
 /* Workspace: a backend's byte count is padded by M2_WS_ALIGN so that any caller pointer can
  * be aligned (OUT_OF_MEMORY when that does not fit a size_t); workspace == NULL with

@@ -30,7 +30,8 @@ typedef struct ssd_call {
 } ssd_call;
 
 /* state_positions: rank 1, i32/i64, contiguous, strictly increasing, inside [0, ntok). */
-static mamba2_status_t check_positions(const mamba2_tensor_t *t, int64_t ntok, m2_ssd_problem *pr) {
+static mamba2_status_t check_positions(const mamba2_tensor_t *t, int64_t ntok, int values,
+                                       m2_ssd_problem *pr) {
     if (!t)
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                         "position_states is given but opts->state_positions is NULL");
@@ -48,13 +49,18 @@ static mamba2_status_t check_positions(const mamba2_tensor_t *t, int64_t ntok, m
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                         "state_positions has stride %lld; it must be contiguous",
                         (long long)t->stride[0]);
+    if (!values && n > ntok) /* device indices: what the unread values would imply */
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "state_positions has %lld entries; strictly increasing token indices "
+                        "allow at most B*L=%lld",
+                        (long long)n, (long long)ntok);
     if (n > 0 && !t->data)
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "state_positions has a NULL data pointer");
     if (n > 0 && (uintptr_t)t->data % mamba2_dtype_size(t->dtype) != 0)
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                         "state_positions has a data pointer not aligned to its elements");
     int64_t prev = -1;
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; values && i < n; i++) {
         int64_t v = t->dtype == MAMBA2_DTYPE_I32 ? ((const int32_t *)t->data)[i]
                                                  : ((const int64_t *)t->data)[i];
         if (v < 0 || v >= ntok)
@@ -152,7 +158,7 @@ static mamba2_status_t validate(const ssd_call *c, m2_ssd_problem *pr) {
     int64_t S = B;
     if (o->cu_seqlens) {
         const mamba2_tensor_t *cu = o->cu_seqlens;
-        M2_TRY(m2_check_cu_seqlens(cu, B, L, &S));
+        M2_TRY(m2_check_cu_seqlens(cu, B, L, !c->ctx->device_indices, &S));
         pr->cu_seqlens = cu->data;
         pr->cu_dtype = cu->dtype;
     }
@@ -191,7 +197,7 @@ static mamba2_status_t validate(const ssd_call *c, m2_ssd_problem *pr) {
         if (c->out_x) M2_OUT("out_x", c->out_x, 4, sh_x, "[B,L,H,P]", adt, awhy);
         if (c->final_state) M2_OUT("final_state", c->final_state, 4, sh_st, st_layout, pdt, pwhy);
         if (c->position_states) {
-            M2_TRY(check_positions(o->state_positions, B * L, pr));
+            M2_TRY(check_positions(o->state_positions, B * L, !c->ctx->device_indices, pr));
             ins[nin++] = (span){"state_positions", o->state_positions, pr->npos};
             const int64_t sh_ps[4] = {pr->npos, H, P, N};
             M2_OUT("position_states", c->position_states, 4, sh_ps, "[npos,H,P,N]", pdt, pwhy);

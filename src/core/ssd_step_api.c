@@ -150,7 +150,7 @@ static mamba2_status_t validate(const step_call *c, m2_ssd_step_problem *pr) {
     if (o->dt_bias) M2_IN("dt_bias", o->dt_bias, 1, sh_h, "[H]", pdt, pwhy);
     const mamba2_tensor_t *ix = o->state_indices;
     if (ix) {
-        M2_TRY(m2_check_state_indices(ix, B, S, "state_cache"));
+        M2_TRY(m2_check_state_indices(ix, B, S, !c->ctx->device_indices, "state_cache"));
         ins[nin++] = (span){"state_indices", ix, B};
         pr->state_indices = ix->data;
         pr->idx_dtype = ix->dtype;

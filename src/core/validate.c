@@ -205,8 +205,8 @@ int64_t m2_index_at(const mamba2_tensor_t *t, int64_t i) {
 }
 
 /* cu_seqlens[nseq+1]: rank 1, i32/i64, contiguous, 0 = c[0] <= c[1] <= ... <= c[nseq] = L. */
-mamba2_status_t m2_check_cu_seqlens(const mamba2_tensor_t *cu, int64_t B, int64_t L,
-                                        int64_t *nseq) {
+mamba2_status_t m2_check_cu_seqlens(const mamba2_tensor_t *cu, int64_t B, int64_t L, int values,
+                                    int64_t *nseq) {
     if (cu->rank != 1)
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                         "cu_seqlens has rank %d; expected rank 1 [nseq+1]", (int)cu->rank);
@@ -227,6 +227,8 @@ mamba2_status_t m2_check_cu_seqlens(const mamba2_tensor_t *cu, int64_t B, int64_
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                         "cu_seqlens is given but x has batch B=%lld; packed sequences need B == 1",
                         (long long)B);
+    *nseq = cu->shape[0] - 1;
+    if (!values) return MAMBA2_STATUS_OK;
     int64_t prev = 0;
     for (int64_t i = 0; i < cu->shape[0]; i++) {
         int64_t v = m2_index_at(cu, i);
@@ -285,13 +287,14 @@ static void sort_slot_rows(slot_row *a, int64_t n) {
 
 /* state_indices[B]: i32/i64, every value < S, the non-negative ones distinct. */
 mamba2_status_t m2_check_state_indices(const mamba2_tensor_t *ix, int64_t B, int64_t S,
-                                       const char *cache_name) {
+                                       int values, const char *cache_name) {
     int64_t n;
     const int64_t want[1] = {B};
     if (ix->dtype != MAMBA2_DTYPE_I32 && ix->dtype != MAMBA2_DTYPE_I64)
         return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
                         "state_indices has dtype %s; expected i32 or i64", m2_dtype_name(ix->dtype));
     M2_TRY(m2_check_tensor("state_indices", ix, 1, want, "[B]", ix->dtype, "an index dtype", 0, &n));
+    if (!values) return MAMBA2_STATUS_OK;
     /* the first row out of range */
     int64_t used = 0;
     for (int64_t b = 0; b < B; b++) {

@@ -518,6 +518,7 @@ static mamba2_status_t open_cuda(mamba2_context_t *ctx, int ordinal, void *strea
     c->base.device_memory = device_mode;
     c->base.flat_addresses = device_mode; /* data pointers are the device addresses */
     c->stream = (CUstream)stream;
+    c->base.stream = stream; /* what the caller's allocator is given */
     c->base.local_mem = 48 * 1024; /* static shared memory per block on sm_80 / sm_90 */
     c->base.alloc = d_alloc;
     c->base.release = d_release;

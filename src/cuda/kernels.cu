@@ -9,6 +9,7 @@
 #include "../gpu/kernels/conv1d.cl"
 #include "../gpu/kernels/rmsnorm.cl"
 #include "../gpu/kernels/step.cl"
+#include "../gpu/kernels/tables.cl"
 // CUDA only: the tensor-core twins of the forward's matmul stages (off by default)
 #include "ssd_tc.cuh"
 #include "ssd_tc_bwd.cuh" // and of the backward's

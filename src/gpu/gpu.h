@@ -83,6 +83,13 @@ struct m2g_dev {
     m2g_mem dummy;     /* a small buffer bound to absent optional tensor arguments */
     m2g_mem arena;     /* device mode: the context's scratch buffer */
     size_t arena_bytes;
+    /* device mode: the caller's allocator (mamba2_context_set_device_allocator), else NULL:
+     * every buffer of a call then comes from it and goes back to it at the call's end, on
+     * `stream` (the context's) */
+    mamba2_device_alloc_fn user_alloc;
+    mamba2_device_free_fn user_free;
+    void *user, *stream;
+    int device_indices; /* device mode: index tensors are device pointers (no host reads) */
     int nregions;      /* device mode: registered buffers, by vbase */
     uint64_t next_vbase;
     m2g_region regions[M2G_MAX_REGIONS];
@@ -178,6 +185,7 @@ typedef struct m2g_call {
     m2g_dev *dev;
     int nown, nout, nhalf;
     m2g_mem own[M2G_CALL_MAX];
+    unsigned char own_user[M2G_CALL_MAX]; /* 1: from the caller's allocator */
     m2g_out_rec out[M2G_CALL_MAX];
     m2g_half_out half[16];
     size_t arena_used; /* device mode: bytes of the arena handed out so far */
@@ -202,6 +210,16 @@ mamba2_status_t m2g_call_out_act(m2g_call *c, const m2_view *v, int rank, const 
 mamba2_status_t m2g_call_tmp(m2g_call *c, size_t bytes, m2g_mem *mem, int64_t *elem_off,
                              size_t esize);
 mamba2_status_t m2g_call_upload(m2g_call *c, const void *src, size_t bytes, m2g_mem *mem);
+/* A device buffer of the call (any content; released at m2g_call_end). */
+mamba2_status_t m2g_call_buf(m2g_call *c, size_t bytes, m2g_mem *mem);
+/* An int32/int64 index tensor p[n] (cu_seqlens, state_positions, state_indices, ...) as an
+ * int64 table on the device (the dummy buffer when p is NULL or n <= 0). A host array (host
+ * mode, or device mode without device indices; the core has checked its values) is
+ * converted and uploaded; a device array (d->device_indices) is converted by a kernel that
+ * clamps every value to [lo, hi] (mono: cu_seqlens, made non-decreasing from lo), so no
+ * content can send a kernel out of range. */
+mamba2_status_t m2g_call_index(m2g_call *c, const void *p, mamba2_dtype_t dt, int64_t n,
+                               int mono, int64_t lo, int64_t hi, m2g_mem *mem);
 /* Copy the outputs back (st == OK) and release the call's buffers; returns st, or the first
  * failure of the copy. */
 mamba2_status_t m2g_call_end(m2g_call *c, mamba2_status_t st);

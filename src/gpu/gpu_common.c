@@ -9,6 +9,7 @@
 
 #include "gpu/gpu.h"
 #include "gpu_launch/convert.h"
+#include "gpu_launch/tables.h"
 
 const char *const m2g_kernel_names[M2G_NUM_ALL_KERNELS] = {
 #define M2G_KERNEL(name) #name,
@@ -228,10 +229,29 @@ static mamba2_status_t translate(m2g_dev *d, const void *p, size_t span, size_t 
 }
 
 static mamba2_status_t own(m2g_call *c, size_t bytes, m2g_mem *mem) {
+    m2g_dev *d = c->dev;
     if (c->nown >= M2G_CALL_MAX)
         return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "%s backend: too many buffers in one call",
-                        c->dev->api);
-    M2_TRY(c->dev->alloc(c->dev, bytes ? bytes : 16, mem));
+                        d->api);
+    if (!bytes) bytes = 16;
+    if (d->device_memory && d->user_alloc) { /* the caller's allocator, on the stream */
+        void *p = d->user_alloc(d->user, bytes, d->stream);
+        if (!p)
+            return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY,
+                            "%s: the device allocator returned NULL for %zu bytes", d->api, bytes);
+        if ((uintptr_t)p % 256) {
+            d->user_free(d->user, p, d->stream);
+            return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                            "%s: the device allocator returned a pointer not aligned to 256 "
+                            "bytes",
+                            d->api);
+        }
+        *mem = (m2g_mem)(uintptr_t)p;
+        c->own_user[c->nown] = 1;
+    } else {
+        M2_TRY(d->alloc(d, bytes, mem));
+        c->own_user[c->nown] = 0;
+    }
     c->own[c->nown++] = *mem;
     return MAMBA2_STATUS_OK;
 }
@@ -297,7 +317,7 @@ mamba2_status_t m2g_call_out(m2g_call *c, const m2_view *v, int rank, const int6
 mamba2_status_t m2g_call_tmp(m2g_call *c, size_t bytes, m2g_mem *mem, int64_t *elem_off,
                              size_t esize) {
     *elem_off = 0;
-    if (!c->dev->device_memory) return own(c, bytes, mem);
+    if (!c->dev->device_memory || c->dev->user_alloc) return own(c, bytes, mem);
     /* device mode: carve from the context's arena (grown between calls, never inside one
      * after a carve, so earlier carves stay valid) */
     size_t at = (c->arena_used + 255) & ~(size_t)255, end;
@@ -323,6 +343,37 @@ mamba2_status_t m2g_call_upload(m2g_call *c, const void *src, size_t bytes, m2g_
     M2_TRY(own(c, bytes, mem));
     if (bytes) M2_TRY(c->dev->write(c->dev, *mem, 0, src, bytes));
     return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t m2g_call_buf(m2g_call *c, size_t bytes, m2g_mem *mem) {
+    return own(c, bytes, mem);
+}
+
+mamba2_status_t m2g_call_index(m2g_call *c, const void *p, mamba2_dtype_t dt, int64_t n,
+                               int mono, int64_t lo, int64_t hi, m2g_mem *mem) {
+    m2g_dev *d = c->dev;
+    *mem = d->dummy;
+    if (!p || n <= 0) return MAMBA2_STATUS_OK;
+    size_t bytes;
+    if (!m2_size_mul((size_t)n, sizeof(int64_t), &bytes))
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: index table too large", d->api);
+    if (d->device_memory && d->device_indices) {
+        M2_TRY(own(c, bytes, mem));
+        const m2g_mem src = (m2g_mem)(uintptr_t)p;
+        return M2G_LAUNCH(d, m2_idx_load_wi64, M2G_GRID(mono ? 1 : m2g_cdiv(n, 64), 1, 1),
+                          .src32 = src, .src64 = src,
+                          .kind = dt == MAMBA2_DTYPE_I64, .n = n, .mono = mono, .lo = lo,
+                          .hi = hi, .dst = *mem);
+    }
+    int64_t *t = (int64_t *)malloc(bytes);
+    if (!t)
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: cannot stage an index table",
+                        d->api);
+    for (int64_t i = 0; i < n; i++)
+        t[i] = dt == MAMBA2_DTYPE_I32 ? (int64_t)((const int32_t *)p)[i] : ((const int64_t *)p)[i];
+    const mamba2_status_t st = m2g_call_upload(c, t, bytes, mem);
+    free(t);
+    return st;
 }
 
 /* Copy the elements of one output back: rows of dims[rank-1] contiguous elements. */
@@ -362,9 +413,54 @@ mamba2_status_t m2g_call_end(m2g_call *c, mamba2_status_t st) {
         for (int i = 0; i < c->nout && st == MAMBA2_STATUS_OK; i++) st = copy_back(d, &c->out[i]);
     }
     /* device mode: no wait; a released buffer outlives the commands queued on it */
-    for (int i = 0; i < c->nown; i++) d->release(d, c->own[i]);
+    for (int i = 0; i < c->nown; i++) {
+        if (c->own_user[i])
+            d->user_free(d->user, (void *)(uintptr_t)c->own[i], d->stream);
+        else
+            d->release(d, c->own[i]);
+    }
     c->nown = c->nout = c->nhalf = 0;
     return st;
+}
+
+/* a device-mode CUDA context's m2g_dev, else INVALID_ARGUMENT naming the setter */
+static mamba2_status_t cuda_device_ctx(mamba2_context_t *ctx, const char *fn, m2g_dev **d) {
+    if (!ctx) return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "ctx is NULL");
+    if (ctx->backend != MAMBA2_BACKEND_CUDA || !ctx->gpu || !m2g_of(ctx)->device_memory)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "%s: ctx is not a device-mode CUDA context (mamba2_context_create_cuda)",
+                        fn);
+    *d = m2g_of(ctx);
+    return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t mamba2_context_set_device_allocator(mamba2_context_t *ctx,
+                                                    mamba2_device_alloc_fn alloc,
+                                                    mamba2_device_free_fn free_fn, void *user) {
+    m2_clear_error();
+    m2g_dev *d = NULL;
+    M2_TRY(cuda_device_ctx(ctx, "mamba2_context_set_device_allocator", &d));
+    if (!alloc != !free_fn)
+        return m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
+                        "mamba2_context_set_device_allocator: alloc and free must both be given "
+                        "or both be NULL");
+    M2_TRY(m2_ctx_enter(ctx));
+    d->user_alloc = alloc;
+    d->user_free = free_fn;
+    d->user = alloc ? user : NULL;
+    m2_ctx_leave(ctx);
+    return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t mamba2_context_set_device_indices(mamba2_context_t *ctx, int32_t on) {
+    m2_clear_error();
+    m2g_dev *d = NULL;
+    M2_TRY(cuda_device_ctx(ctx, "mamba2_context_set_device_indices", &d));
+    M2_TRY(m2_ctx_enter(ctx));
+    d->device_indices = on != 0;
+    ctx->device_indices = on != 0;
+    m2_ctx_leave(ctx);
+    return MAMBA2_STATUS_OK;
 }
 
 void m2_gpu_close(mamba2_context_t *ctx) {

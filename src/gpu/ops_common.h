@@ -2,16 +2,12 @@
  * ops_common.h — small host helpers shared by the GPU op code of conv1d, gated RMSNorm and
  * the decode steps (src/gpu/ops_*.c), on top of gpu.h's call buffers:
  *   m2g_ops_f32        the float32-only rule of these kernels, as a readable status
- *   m2g_ops_index      an int32/int64 host index array (cu_seqlens, state_indices) as an int64
- *                      table on the device (the kernels read one type)
  *   m2g_ops_inout      a tensor read and written in place (decode caches; outputs whose
  *                      padding rows must stay untouched): in host mode its span is copied in
  *                      as well as back, so elements the kernels skip keep their values
  */
 #ifndef MAMBA2C_GPU_OPS_COMMON_H
 #define MAMBA2C_GPU_OPS_COMMON_H
-
-#include <stdlib.h>
 
 #include "gpu/gpu.h"
 
@@ -21,27 +17,6 @@ static inline mamba2_status_t m2g_ops_f32(const m2g_dev *d, const char *op, mamb
         return m2_error(MAMBA2_STATUS_UNSUPPORTED, "%s backend: the %s kernels take float32 only",
                         d->api, op);
     return MAMBA2_STATUS_OK;
-}
-
-static inline mamba2_status_t m2g_ops_index(m2g_call *c, const void *p, mamba2_dtype_t dt,
-                                            int64_t n, m2g_mem *mem) {
-    if (!p || n <= 0) {
-        *mem = c->dev->dummy;
-        return MAMBA2_STATUS_OK;
-    }
-    size_t bytes;
-    if (!m2_size_mul((size_t)n, sizeof(int64_t), &bytes))
-        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: index table too large",
-                        c->dev->api);
-    int64_t *t = (int64_t *)malloc(bytes);
-    if (!t)
-        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: cannot stage an index table",
-                        c->dev->api);
-    for (int64_t i = 0; i < n; i++)
-        t[i] = dt == MAMBA2_DTYPE_I32 ? (int64_t)((const int32_t *)p)[i] : ((const int64_t *)p)[i];
-    const mamba2_status_t st = m2g_call_upload(c, t, bytes, mem);
-    free(t);
-    return st;
 }
 
 static inline mamba2_status_t m2g_ops_inout(m2g_call *c, const m2_view *v, int rank,

@@ -30,7 +30,8 @@ static mamba2_status_t cv_inputs(m2g_call *c, const m2_conv1d_problem *pr, cv_de
     M2_TRY(m2g_call_in(c, &pr->weight, 2, (int64_t[]){C, W}, F4, &v->w));
     M2_TRY(m2g_call_in(c, &pr->bias, 1, (int64_t[]){C}, F4, &v->bias));
     M2_TRY(m2g_call_in(c, &pr->init, 3, (int64_t[]){S, C, W - 1}, F4, &v->init));
-    return m2g_ops_index(c, pr->cu_seqlens, pr->cu_dtype, pr->cu_seqlens ? S + 1 : 0, &v->cu);
+    return m2g_call_index(c, pr->cu_seqlens, pr->cu_dtype, pr->cu_seqlens ? S + 1 : 0, 1, 0, L,
+                          &v->cu);
 }
 
 mamba2_status_t m2g_conv1d_forward(mamba2_context_t *ctx, const m2_conv1d_problem *pr) {
@@ -135,9 +136,11 @@ mamba2_status_t m2g_conv1d_step(mamba2_context_t *ctx, const m2_conv1d_problem *
     if (!st) st = m2g_call_in(&c, &pr->weight, 2, (int64_t[]){C, W}, F4, &w);
     if (!st) st = m2g_call_in(&c, &pr->bias, 1, (int64_t[]){C}, F4, &bias);
     if (!st)
-        st = m2g_ops_index(&c, pr->state_indices, pr->idx_dtype, pr->state_indices ? B : 0, &idx);
-    if (!st)
-        st = m2g_ops_index(&c, pr->cache_seqlens, pr->seq_dtype, pr->cache_seqlens ? B : 0, &seql);
+        st = m2g_call_index(&c, pr->state_indices, pr->idx_dtype, pr->state_indices ? B : 0, 0,
+                            -1, S - 1, &idx);
+    if (!st) /* circular positions: >= 0, far from overflow in cache_seqlens + t */
+        st = m2g_call_index(&c, pr->cache_seqlens, pr->seq_dtype, pr->cache_seqlens ? B : 0, 0,
+                            0, (int64_t)1 << 62, &seql);
     if (!st) /* cache: s0, s1 and the Lc stride (1 in the rank-3 form) */
         st = M2G_LAUNCH(d, m2_conv1d_step_wi64, M2G_GRID64(T > 0 ? B * C : 0), .out = out,
                         .cache = cache, .Lc = Lc, .x = x, .w = w, .bias = bias,

@@ -41,7 +41,8 @@ mamba2_status_t m2g_ssd_step(mamba2_context_t *ctx, const m2_ssd_step_problem *p
     if (!st) st = m2g_call_in(&c, &pr->z, 4, (int64_t[]){B, T, H, P}, F4, &z);
     if (!st) st = m2g_call_in(&c, &pr->dt_bias, 1, (int64_t[]){H}, F4, &dtb);
     if (!st)
-        st = m2g_ops_index(&c, pr->state_indices, pr->idx_dtype, pr->state_indices ? B : 0, &idx);
+        st = m2g_call_index(&c, pr->state_indices, pr->idx_dtype, pr->state_indices ? B : 0, 0,
+                            -1, S - 1, &idx);
     if (!st && T > 0)
         st = M2G_LAUNCH(d, m2_ssd_step_32x4, M2G_GRID(B * H * m2g_cdiv(P, 4), 1, 1),
                         .cache = cache, .out = out, .as = as, .has_as = as.present, .x = x,

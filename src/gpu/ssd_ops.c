@@ -4,8 +4,8 @@
  * the fused forward as the same five launches chained on the device with the intermediates
  * (dt_out, dA_cumsum, CB, chunk states, states at chunk starts) in device scratch.
  *
- * Chunk and sequence tables (see ssd_chunked.cl) are built here on the host: for the staged
- * ops chunk c = b*K + k covers tokens [kQ, kQ + len) of row b; for the fused forward the
+ * Chunk and sequence tables (see ssd_chunked.cl) are built on the device (tables.cl): for the
+ * staged ops chunk c = b*K + k covers tokens [kQ, kQ + len) of row b; for the fused forward the
  * chunks of each sequence (a batch row, or a cu_seqlens segment) are numbered one after the
  * other, so a chunk never straddles a sequence boundary, and the staged intermediates are
  * laid out as one row of nc chunks.
@@ -17,6 +17,7 @@
 #include "gpu/gpu.h"
 #include "gpu/ssd_host.h"
 #include "gpu_launch/ssd_chunked.h"
+#include "gpu_launch/tables.h"
 
 /* Every staged kernel here is float32: the backend declares act_dtypes = F32 only, and the
  * staged tensors are F32 by the core's rule (par_dtype). */
@@ -27,34 +28,46 @@ mamba2_status_t m2g_need_f32(const char *api, mamba2_dtype_t at, mamba2_dtype_t 
     return MAMBA2_STATUS_OK;
 }
 
+/* *r = a * b for a, b >= 0; 0 when it does not fit an int64 */
+static int i64_mul(int64_t a, int64_t b, int64_t *r) {
+    size_t n;
+    if (!m2_size_prod(&n, 2, (int64_t[]){a, b}) || n > (size_t)INT64_MAX) return 0;
+    *r = (int64_t)n;
+    return 1;
+}
+
+/* The tables of nseq sequences (of K chunks each, or by cu: an int64 table on the device,
+ * m2g_call_index) and nc chunks, built on the device (tables.cl): *stab (NULL: not needed)
+ * and *ct. L < 0: chunks of Q tokens (state_passing has no L). */
+static mamba2_status_t build_tables(m2g_call *c, m2g_mem cu, int64_t nseq, int64_t nc,
+                                    int64_t K, int64_t Q, int64_t L, int staged, m2g_mem *ct,
+                                    m2g_mem *stab) {
+    m2g_dev *d = c->dev;
+    const int has_cu = cu != d->dummy;
+    size_t n5, n2;
+    if (!m2_size_prod(&n5, 2, (int64_t[]){nc, 5 * (int64_t)sizeof(int64_t)}) ||
+        !m2_size_prod(&n2, 2, (int64_t[]){nseq, 2 * (int64_t)sizeof(int64_t)}))
+        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "too many chunks");
+    m2g_mem st = 0;
+    M2_TRY(m2g_call_buf(c, n2, &st));
+    M2_TRY(m2g_call_buf(c, n5, ct));
+    M2_TRY(M2G_LAUNCH(d, m2_ssd_seq_table_wi64, M2G_GRID(has_cu ? 1 : m2g_groups(nseq, 64), 1, 1),
+                      .cu = cu, .has_cu = has_cu, .nseq = nseq, .K = K, .Q = Q, .st = st));
+    M2_TRY(M2G_LAUNCH(d, m2_ssd_chunk_table_wi64, M2G_GRID64(nc), .cu = cu, .has_cu = has_cu,
+                      .st = st, .nseq = nseq, .nc = nc, .K = K, .Q = Q, .L = L,
+                      .staged = staged, .ct = *ct));
+    if (stab) *stab = st;
+    return MAMBA2_STATUS_OK;
+}
+
 /* The regular chunk table of a staged call: B*K chunks, B sequences. */
 static mamba2_status_t staged_tables(m2g_call *c, const m2_ssd_chunk_problem *pr, m2g_mem *ct,
                                      m2g_mem *stab) {
-    const int64_t nc = pr->B * pr->K;
-    size_t n5, n2;
-    if (!m2_size_prod(&n5, 2, (int64_t[]){nc, 5 * (int64_t)sizeof(int64_t)}) ||
-        !m2_size_prod(&n2, 2, (int64_t[]){pr->B, 2 * (int64_t)sizeof(int64_t)}))
+    int64_t nc;
+    if (!i64_mul(pr->B, pr->K, &nc))
         return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "too many chunks");
-    int64_t *t = malloc(n5 ? n5 : 1), *s = malloc(n2 ? n2 : 1);
-    mamba2_status_t st = MAMBA2_STATUS_OK;
-    if (!t || !s) st = m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "cannot allocate a chunk table");
-    for (int64_t b = 0; st == MAMBA2_STATUS_OK && b < pr->B; b++) {
-        for (int64_t k = 0; k < pr->K; k++) {
-            int64_t *e = t + 5 * (b * pr->K + k);
-            e[0] = b;
-            e[1] = k * pr->Q;
-            e[2] = pr->L ? m2_chunk_len(pr, k) : pr->Q; /* state_passing: L unknown */
-            e[3] = b;
-            e[4] = k;
-        }
-        s[2 * b] = b * pr->K;
-        s[2 * b + 1] = (b + 1) * pr->K;
-    }
-    if (st == MAMBA2_STATUS_OK) st = m2g_call_upload(c, t, n5, ct);
-    if (st == MAMBA2_STATUS_OK && stab) st = m2g_call_upload(c, s, n2, stab);
-    free(t);
-    free(s);
-    return st;
+    return build_tables(c, c->dev->dummy, pr->B, nc, pr->K, pr->Q, pr->L ? pr->L : -1, 1, ct,
+                        stab);
 }
 
 /* ---- one launch per stage, on device tensors ------------------------------------------- */
@@ -232,43 +245,30 @@ mamba2_status_t m2g_ssd_forward_workspace(const mamba2_context_t *ctx, const m2_
     return MAMBA2_STATUS_OK;
 }
 
-/* Chunks of every sequence in order: ct[5c..] = {b, t0, len, 0, c}; st[2s..] = [c0, c1). */
+/* Chunks of every sequence in order: ct[5c..] = {b, t0, len, 0, c}; st[2s..] = [c0, c1).
+ * With device cu_seqlens the chunk count is not known on the host: nc is then its upper
+ * bound ceil(L/Q) + nseq, the chunks past the real ones of length 0 (tables.cl). */
 mamba2_status_t m2g_fused_tables(m2g_call *c, const m2_ssd_problem *pr, int64_t Q,
-                                    int64_t *nc_out, m2g_mem *ct, m2g_mem *stab) {
+                                 int64_t *nc_out, m2g_mem *ct, m2g_mem *stab) {
+    const int64_t K = m2g_cdiv(pr->L, Q);
     int64_t nc = 0;
-    for (int64_t s = 0; s < pr->nseq; s++) {
-        int64_t b, t0, t1;
-        m2_ssd_seq(pr, s, &b, &t0, &t1);
-        nc += m2g_cdiv(t1 - t0, Q);
-    }
-    size_t n5, n2;
-    if (!m2_size_prod(&n5, 2, (int64_t[]){nc, 5 * (int64_t)sizeof(int64_t)}) ||
-        !m2_size_prod(&n2, 2, (int64_t[]){pr->nseq, 2 * (int64_t)sizeof(int64_t)}))
-        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "too many chunks");
-    int64_t *t = malloc(n5 ? n5 : 1), *sq = malloc(n2 ? n2 : 1);
-    mamba2_status_t st = MAMBA2_STATUS_OK;
-    if (!t || !sq) st = m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "cannot allocate a chunk table");
-    int64_t k = 0;
-    for (int64_t s = 0; st == MAMBA2_STATUS_OK && s < pr->nseq; s++) {
-        int64_t b, t0, t1;
-        m2_ssd_seq(pr, s, &b, &t0, &t1);
-        sq[2 * s] = k;
-        for (int64_t u = t0; u < t1; u += Q, k++) {
-            int64_t *e = t + 5 * k;
-            e[0] = b;
-            e[1] = u;
-            e[2] = t1 - u < Q ? t1 - u : Q;
-            e[3] = 0;
-            e[4] = k;
+    m2g_mem cu = c->dev->dummy;
+    if (!pr->cu_seqlens) {
+        if (!i64_mul(pr->B, K, &nc))
+            return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "too many chunks");
+    } else if (c->dev->device_memory && c->dev->device_indices) {
+        nc = K + pr->nseq;
+    } else {
+        for (int64_t s = 0; s < pr->nseq; s++) {
+            int64_t b, t0, t1;
+            m2_ssd_seq(pr, s, &b, &t0, &t1);
+            nc += m2g_cdiv(t1 - t0, Q);
         }
-        sq[2 * s + 1] = k;
     }
-    if (st == MAMBA2_STATUS_OK) st = m2g_call_upload(c, t, n5, ct);
-    if (st == MAMBA2_STATUS_OK) st = m2g_call_upload(c, sq, n2, stab);
-    free(t);
-    free(sq);
     *nc_out = nc;
-    return st;
+    if (pr->cu_seqlens)
+        M2_TRY(m2g_call_index(c, pr->cu_seqlens, pr->cu_dtype, pr->nseq + 1, 1, 0, pr->L, &cu));
+    return build_tables(c, cu, pr->nseq, nc, K, Q, pr->L, 0, ct, stab);
 }
 
 /* The scan with the states on chip (m2_ssd_scan_seq_16x16) replaces chunk_state,
@@ -298,45 +298,26 @@ static mamba2_status_t run_scan_seq(m2g_dev *d, const ssd_dev *s) {
 
 /* mamba2_ssd_forward_states: the state after each chosen token, from the states at chunk
  * starts. Positions are flat token indices b*L + t, increasing, as are the chunks (by row,
- * then token), so one merge finds each one's chunk. */
-static mamba2_status_t pos_table(m2g_call *c, const m2_ssd_problem *pr, int64_t Q,
+ * then token): m2_ssd_pos_table_wi64 finds each one's chunk by bisection. */
+static mamba2_status_t pos_table(m2g_call *c, const m2_ssd_problem *pr, const ssd_dev *s,
                                  m2g_mem *ptab) {
     size_t bytes;
-    if (!m2_size_prod(&bytes, 2, (int64_t[]){pr->npos, 2 * (int64_t)sizeof(int64_t)}))
+    int64_t ntok;
+    if (!m2_size_prod(&bytes, 2, (int64_t[]){pr->npos, 2 * (int64_t)sizeof(int64_t)}) ||
+        !i64_mul(pr->B, pr->L, &ntok))
         return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "too many state positions");
-    int64_t *pt = malloc(bytes ? bytes : 1);
-    if (!pt) return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "cannot allocate a position table");
-    int64_t ci = 0, nseen = 0; /* chunk index walk: chunks of sequence order */
-    mamba2_status_t st = MAMBA2_STATUS_OK;
-    for (int64_t sq = 0; sq < pr->nseq && nseen < pr->npos; sq++) {
-        int64_t b, t0, t1;
-        m2_ssd_seq(pr, sq, &b, &t0, &t1);
-        for (int64_t u = t0; u < t1; u += Q, ci++) {
-            const int64_t len = t1 - u < Q ? t1 - u : Q, f0 = b * pr->L + u;
-            while (nseen < pr->npos && m2_ssd_pos(pr, nseen) < f0 + len) {
-                const int64_t f = m2_ssd_pos(pr, nseen);
-                if (f < f0) { /* the core's checks exclude it; never read out of bounds */
-                    st = m2_error(MAMBA2_STATUS_INVALID_ARGUMENT,
-                                  "state position %lld is in no sequence", (long long)f);
-                    break;
-                }
-                pt[2 * nseen] = ci;
-                pt[2 * nseen + 1] = f - f0;
-                nseen++;
-            }
-        }
-    }
-    if (!st && nseen != pr->npos)
-        st = m2_error(MAMBA2_STATUS_INVALID_ARGUMENT, "state positions beyond the last token");
-    if (!st) st = m2g_call_upload(c, pt, bytes, ptab);
-    free(pt);
-    return st;
+    m2g_mem pos = 0;
+    M2_TRY(m2g_call_index(c, pr->positions, pr->pos_dtype, pr->npos, 0, 0, ntok - 1, &pos));
+    M2_TRY(m2g_call_buf(c, bytes, ptab));
+    return M2G_LAUNCH(c->dev, m2_ssd_pos_table_wi64, M2G_GRID64(pr->npos), .pos = pos,
+                      .npos = pr->npos, .ct = s->ct, .st = s->stab, .nseq = s->nseq, .L = pr->L,
+                      .pt = *ptab);
 }
 
 mamba2_status_t m2g_ssd_pos_states(m2g_call *c, const m2_ssd_problem *pr, const ssd_dev *s) {
     m2g_mem ptab = 0;
     m2g_t ps;
-    M2_TRY(pos_table(c, pr, s->Q, &ptab));
+    M2_TRY(pos_table(c, pr, s, &ptab));
     M2_TRY(m2g_call_out(c, &pr->pos_states, 4, (int64_t[]){pr->npos, s->H, s->P, s->N},
                         sizeof(float), &ps));
     return M2G_LAUNCH(c->dev, m2_ssd_pos_state_16x16,

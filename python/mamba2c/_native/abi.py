@@ -236,6 +236,9 @@ PROTOTYPES = {
     "mamba2_context_destroy": (None, [_VP]),
     # ctx **, device ordinal, CUstream (NULL: the default stream)
     "mamba2_context_create_cuda": (ctypes.c_int, [_VP, _I32, _VP]),
+    # ctx, alloc(user, bytes, stream), free(user, ptr, stream), user (see context.py)
+    "mamba2_context_set_device_allocator": (ctypes.c_int, [_VP, _VP, _VP, _VP]),
+    "mamba2_context_set_device_indices": (ctypes.c_int, [_VP, _I32]),
     "mamba2_context_set_num_threads": (ctypes.c_int, [_VP, _I32]),
     "mamba2_context_get_num_threads": (_I32, [_VP]),
     "mamba2_context_get_isa": (ctypes.c_char_p, [_VP]),

@@ -188,6 +188,35 @@ def _context(backend: int) -> int:
 _CUDA_CONTEXTS_MAX = 64
 
 
+# The library's scratch of a CUDA call comes from torch's caching allocator, on the
+# context's stream (mamba2_context_set_device_allocator): no cache of the library's own per
+# (thread, stream) context, and inside torch.cuda.graph the allocations go to the graph's
+# pool. The allocator is stream-ordered, so the free at the end of a call is safe for the work
+# still queued on that stream. user = the device index. A failing allocation returns NULL:
+# the C call then fails with OUT_OF_MEMORY (ctypes callbacks must not raise).
+_ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+_FREE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+
+def _torch_alloc(user, nbytes, stream):
+    try:
+        return torch.cuda.caching_allocator_alloc(int(nbytes), device=int(user or 0),
+                                                  stream=int(stream or 0))
+    except Exception:  # out of memory: the library reports it
+        return None
+
+
+def _torch_free(user, ptr, stream):
+    try:
+        torch.cuda.caching_allocator_delete(int(ptr))
+    except Exception:
+        pass
+
+
+_ALLOC_CB = _ALLOC_FN(_torch_alloc)  # module-level: the C side keeps these pointers
+_FREE_CB = _FREE_FN(_torch_free)
+
+
 class _CudaContext(_Context):
     __slots__ = ()
 
@@ -199,6 +228,18 @@ class _CudaContext(_Context):
             _raise_status(st, "mamba2_context_create_cuda")
         self.ptr = p.value
         self.lib = lib
+        # index tensors stay on the device (no .cpu() per call, no sync) and scratch comes
+        # from torch: together, nothing in a call allocates, copies to / from the host or
+        # synchronises, so the call can be captured in a CUDA graph (untested on a GPU)
+        st = lib.mamba2_context_set_device_indices(p, 1)
+        if st == STATUS_OK:
+            st = lib.mamba2_context_set_device_allocator(
+                p, ctypes.cast(_ALLOC_CB, ctypes.c_void_p), ctypes.cast(_FREE_CB, ctypes.c_void_p),
+                ctypes.c_void_p(int(device) or None))
+        if st != STATUS_OK:
+            lib.mamba2_context_destroy(p)
+            self.ptr = None
+            _raise_status(st, "mamba2_context_set_device_allocator")
 
 
 def _current_stream(index: int) -> int:
@@ -248,9 +289,10 @@ def release_cuda_contexts() -> None:
         ctxs.clear()
 
 
-# the index tensors of the C calls: host arrays in CUDA device mode too (the argument checks
-# read them); a CUDA one is copied to the host by the packer (tensors._host_index)
-_INDEX_ARGS = frozenset(("cu_seqlens", "positions", "state_indices"))
+# the index tensors of the C calls: in a CUDA call, arrays on the call's device (the device
+# contexts take device indices; a CPU one is copied to the device by the packer,
+# tensors._index_tensor); in a CPU call host arrays (a CUDA one copied to the host)
+_INDEX_ARGS = frozenset(("cu_seqlens", "positions", "state_indices", "cache_seqlens"))
 
 
 def device_call(fn):

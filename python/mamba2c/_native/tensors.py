@@ -14,8 +14,10 @@ For every tensor argument:
   - Devices: CPU tensors, and CUDA tensors in a call on that CUDA device (context.
     device_call made it the call's device: their device pointers are passed as they are,
     zero-copy, to the CUDA backend's device mode). Index tensors (cu_seqlens,
-    state_positions, state_indices) are host arrays for the C library in every mode: a CUDA
-    one is copied to the host (_host_index). Any other tensor that is not on the CPU raises
+    state_positions, state_indices, cache_seqlens) go where the call runs: in a CUDA call on
+    its device (the device contexts take device indices, whose values the library does not
+    read on the host: no copy, no sync; a CPU one is copied there), in a CPU call on the host
+    (a CUDA one copied there: _index_tensor). Any other tensor that is not on the CPU raises
     DeviceError (a NotImplementedError); a meta tensor raises DeviceError when real
     computation is requested (shape-only tracing goes through the fake implementations in
     _custom_ops.py instead and never reaches this package).
@@ -89,9 +91,22 @@ def _out_desc(buf, off: int, t: torch.Tensor, code: int) -> None:
     _T.pack_into(buf, off, t.data_ptr(), code, r, *sh, *_ZEROS[r:], *t.stride(), *_ZEROS[r:])
 
 
+def _index_tensor(name: str, t: torch.Tensor) -> torch.Tensor:
+    """An index tensor where the C call reads it: in a CUDA call (context.device_call) on
+    the call's device, as the device contexts take device index tensors (a CPU one is copied
+    there; a CUDA one is used as is: no copy to the host, no sync); in a CPU call on the host
+    (_host_index)."""
+    dev = context._tls.__dict__.get("device")
+    if dev is None:
+        return _host_index(name, t)
+    if t.is_cpu:
+        return t.to(dev)
+    _check_device(name, t)
+    return t
+
+
 def _index_desc(buf, off, t, name):
-    if not t.is_cpu:
-        t = _host_index(name, t)
+    t = _index_tensor(name, t)
     if t.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"mamba2c: {name} has dtype {t.dtype}; expected int32 or int64")
     t = t.contiguous()
@@ -102,8 +117,7 @@ def _index_desc(buf, off, t, name):
 def _cu_prep(cu):
     if cu is None:
         return None
-    if cu.device.type != "cpu":
-        cu = _host_index("cu_seqlens", cu)
+    cu = _index_tensor("cu_seqlens", cu)
     if cu.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"mamba2c: cu_seqlens has dtype {cu.dtype}; expected int32 or int64")
     return cu.contiguous()

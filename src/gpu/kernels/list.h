@@ -43,4 +43,9 @@ M2G_KERNEL(m2_rmsnorm_bwd_reduce_wi64)
 /* ---- decode steps: step.cl ---- */
 M2G_KERNEL(m2_conv1d_step_wi64)
 M2G_KERNEL(m2_ssd_step_32x4)
+/* ---- index tables built on the device: tables.cl ---- */
+M2G_KERNEL(m2_idx_load_wi64)
+M2G_KERNEL(m2_ssd_seq_table_wi64)
+M2G_KERNEL(m2_ssd_chunk_table_wi64)
+M2G_KERNEL(m2_ssd_pos_table_wi64)
 /* @@ more kernels go above this line @@ */

@@ -356,7 +356,9 @@ M2K_KERNEL void m2_ssd_bwd_dt_wi64(
     const m2_i64 oc = dac_o + (h * nc + c) * Q, od = dto_o + (h * nc + c) * Q;
     const m2_i64 ov = (c * H + h) * Q;
     const float a = A[A_o + h], bv = has_bias ? bias[bias_o + h] : 0.0f;
-    const float cs_last = dac[oc + len - 1], edec = m2k_exp(cs_last) * dec[dec_o + c * H + h];
+    /* a chunk of length 0 (past the real ones: device cu_seqlens) has no tokens: pA, pb = 0 */
+    const float cs_last = len > 0 ? dac[oc + len - 1] : 0.0f;
+    const float edec = m2k_exp(cs_last) * dec[dec_o + c * H + h];
     float suf[M2K_SSD_BWD_QMAX]; /* suf[s] = sum_{i>=s} e^(cs_i) u_i */
     float acc = 0.0f;
     for (m2_i64 s = len - 1; s >= 0; s--) {
