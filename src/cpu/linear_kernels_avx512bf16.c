@@ -15,7 +15,9 @@
  * instruction treats bf16 subnormals as zero (inputs and the sums flush denormals; no
  * exceptions), which the widening kernel does not: results differ from that kernel within
  * float32 rounding (and by values below 2^-126). The order depends on I alone, so a result
- * never depends on the tile, the thread or M (tested in tests/test_linear.c).
+ * never depends on the tile, the thread or M (tested in tests/test_linear.c). With M = 1
+ * linear_cpu.c runs the 1x1 tile row after row (one sequential stream; the 4x1 tile's four
+ * interleaved rows measured slower from memory), batches the 2x2 / 2x1 tiles.
  */
 #define M2_SIMD_AVX512 1
 #include <immintrin.h>
@@ -50,7 +52,7 @@ static inline __attribute__((always_inline)) void bd_body(const int NR, const in
         }
         for (int r = 0; r < NR; r++) {
             const unsigned char *wr = w + r * wrb + i * 2;
-            _mm_prefetch((const char *)(wr + NR * wrb), _MM_HINT_T0); /* the next tile's rows */
+            _mm_prefetch((const char *)(wr + NR * wrb), _MM_HINT_T0); /* NR rows on */
             _mm_prefetch((const char *)(wr + NR * wrb + 64), _MM_HINT_T0);
             const __m512bh wv = bd_load(wr), wu = bd_load(wr + 64);
             for (int m = 0; m < MB; m++) {
