@@ -26,11 +26,12 @@ blocks, RMSNorm block norms with residual_in_fp32, float32 / bfloat16 / float16 
 CPU tensors, float32 caches in the C layout. `plan_for` returns None otherwise and the
 decoder keeps its generic per-op path.
 
-float32 models whose layers all fit (every layer's projections on the C GEMV) take a shorter
-road: one mamba2_block_step call per layer (include/mamba2c_block.h) runs the residual add,
-the block norm, in_proj, the conv and SSD steps, the gated norm and out_proj on the same C
-ops, with the same bits (the C test checks the block step against the ops one by one), so a
-token costs one ctypes call per layer instead of seven. MAMBA2C_BLOCK_STEP=0 in the
+float32 and bfloat16 models whose layers all fit (every layer's projections on the C GEMV)
+take a shorter road: one mamba2_block_step call per layer (include/mamba2c_block.h; bf16:
+its round_bf16 mode, which rounds each op's output as the per-op replay below does) runs the
+residual add, the block norm, in_proj, the conv and SSD steps, the gated norm and out_proj on
+the same C ops, with the same bits (the C test checks the block step against the ops one by
+one), so a token costs one ctypes call per layer instead of seven. MAMBA2C_BLOCK_STEP=0 in the
 environment keeps the per-op replay (for measuring one against the other).
 
 The projections run on the C GEMV (mamba2_linear_forward) with the weight a Linear carries
