@@ -609,7 +609,9 @@ MAMBA2_API mamba2_status_t mamba2_ssd_step(mamba2_context_t *ctx,
  * Arithmetic is float32 (float64 on the reference, with the Q8_0 weights dequantized
  * exactly); the CPU backend widens bf16 exactly and sums, per output element, in an order
  * fixed by I and the kernel set alone (for Q8_0, per block Σ q x in float32 times the scale;
- * x is not quantized), so out[m,o] never depends on M, m's position, the thread count or O.
+ * x is not quantized; bf16 weights times a row of x whose values are all bf16: AVX512-BF16's
+ * vdpbf16ps order where the CPU has it, docs/decode.md), so out[m,o] never depends on M, m's
+ * position, the thread count or O.
  * NaN/inf in x, weight or a Q8_0 scale reaches the elements it enters. bias is added to the
  * float32 sum, then (accumulate) that to out; out may overlap no input. GPU: UNSUPPORTED.
  * quantize_x (Q8_0 weights, CPU backend; the reference ignores it): each 32-block of x is

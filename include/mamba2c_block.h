@@ -60,10 +60,20 @@ extern "C" {
  * updated and its hidden becomes out_proj of a zero mixer output (the out_proj bias, or 0).
  * The two index tensors must agree on which rows are padding.
  *
- * Activations are float32 only (BF16/F16 models: call the ops one by one). Runs on the CPU
+ * Activations are float32 tensors. A bfloat16 model (Mamba2.step in bf16, whose every op
+ * output is rounded to bf16) runs with opts->round_bf16 set: the block norm's output, the
+ * in_proj output, the conv output, the SSD output, the gated norm's output and out_proj's
+ * output (hidden) are rounded to bf16 (to nearest even) in their float32 storage right after
+ * the op, and with round_norm_input the block norm reads residual rounded to bf16
+ * (mamba_ssm's unfused add + norm: norm(residual.to(dtype))) while residual itself stays
+ * float32 (residual_in_fp32). The result is the bits of those ops called one by one with the
+ * same roundings between them (tested). The in_proj / out_proj inputs are then bf16 values,
+ * which mamba2_linear_forward multiplies with vdpbf16ps where the CPU has AVX512-BF16.
+ * F16 models: call the ops one by one. Runs on the CPU
  * and reference backends (float64 accumulation in every op there); GPU backends return
  * MAMBA2_STATUS_UNSUPPORTED. The intermediates (M·(2·d_model + d_in_proj + C + 2·d_inner)
- * floats) live in the workspace: mamba2_block_step_workspace_size reports its size;
+ * floats, M·d_model more with round_norm_input) live in the workspace:
+ * mamba2_block_step_workspace_size reports its size;
  * workspace == NULL makes the call allocate it. hidden, residual, conv_cache and
  * state_cache may overlap nothing (each other, a weight, an index tensor).
  */
@@ -94,10 +104,14 @@ typedef struct mamba2_block_step_options {
     double dt_limit_hi;
     const mamba2_tensor_t *state_indices;      /* [M] int32/int64, or NULL                 */
     const mamba2_tensor_t *conv_state_indices; /* [M], or NULL: state_indices              */
+    /* appended after ABI v1 (read only when struct_size covers them) */
+    int32_t round_bf16;        /* nonzero: a bfloat16 model's roundings (above); default 0  */
+    int32_t round_norm_input;  /* with round_bf16: the block norm reads bf16(residual)      */
 } mamba2_block_step_options_t;
 
 /* Defaults: struct_size set, add_residual 1, eps 1e-5 (both), whole-d_inner gated-norm
- * group, norm_before_gate 0, dt_softplus 1, dt_limit (0, +inf), identity slots. */
+ * group, norm_before_gate 0, dt_softplus 1, dt_limit (0, +inf), identity slots, no bf16
+ * rounding. */
 MAMBA2_API mamba2_block_step_options_t mamba2_block_step_options_default(void);
 /* All tensors NULL, struct_size set. */
 MAMBA2_API mamba2_block_step_weights_t mamba2_block_step_weights_default(void);

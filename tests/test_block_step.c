@@ -15,6 +15,11 @@
  *                 identical to the same ops called one by one on the same context;
  *   api_*         invalid arguments: the status, a message naming the argument, nothing
  *                 written.
+ *   <case>/ref_same_bits, cpu_scalar_same_bits  (round_bf16 cases, a bf16 model's roundings
+ *                 between the ops) the block step bitwise identical to the ops one by one with
+ *                 the same roundings, on the reference and the scalar set too; these cases
+ *                 have no f64 oracle (rounding to bf16 at the oracle's values would move some
+ *                 elements by one bf16 ulp).
  * Sizes are awkward on purpose (d_model, d_inner, N not multiples of 8/16, G < H), M is 1 and
  * 3, slots are permuted, one case has a padding row, weights are f32, bf16 and Q8_0.
  */
@@ -36,13 +41,20 @@ typedef struct bcase {
     int idx; /* 0 identity, 1 permuted slots, 2 permuted + own conv slots + a padding row */
     int64_t hpad; /* extra elements per row of hidden and residual */
     uint64_t seed;
+    int rbf; /* round_bf16: 0 off; 1 with round_norm_input; 2 without (a fused add + norm) */
 } bcase;
 
 static const bcase cases[] = {
-    {"tiny_m1", 1, 20, 3, 5, 7, 1, 4, 3, 1, F32, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 11},
-    {"awk_m3_bf16", 3, 37, 6, 6, 11, 2, 4, 3, 5, BF16, 0, 1, 1, 2, 1, 12, 0, 1, 1, 5, 12},
-    {"q8_pad", 3, 96, 4, 24, 13, 4, 3, 2, 4, Q8, 0, 1, 1, 1, 1, 0, 0, 1, 2, 3, 13},
-    {"long_cache_nbg", 2, 24, 2, 8, 16, 1, 4, 6, 4, F32, 1, 0, 0, 0, 0, 4, 1, 1, 1, 0, 14},
+    {"tiny_m1", 1, 20, 3, 5, 7, 1, 4, 3, 1, F32, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 11, 0},
+    {"awk_m3_bf16", 3, 37, 6, 6, 11, 2, 4, 3, 5, BF16, 0, 1, 1, 2, 1, 12, 0, 1, 1, 5, 12, 0},
+    {"q8_pad", 3, 96, 4, 24, 13, 4, 3, 2, 4, Q8, 0, 1, 1, 1, 1, 0, 0, 1, 2, 3, 13, 0},
+    {"long_cache_nbg", 2, 24, 2, 8, 16, 1, 4, 6, 4, F32, 1, 0, 0, 0, 0, 4, 1, 1, 1, 0, 14, 0},
+    /* a bf16 model's roundings (round_bf16): bf16 weights, the vdpbf16ps GEMV on a CPU with
+     * AVX512-BF16; d_model 64 and d_inner 96 reach its full 64-element steps */
+    {"bf16_round_m1", 1, 64, 4, 24, 16, 1, 4, 3, 2, BF16, 1, 1, 1, 1, 1, 0, 0, 1, 0, 0, 15, 1},
+    {"bf16_round_m3_fused_pad", 3, 37, 6, 6, 11, 2, 4, 3, 5, BF16, 0, 1, 1, 2, 1, 12, 0, 1, 2, 5,
+     16, 2},
+    {"bf16_round_q8", 2, 96, 4, 24, 13, 4, 3, 2, 4, Q8, 0, 1, 1, 1, 1, 0, 1, 1, 1, 3, 17, 1},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -263,6 +275,8 @@ static void inst_make(inst *s, const model *m, mamba2_dtype_t dt) {
     s->o.dt_limit_hi = 8.0;
     if (c->idx) s->o.state_indices = &s->t[T_SIDX];
     if (c->idx == 2) s->o.conv_state_indices = &s->t[T_CIDX];
+    s->o.round_bf16 = c->rbf != 0;
+    s->o.round_norm_input = c->rbf == 1;
 }
 
 static void inst_free(inst *s) {
@@ -284,7 +298,23 @@ static mamba2_status_t block(mamba2_context_t *ctx, inst *s, int ws_mode, unsign
                              &s->w, &s->o, *ws, *need);
 }
 
-/* The same step as the single ops, one call each (the oracle on f64, and the bitwise twin). */
+/* round_bf16: float32 values rounded to bf16 in place (to nearest even; NaN kept NaN), rows
+ * `stride` apart; f64 instances never take this mode */
+static void rnd_bf16(void *p, int64_t rows, int64_t cols, int64_t stride) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t k = 0; k < cols; k++) {
+            float *v = (float *)p + r * stride + k;
+            uint32_t u;
+            memcpy(&u, v, 4);
+            if ((u & 0x7FFFFFFFu) > 0x7F800000u) u = (u | 0x00400000u) & 0xFFFF0000u;
+            else u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+            memcpy(v, &u, 4);
+        }
+}
+
+/* The same step as the single ops, one call each (the oracle on f64, and the bitwise twin;
+ * with round_bf16 each op's output rounded to bf16 between the calls, as Mamba2.step in
+ * bf16, and the block norm reading bf16(residual) with round_norm_input). */
 static mamba2_status_t compose(mamba2_context_t *ctx, inst *s, const model *m) {
     const bcase *c = &m->c;
     const mamba2_dtype_t dt = s->dt;
@@ -315,18 +345,31 @@ static mamba2_status_t compose(mamba2_context_t *ctx, inst *s, const model *m) {
                     tB = V3(xbc + Di * es, M, G, N, C), tC = V3(xbc + (Di + G * N) * es, M, G, N, C),
                     ty = V3(y, M, H, P, Di), ty2 = V2(y, M, Di, Di), tg = V2(g, M, Di, Di);
     mamba2_status_t st;
+    const int rb = c->rbf != 0 && dt == MAMBA2_DTYPE_F32;
+    unsigned char *rr = calloc((size_t)(M * Dm), es); /* bf16(residual), round_norm_input */
+    mamba2_tensor_t tres = s->t[T_RES];
+    if (rb && c->rbf == 1) {
+        for (int64_t r = 0; r < M; r++)
+            memcpy(rr + r * Dm * es, (float *)s->b[T_RES].data + r * s->t[T_RES].stride[0],
+                   (size_t)Dm * es);
+        rnd_bf16(rr, M, Dm, Dm);
+        tres = V2(rr, M, Dm, Dm);
+    }
     mamba2_rmsnorm_gated_options_t no = mamba2_rmsnorm_gated_options_default();
     no.eps = s->o.norm_eps;
-    st = mamba2_rmsnorm_gated_forward(ctx, &tu, NULL, &s->t[T_RES], NULL, s->w.norm_weight, NULL,
-                                      &no, NULL, 0);
+    st = mamba2_rmsnorm_gated_forward(ctx, &tu, NULL, &tres, NULL, s->w.norm_weight, NULL, &no,
+                                      NULL, 0);
+    if (!st && rb) rnd_bf16(u, M, Dm, Dm);
     mamba2_linear_options_t lo = mamba2_linear_options_default();
     lo.bias = s->w.in_proj_bias;
     if (!st) st = mamba2_linear_forward(ctx, &tzx, &tu, s->w.in_proj_weight, &lo);
+    if (!st && rb) rnd_bf16(zx, M, Din, Din);
     mamba2_conv1d_step_options_t co = mamba2_conv1d_step_options_default();
     co.bias = s->w.conv_bias;
     co.state_indices = s->o.conv_state_indices ? s->o.conv_state_indices : s->o.state_indices;
     co.activation = MAMBA2_ACTIVATION_SILU;
     if (!st) st = mamba2_conv1d_step(ctx, &txbc, &s->t[T_CONV], &txin, s->w.conv_weight, &co);
+    if (!st && rb) rnd_bf16(xbc, M, C, C);
     mamba2_ssd_step_options_t so = mamba2_ssd_step_options_default();
     so.D = s->w.D;
     so.dt_bias = s->w.dt_bias;
@@ -335,6 +378,7 @@ static mamba2_status_t compose(mamba2_context_t *ctx, inst *s, const model *m) {
     so.dt_limit_lo = s->o.dt_limit_lo;
     so.dt_limit_hi = s->o.dt_limit_hi;
     if (!st) st = mamba2_ssd_step(ctx, &s->t[T_STATE], &ty, NULL, &tx, &tdt, s->w.A, &tB, &tC, &so);
+    if (!st && rb) rnd_bf16(y, M, Di, Di);
     mamba2_rmsnorm_gated_options_t go = mamba2_rmsnorm_gated_options_default();
     go.eps = s->o.gnorm_eps;
     go.group_size = s->o.gnorm_group_size;
@@ -342,8 +386,11 @@ static mamba2_status_t compose(mamba2_context_t *ctx, inst *s, const model *m) {
     if (!st)
         st = mamba2_rmsnorm_gated_forward(ctx, &tg, NULL, &ty2, &tz, s->w.gnorm_weight, NULL, &go,
                                           NULL, 0);
+    if (!st && rb) rnd_bf16(g, M, Di, Di);
     lo.bias = s->w.out_proj_bias;
     if (!st) st = mamba2_linear_forward(ctx, &s->t[T_HID], &tg, s->w.out_proj_weight, &lo);
+    if (!st && rb) rnd_bf16(s->b[T_HID].data, M, Dm, s->t[T_HID].stride[0]);
+    free(rr);
 #undef V2
 #undef V3
     free(u);
@@ -407,8 +454,8 @@ static void run_variant(const model *m, inst *oracle, const char *vname, mamba2_
             th_expect(gb_same(&s.b[id]), "step %d: input %d changed", step, id);
         th_expect(gb_same(&m->in_w) && gb_same(&m->out_w), "a linear weight changed");
     }
-    if (ok) {
-        for (int k = 0; k < 4; k++) {
+    if (ok) { /* no oracle (round_bf16 cases): the bitwise comparisons in run_case instead */
+        for (int k = 0; k < 4 && oracle; k++) {
             double *got = gather(&s, outs[k]), *ref = gather(oracle, outs[k]);
             char lab[32];
             snprintf(lab, sizeof lab, "%s", out_name[k]);
@@ -463,12 +510,42 @@ static void run_case(const bcase *c) {
     }
     mamba2_context_destroy(ref);
 
+    /* round_bf16: the f64 oracle would round to bf16 at other points than float32 does (a
+     * value near a bf16 tie goes the other way, one bf16 ulp), so these cases are checked bit
+     * for bit against the ops one by one with the same roundings on each backend */
+    inst *orc = c->rbf ? NULL : &o;
     inst t1, t2;
-    run_variant(&m, &o, "cpu_1thr", MAMBA2_BACKEND_CPU, 1, NULL, 1, &t1);
-    run_variant(&m, &o, "cpu_2thr_nows", MAMBA2_BACKEND_CPU, 2, NULL, 0, &t2);
+    run_variant(&m, orc, "cpu_1thr", MAMBA2_BACKEND_CPU, 1, NULL, 1, &t1);
+    run_variant(&m, orc, "cpu_2thr_nows", MAMBA2_BACKEND_CPU, 2, NULL, 0, &t2);
     if (!th_cpu_default_isa_is("scalar"))
-        run_variant(&m, &o, "cpu_scalar", MAMBA2_BACKEND_CPU, 2, "scalar", 1, NULL);
-    run_variant(&m, &o, "ref_f32", MAMBA2_BACKEND_REF, 1, NULL, 0, NULL);
+        run_variant(&m, orc, "cpu_scalar", MAMBA2_BACKEND_CPU, 2, "scalar", 1, NULL);
+    run_variant(&m, orc, "ref_f32", MAMBA2_BACKEND_REF, 1, NULL, 0, NULL);
+    if (c->rbf) { /* the reference and the scalar set: block step = ops one by one, bitwise */
+        const char *isa2[2] = {NULL, "scalar"};
+        for (int v = 0; v < 2; v++) {
+            if (v == 1 && th_cpu_default_isa_is("scalar")) continue;
+            th_begin("%s/%s_same_bits", c->name, v ? "cpu_scalar" : "ref");
+            mamba2_context_t *cx = v ? th_ctx(MAMBA2_BACKEND_CPU, 2, isa2[v])
+                                     : th_ctx(MAMBA2_BACKEND_REF, 1, NULL);
+            inst a, b;
+            inst_make(&a, &m, MAMBA2_DTYPE_F32);
+            inst_make(&b, &m, MAMBA2_DTYPE_F32);
+            for (int step = 0; step < STEPS; step++) {
+                unsigned char *ws;
+                size_t need;
+                mamba2_status_t st = block(cx, &a, 0, &ws, &need);
+                free(ws);
+                th_expect(st == MAMBA2_STATUS_OK, "block step: %s", mamba2_last_error());
+                st = compose(cx, &b, &m);
+                th_expect(st == MAMBA2_STATUS_OK, "single ops: %s", mamba2_last_error());
+            }
+            th_expect(same_bits(&a, &b), "the block step differs from the ops called one by one");
+            mamba2_context_destroy(cx);
+            inst_free(&a);
+            inst_free(&b);
+            th_end();
+        }
+    }
 
     th_begin("%s/same_bits", c->name);
     th_expect(same_bits(&t1, &t2), "1 and 2 threads differ");

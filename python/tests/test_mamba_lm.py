@@ -223,15 +223,18 @@ def test_generate_bf16_tokens_follow_the_bf16_forward():
         assert nerr(sc.float(), full[:, 6 + i].float()) <= 3e-2, i
 
 
-@pytest.mark.parametrize("kw", [{}, {"ssm_cfg": {"layer": "Mamba2", "d_state": 16,
-                                                 "headdim": 16, "ngroups": 2, "chunk_size": 8,
-                                                 "bias": True, "conv_bias": False,
-                                                 "D_has_hdim": True}}])
-def test_block_step_plan_equals_per_op_replay(kw, monkeypatch):
-    """A float32 model's plan runs one mamba2_block_step per layer; it gives the bits of the
-    per-op replay (MAMBA2C_BLOCK_STEP=0) and of the generic path, caches included."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kw", [{}, {"fused_add_norm": False},
+                                {"ssm_cfg": {"layer": "Mamba2", "d_state": 16,
+                                             "headdim": 16, "ngroups": 2, "chunk_size": 8,
+                                             "bias": True, "conv_bias": False,
+                                             "D_has_hdim": True}}])
+def test_block_step_plan_equals_per_op_replay(kw, dtype, monkeypatch):
+    """A float32 or bfloat16 model's plan runs one mamba2_block_step per layer (bf16: with
+    the block step's bf16 roundings); it gives the bits of the per-op replay
+    (MAMBA2C_BLOCK_STEP=0) and of the generic path, caches included."""
     torch.manual_seed(6)
-    m = MambaLMHeadModel(_cfg(**kw)).eval()
+    m = MambaLMHeadModel(_cfg(**kw)).to(dtype).eval()
     ids = torch.randint(0, 101, (3, 5))
     with torch.inference_mode():
         db, dg = _decoders(m, ids, 4)
@@ -242,7 +245,8 @@ def test_block_step_plan_equals_per_op_replay(kw, monkeypatch):
             a = db.step(tok)
             monkeypatch.setenv("MAMBA2C_BLOCK_STEP", "0")
             b, c = dr.step(tok), dg.step(tok)
-            assert db.plan.blocks is not None and dr.plan.blocks is None
+            assert db.plan.block_road and not dr.plan.block_road
+            assert (db.plan.blocks is not None or db.plan._blocks) and not dr.plan._blocks
             assert torch.equal(a, b) and torch.equal(a, c), i
             tok = a.argmax(-1)
         for lb, lr in zip(db.layers, dr.layers):

@@ -17,12 +17,14 @@
  * tensors. The workspace query runs the same plan with the workspace placed at an address
  * no process can map (2^62), so the same checks see intermediates that overlap nothing.
  */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/conv1d.h"
+#include "core/half.h"
 #include "core/internal.h"
 #include "core/linear.h"
 #include "core/rmsnorm.h"
@@ -36,6 +38,8 @@
 typedef struct blk_plan {
     int64_t M, Dm, Di, C, W, H, P, N, G, Din;
     int add_residual, padding;
+    int rbf, rnorm;        /* round_bf16, round_norm_input (read when struct_size covers them) */
+    float *u, *zx, *xbc, *g, *rr; /* the op outputs rounded in bf16 mode; rr: bf16(residual) */
     size_t off_sub, bytes; /* the norms' scratch, and the whole workspace (unpadded)        */
     unsigned char *ws;
     float *y;              /* the SSD output (zeroed first when a row is padding)           */
@@ -205,15 +209,23 @@ static mamba2_status_t plan(mamba2_context_t *ctx, blk_plan *p, unsigned char *w
                       "residual"));
     }
     p->add_residual = o->add_residual != 0;
+    {
+        const size_t rb_end = offsetof(mamba2_block_step_options_t, round_bf16) + sizeof(int32_t);
+        const size_t rn_end = offsetof(mamba2_block_step_options_t, round_norm_input) +
+                              sizeof(int32_t);
+        p->rbf = o->struct_size >= rb_end && o->round_bf16 != 0;
+        p->rnorm = p->rbf && o->struct_size >= rn_end && o->round_norm_input != 0;
+    }
 
-    /* the workspace: u, zxbcdt, xBC, y, g, then the norms' scratch */
-    size_t end = 0, off_u, off_zx, off_xbc, off_y, off_g;
+    /* the workspace: u, zxbcdt, xBC, y, g, [bf16(residual)], then the norms' scratch */
+    size_t end = 0, off_u, off_zx, off_xbc, off_y, off_g, off_r = 0;
     size_t nu, nzx, nxbc, ny;
     const int64_t fu[2] = {M, Dm}, fzx[2] = {M, Din}, fxbc[2] = {M, C}, fy[2] = {M, Di};
     if (!m2_size_prod(&nu, 2, fu) || !m2_size_prod(&nzx, 2, fzx) ||
         !m2_size_prod(&nxbc, 2, fxbc) || !m2_size_prod(&ny, 2, fy) || !place(&end, &off_u, nu) ||
         !place(&end, &off_zx, nzx) || !place(&end, &off_xbc, nxbc) || !place(&end, &off_y, ny) ||
-        !place(&end, &off_g, ny) || !place(&end, &p->off_sub, 0))
+        !place(&end, &off_g, ny) || (p->rnorm && !place(&end, &off_r, nu)) ||
+        !place(&end, &p->off_sub, 0))
         return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY,
                         "mamba2_block_step: the workspace this call needs exceeds the address "
                         "space");
@@ -221,6 +233,9 @@ static mamba2_status_t plan(mamba2_context_t *ctx, blk_plan *p, unsigned char *w
     float *u = (float *)(ws + off_u), *zx = (float *)(ws + off_zx), *xbc = (float *)(ws + off_xbc);
     float *y = (float *)(ws + off_y), *g = (float *)(ws + off_g);
     p->y = y;
+    p->u = u, p->zx = zx, p->xbc = xbc, p->g = g;
+    p->rr = p->rnorm ? (float *)(ws + off_r) : NULL;
+    const mamba2_tensor_t trr = view2(p->rr, M, Dm, Dm);
     const mamba2_tensor_t tu = view2(u, M, Dm, Dm), tz = view2(zx, M, Di, Din),
                           txin = view2(zx + Di, M, C, Din), tdt = view2(zx + Di + C, M, H, Din),
                           tzx = view2(zx, M, Din, Din), txbc = view2(xbc, M, C, C),
@@ -232,8 +247,8 @@ static mamba2_status_t plan(mamba2_context_t *ctx, blk_plan *p, unsigned char *w
     size_t b1 = 0, b2 = 0;
     mamba2_rmsnorm_gated_options_t no = mamba2_rmsnorm_gated_options_default();
     no.eps = o->norm_eps;
-    M2_TRY(staged(m2_rmsnorm_forward_prepare(ctx, &tu, residual, NULL, w->norm_weight, &no,
-                                             &p->norm, &b1),
+    M2_TRY(staged(m2_rmsnorm_forward_prepare(ctx, &tu, p->rnorm ? &trr : residual, NULL,
+                                             w->norm_weight, &no, &p->norm, &b1),
                   "the block RMSNorm (residual, norm_weight)"));
     mamba2_linear_options_t lo = mamba2_linear_options_default();
     lo.bias = w->in_proj_bias;
@@ -337,6 +352,16 @@ static void residual_add(const blk_plan *p, const mamba2_tensor_t *hidden,
     }
 }
 
+/* bf16 mode: rows x cols floats, rows `stride` apart, rounded to bf16 in place (to nearest
+ * even, as torch's .to(torch.bfloat16)); dst may differ from src (then dst is contiguous) */
+static void round_rows(float *dst, const float *src, int64_t rows, int64_t cols, int64_t stride) {
+    for (int64_t m = 0; m < rows; m++) {
+        const float *s = src + m * stride;
+        float *d = dst == src ? dst + m * stride : dst + m * cols;
+        for (int64_t c = 0; c < cols; c++) d[c] = m2_bf16_to_f32(m2_f32_to_bf16(s[c]));
+    }
+}
+
 /* The options with every field the caller's struct_size does not cover at its default
  * (today every field is ABI v1, so this is a copy). */
 static const mamba2_block_step_options_t *opts_or_default(const mamba2_block_step_options_t *o,
@@ -409,15 +434,26 @@ static mamba2_status_t run_locked(mamba2_context_t *ctx, const mamba2_tensor_t *
     if (st == MAMBA2_STATUS_OK) {
         const m2_backend_ops *ops = ctx->ops;
         void *sub = p.ws + p.off_sub;
+        const int64_t M = p.M, Dm = p.Dm, Di = p.Di;
+        const int r = p.rbf; /* bf16 mode: each op's output rounded right after it */
         residual_add(&p, hidden, residual);
+        if (p.rnorm) round_rows(p.rr, (const float *)residual->data, M, Dm, residual->stride[0]);
         st = ops->rmsnorm_forward(ctx, &p.norm, sub);
+        if (st == MAMBA2_STATUS_OK && r) round_rows(p.u, p.u, M, Dm, Dm);
         if (st == MAMBA2_STATUS_OK) st = ops->linear_forward(ctx, &p.in_proj);
+        if (st == MAMBA2_STATUS_OK && r) round_rows(p.zx, p.zx, M, p.Din, p.Din);
         if (st == MAMBA2_STATUS_OK) st = ops->conv1d_step(ctx, &p.conv);
+        if (st == MAMBA2_STATUS_OK && r) round_rows(p.xbc, p.xbc, M, p.C, p.C);
         if (st == MAMBA2_STATUS_OK && p.padding)
-            memset(p.y, 0, (size_t)(p.M * p.Di) * sizeof(float)); /* rows ssd_step skips */
+            memset(p.y, 0, (size_t)(M * Di) * sizeof(float)); /* rows ssd_step skips */
         if (st == MAMBA2_STATUS_OK) st = ops->ssd_step(ctx, &p.ssd);
+        if (st == MAMBA2_STATUS_OK && r) round_rows(p.y, p.y, M, Di, Di);
         if (st == MAMBA2_STATUS_OK) st = ops->rmsnorm_forward(ctx, &p.gnorm, sub);
+        if (st == MAMBA2_STATUS_OK && r) round_rows(p.g, p.g, M, Di, Di);
         if (st == MAMBA2_STATUS_OK) st = ops->linear_forward(ctx, &p.out_proj);
+        if (st == MAMBA2_STATUS_OK && r)
+            round_rows((float *)hidden->data, (const float *)hidden->data, M, Dm,
+                       hidden->stride[0]);
     }
     free(owned);
     return st;

@@ -46,6 +46,16 @@ typedef struct m2_linear_q8x_kernels {
     m2_lin_q8x_tile_fn tile[M2_Q8X_NTILE];
 } m2_linear_q8x_kernels;
 
+/* bf16 weights times a bf16-exact row of x (AVX512-BF16 vdpbf16ps; linear_kernels_avx512bf16.c):
+ * x arrives as bf16, row m at xb + m * xb_stride elements; the tile shapes of
+ * m2_linear_kernels (M2_LIN_4x1 .. M2_LIN_1x1), res as there. */
+typedef void (*m2_lin_bf16x_tile_fn)(int64_t I, const unsigned char *w, int64_t w_row_bytes,
+                                     const uint16_t *xb, int64_t xb_stride, float *res);
+typedef struct m2_linear_bf16x_kernels {
+    const char *isa;
+    m2_lin_bf16x_tile_fn tile[M2_LIN_NTILE];
+} m2_linear_bf16x_kernels;
+
 extern const m2_linear_kernels m2_linear_kernels_scalar;  /* linear_kernels_scalar.c       */
 extern const m2_linear_q8x_kernels m2_linear_q8x_scalar;
 #if defined(M2_KSETS_X86)
@@ -53,6 +63,7 @@ extern const m2_linear_kernels m2_linear_kernels_avx2;    /* linear_kernels_avx2
 extern const m2_linear_kernels m2_linear_kernels_avx512;  /* linear_kernels_avx512.c       */
 extern const m2_linear_q8x_kernels m2_linear_q8x_avx2;     /* linear_kernels_avx2.c     */
 extern const m2_linear_q8x_kernels m2_linear_q8x_avx512vnni; /* linear_kernels_avx512vnni.c */
+extern const m2_linear_bf16x_kernels m2_linear_bf16x_avx512bf16; /* linear_kernels_avx512bf16.c */
 #elif defined(M2_KSETS_NEON)
 extern const m2_linear_kernels m2_linear_kernels_neon;    /* linear_kernels_neon.c         */
 extern const m2_linear_q8x_kernels m2_linear_q8x_neon;     /* linear_kernels_neon.c     */

@@ -127,7 +127,8 @@ STRUCTS: Dict[str, Tuple[list, Optional[str], dict]] = {
     "block_step_options": ([_SS, ("add_residual", _I32), ("norm_eps", _F64), ("gnorm_eps", _F64),
                             ("gnorm_group_size", _I64), ("norm_before_gate", _I32),
                             ("dt_softplus", _I32), ("dt_limit_lo", _F64), ("dt_limit_hi", _F64),
-                            ("state_indices", _PTR), ("conv_state_indices", _PTR)],
+                            ("state_indices", _PTR), ("conv_state_indices", _PTR),
+                            ("round_bf16", _I32), ("round_norm_input", _I32)],  # appended
                            "mamba2_block_step_options_default",
                            {"add_residual": 1, "norm_eps": 1e-5, "gnorm_eps": 1e-5,
                             "dt_softplus": 1, "dt_limit_hi": math.inf}),

@@ -26,11 +26,12 @@ blocks, RMSNorm block norms with residual_in_fp32, float32 / bfloat16 / float16 
 CPU tensors, float32 caches in the C layout. `plan_for` returns None otherwise and the
 decoder keeps its generic per-op path.
 
-float32 models whose layers all fit (every layer's projections on the C GEMV) take a shorter
-road: one mamba2_block_step call per layer (include/mamba2c_block.h) runs the residual add,
-the block norm, in_proj, the conv and SSD steps, the gated norm and out_proj on the same C
-ops, with the same bits (the C test checks the block step against the ops one by one), so a
-token costs one ctypes call per layer instead of seven. MAMBA2C_BLOCK_STEP=0 in the
+float32 and bfloat16 models whose layers all fit (every layer's projections on the C GEMV)
+take a shorter road: one mamba2_block_step call per layer (include/mamba2c_block.h; bf16:
+its round_bf16 mode, which rounds each op's output as the per-op replay below does) runs the
+residual add, the block norm, in_proj, the conv and SSD steps, the gated norm and out_proj on
+the same C ops, with the same bits (the C test checks the block step against the ops one by
+one), so a token costs one ctypes call per layer instead of seven. MAMBA2C_BLOCK_STEP=0 in the
 environment keeps the per-op replay (for measuring one against the other).
 
 The projections run on the C GEMV (mamba2_linear_forward) with the weight a Linear carries
@@ -154,7 +155,8 @@ class _BlockCall:
     __slots__ = ("buf", "args", "keep")
     _B = abi.SLOT["block_step"]
 
-    def __init__(self, hidden, res, p, norm_w, norm_eps, gi, go, in_b, out_b, first):
+    def __init__(self, hidden, res, p, norm_w, norm_eps, gi, go, in_b, out_b, first,
+                 round_bf16=False, round_norm_input=False):
         B = self._B
         w_off = B.out_proj_bias + abi.TSZ
         o_off = (w_off + abi.BLOCK_STEP_WEIGHTS_S.size + 15) // 16 * 16
@@ -195,7 +197,8 @@ class _BlockCall:
         abi.BLOCK_STEP_WEIGHTS_S.pack_into(buf, w_off, *(ptr[n] for n in abi.BLOCK_STEP_WEIGHTS))
         abi.BLOCK_STEP_OPTIONS.pack_into(buf, o_off, 0 if first else 1, float(norm_eps),
                                          float(p.gnorm_eps), int(p.gsize), 1 if p.nbg else 0,
-                                         1, p.dt_lo, p.dt_hi, 0, 0)
+                                         1, p.dt_lo, p.dt_hi, 0, 0, 1 if round_bf16 else 0,
+                                         1 if round_norm_input else 0)
         self.keep = keep
         self.args = (base + B.hidden, base + B.residual, base + B.conv_cache,
                      base + B.state_cache, base + w_off, base + o_off)
@@ -269,26 +272,41 @@ class DecodePlan:
             c_out = None if go is None else LinearCall(self.h32, self.gin32, go, p.out_b)
             self.calls.append((c, p.in_w.t(), p.in_b, p.out_w.t(), p.out_b, c_in, c_out))
         lib = loader._lib if loader._lib is not None else loader.load()
-        # the one-call-per-layer road (float32 models with every projection on the GEMV)
+        # the one-call-per-layer road (float32 and bfloat16 models with every projection on
+        # the GEMV; bf16: the block step's round_bf16 mode, hidden in the float32 h32)
         self.blocks = None
-        if (not self.half and _block_step_enabled()
-                and all(c[5] is not None and c[6] is not None for c in self.calls)):
-            self.blocks = [_BlockCall(self.h, self.res, p, c[0].keep[0], p.blk.norm.eps,
-                                      c[5].keep[2], c[6].keep[2], p.in_b, p.out_b, i == 0)
-                           for i, (p, c) in enumerate(zip(dec.layers, self.calls))]
-            ctx = _context(context._backend_code())
-            need, n = 0, ctypes.c_size_t(0)
-            for b in self.blocks:
-                st = lib.mamba2_block_step_workspace_size(ctx, *b.args, ctypes.byref(n))
-                if st:
-                    loader._raise_status(st, "mamba2_block_step_workspace_size")
-                need = max(need, n.value)
-            self.ws = torch.empty(max(need, 1), dtype=torch.uint8)
-            self.ws_args = (self.ws.data_ptr(), need)
+        self.lib, self._dec, self._blocks, self.ws = lib, dec, {}, None
+        self.block_road = ((dt is _F32 or dt is torch.bfloat16) and _block_step_enabled()
+                           and all(c[5] is not None and c[6] is not None for c in self.calls))
+        if self.block_road and not self.half:
+            self.blocks = self._block_calls(False)
         self.f_blk = lib.mamba2_block_step
         self.f_norm = lib.mamba2_rmsnorm_gated_forward
         self.f_conv = lib.mamba2_conv1d_step
         self.f_ssd = lib.mamba2_ssd_step
+
+    def _block_calls(self, fused: bool):
+        """The packed block-step calls (bf16: per value of `fused`, which decides whether the
+        block norm reads the residual rounded to bf16), and the workspace they share."""
+        if fused in self._blocks:
+            return self._blocks[fused]
+        half, hid = self.half, self.h32
+        blocks = [_BlockCall(hid, self.res, p, c[0].keep[0], p.blk.norm.eps, c[5].keep[2],
+                             c[6].keep[2], p.in_b, p.out_b, i == 0, round_bf16=half,
+                             round_norm_input=half and not fused)
+                  for i, (p, c) in enumerate(zip(self._dec.layers, self.calls))]
+        ctx = _context(context._backend_code())
+        need, n = 0, ctypes.c_size_t(0)
+        for b in blocks:
+            st = self.lib.mamba2_block_step_workspace_size(ctx, *b.args, ctypes.byref(n))
+            if st:
+                loader._raise_status(st, "mamba2_block_step_workspace_size")
+            need = max(need, n.value)
+        if self.ws is None or self.ws.numel() < need:
+            self.ws = torch.empty(max(need, 1), dtype=torch.uint8)
+        self.ws_args = (self.ws.data_ptr(), need)
+        self._blocks[fused] = blocks
+        return blocks
 
     @staticmethod
     def supported(dec, Bsz: int) -> bool:
@@ -324,6 +342,16 @@ class DecodePlan:
                 st = f_blk(ctx, *b.args, *ws)
                 if st:
                     loader._raise_status(st, "mamba2_block_step")
+            return hb, res
+        if half and self.block_road:                   # bf16: one C call per layer too
+            blocks = self._block_calls(fused)
+            f_blk, ws, h32 = self.f_blk, self.ws_args, self.h32
+            h32.copy_(h)                               # exact: h is bf16 (or float32)
+            for b in blocks:
+                st = f_blk(ctx, *b.args, *ws)
+                if st:
+                    loader._raise_status(st, "mamba2_block_step")
+            hb.copy_(h32)                              # exact: the block rounded it to bf16
             return hb, res
         res.copy_(h)                                   # first layer: residual = hidden
         for i, (c, in_wt, in_b, out_wt, out_b, c_in, c_out) in enumerate(self.calls):

@@ -71,6 +71,23 @@ class _Layer:
                  "d_mlp", "dtype", "in_g", "out_g")
 
 
+# torch's internal GRAIN_SIZE: an elementwise op on fewer elements runs on the calling thread
+_GRAIN = 32768
+
+
+def _narrow(y: Tensor, dtype) -> Tensor:
+    """y.to(dtype), the same bits, as copies of at most _GRAIN elements: a larger copy (the
+    [B, vocab] logits) goes to torch's thread pool, whose wake-up on a loaded machine cost
+    ~8 ms per token with 2 threads (docs/decode.md), for ~25 us of work."""
+    if y.dtype is dtype or y.numel() <= _GRAIN:
+        return y.to(dtype)
+    out = torch.empty(y.shape, dtype=dtype)
+    fo, fi = out.view(-1), y.reshape(-1)
+    for s in range(0, fi.numel(), _GRAIN):
+        fo[s:s + _GRAIN].copy_(fi[s:s + _GRAIN])
+    return out
+
+
 def _proj(x: Tensor, w: Tensor, b: Optional[Tensor], g) -> Tensor:
     """A decode projection: the C GEMV on CPU activations when the weight has a GemvWeight
     g (float32 in and out: a half input widened exactly, the result rounded to its dtype, as
@@ -79,7 +96,7 @@ def _proj(x: Tensor, w: Tensor, b: Optional[Tensor], g) -> Tensor:
         return F.linear(x, w, b)
     from .quant import linear
     y = linear(x.reshape(-1, x.shape[-1]).to(torch.float32), g, b)
-    return y.view(*x.shape[:-1], g.O).to(x.dtype)
+    return _narrow(y.view(*x.shape[:-1], g.O), x.dtype)
 
 
 class _Decoder:
