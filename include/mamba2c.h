@@ -606,12 +606,10 @@ MAMBA2_API mamba2_status_t mamba2_ssd_step(mamba2_context_t *ctx,
  * bytes, an f16 scale d then 32 int8 q, element d*q). For Q8_0, I and the row stride
  * weight.stride[0] (in elements) must be multiples of 32 and the blocks need no alignment;
  * row o starts at byte o * stride[0] / 32 * 34. weight.stride[1] is 1 for every dtype.
- * Arithmetic is float32 (float64 on the reference, with the Q8_0 weights dequantized
- * exactly); the CPU backend widens bf16 exactly and sums, per output element, in an order
- * fixed by I and the kernel set alone (for Q8_0, per block Σ q x in float32 times the scale;
- * x is not quantized; bf16 weights times a row of x whose values are all bf16: AVX512-BF16's
- * vdpbf16ps order where the CPU has it, docs/decode.md), so out[m,o] never depends on M, m's
- * position, the thread count or O.
+ * Arithmetic is float32 (float64 on the reference; Q8_0 dequantized exactly); the CPU sums
+ * each out[m,o] in an order fixed by I and the kernel set alone (Q8_0: per block Σ q x times
+ * the scale, x not quantized; bf16 weights times an all-bf16 row of x: vdpbf16ps's order where
+ * the CPU has AVX512-BF16), never by M, m's position, the thread count or O.
  * NaN/inf in x, weight or a Q8_0 scale reaches the elements it enters. bias is added to the
  * float32 sum, then (accumulate) that to out; out may overlap no input. GPU: UNSUPPORTED.
  * quantize_x (Q8_0 weights, CPU backend; the reference ignores it): each 32-block of x is
