@@ -318,8 +318,8 @@ __device__ __forceinline__ void bwd_dx(
 // gv and u, the inputs of the cancelling sums behind dA and ddt_bias.
 __device__ __forceinline__ void bwd_state(
     const m2_i64 *ct, m2_i64 Q, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N,
-    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2,
-    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
+    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, m2_i32 x_ty,
+    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty,
     const float *dto, m2_i64 dto_o, m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2,
     const float *dac, m2_i64 dac_o, m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2,
     float *S, m2_i64 S_o, m2_i64 S_s0, m2_i64 S_s1, m2_i64 S_s2, m2_i64 S_s3, m2_i32 mode) {
@@ -347,8 +347,9 @@ __device__ __forceinline__ void bwd_state(
     for (int e = tid; e < 64 * 64; e += M2TC_THREADS) { // A[p][j] at as[j * ld + p]
         const int r = e >> 6, q = e & 63;
         const m2_i64 p = p0 + q, n = n0 + q;
-        as[r * ld + q] = r < len && p < P ? wv[r] * x[xb + (t0 + r) * x_s1 + p] : 0.0f;
-        bs[r * ld + q] = r < len && n < N ? Bm[bb + (t0 + r) * B_s1 + n] : 0.0f;
+        as[r * ld + q] =
+            r < len && p < P ? wv[r] * m2k_ld(x, xb + (t0 + r) * x_s1 + p, x_ty) : 0.0f;
+        bs[r * ld + q] = r < len && n < N ? m2k_ld(Bm, bb + (t0 + r) * B_s1 + n, Bm_ty) : 0.0f;
     }
     __syncthreads();
     frag_c<0> acc[4];
@@ -370,8 +371,9 @@ __device__ __forceinline__ void bwd_state(
 // 64-wide tiles, in split tf32: the shared body of bwd_bmm (C Bᵀ) and bwd_E (dy xᵀ).
 __device__ __forceinline__ void gram64_3xtf32(frag_c<0> *acc, float *as, float *bs, int tid,
                                               int w, m2_i64 len, m2_i64 kdim, const float *a,
-                                              m2_i64 a_b, m2_i64 a_s, const float *b,
-                                              m2_i64 b_b, m2_i64 b_s) {
+                                              m2_i64 a_b, m2_i64 a_s, m2_i32 a_ty,
+                                              const float *b, m2_i64 b_b, m2_i64 b_s,
+                                              m2_i32 b_ty) {
     const int ld = M2TC_LD64(0), K = M2TC_K(0);
     for (int t = 0; t < 4; t++) wmma::fill_fragment(acc[t], 0.0f);
     for (m2_i64 k0 = 0; k0 < kdim; k0 += M2TC_TILE) {
@@ -379,8 +381,8 @@ __device__ __forceinline__ void gram64_3xtf32(frag_c<0> *acc, float *as, float *
         for (int e = tid; e < 64 * 64; e += M2TC_THREADS) {
             const int r = e >> 6, q = e & 63;
             const m2_i64 k = k0 + q;
-            as[r * ld + q] = r < len && k < kdim ? a[a_b + r * a_s + k] : 0.0f;
-            bs[r * ld + q] = r < len && k < kdim ? b[b_b + r * b_s + k] : 0.0f;
+            as[r * ld + q] = r < len && k < kdim ? m2k_ld(a, a_b + r * a_s + k, a_ty) : 0.0f;
+            bs[r * ld + q] = r < len && k < kdim ? m2k_ld(b, b_b + r * b_s + k, b_ty) : 0.0f;
         }
         __syncthreads();
         if (16 * w < len)
@@ -393,8 +395,8 @@ __device__ __forceinline__ void gram64_3xtf32(frag_c<0> *acc, float *as, float *
 // (chunks, G). k = state columns in 64-wide tiles; B = Bm as stored, column-major.
 __device__ __forceinline__ void bwd_bmm(
     const m2_i64 *ct, m2_i64 Q, m2_i64 N,
-    const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2,
-    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
+    const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2, m2_i32 Cm_ty,
+    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty,
     float *CB, m2_i64 CB_o, m2_i64 CB_s0, m2_i64 CB_s1, m2_i64 CB_s2, m2_i64 CB_s3) {
     __shared__ __align__(128) unsigned char sm[M2TC_BWD_BYTES];
     float *as = (float *)(sm + M2TC_BWD_A_OFF), *bs = (float *)(sm + M2TC_BWD_B_OFF), *o = as;
@@ -404,7 +406,8 @@ __device__ __forceinline__ void bwd_bmm(
     const m2_i64 sb = ct[5 * c + 3], sk = ct[5 * c + 4];
     const m2_i64 cb = C_o + b * C_s0 + g * C_s2, bb = B_o + b * B_s0 + g * B_s2;
     frag_c<0> acc[4];
-    gram64_3xtf32(acc, as, bs, tid, w, len, N, Cm, cb + t0 * C_s1, C_s1, Bm, bb + t0 * B_s1, B_s1);
+    gram64_3xtf32(acc, as, bs, tid, w, len, N, Cm, cb + t0 * C_s1, C_s1, Cm_ty, Bm, bb + t0 * B_s1,
+                  B_s1, Bm_ty);
     __syncthreads();
     stage64<0>(o, acc, w);
     __syncthreads();
@@ -432,7 +435,8 @@ __device__ __forceinline__ void bwd_E(
     const m2_i64 yb = dy_o + b * dy_s0 + h * dy_s2, xb = x_o + b * x_s0 + h * x_s2;
     if (tid < M2TC_Q) cs[tid] = tid < len ? dac[oc + tid] : 0.0f;
     frag_c<0> acc[4];
-    gram64_3xtf32(acc, as, bs, tid, w, len, P, dy, yb + t0 * dy_s1, dy_s1, x, xb + t0 * x_s1, x_s1);
+    gram64_3xtf32(acc, as, bs, tid, w, len, P, dy, yb + t0 * dy_s1, dy_s1, 0, x, xb + t0 * x_s1,
+                  x_s1, 0);
     __syncthreads();
     stage64<0>(o, acc, w);
     __syncthreads();
@@ -493,22 +497,23 @@ extern "C" __global__ void __launch_bounds__(M2TC_THREADS)
 }
 extern "C" __global__ void __launch_bounds__(M2TC_THREADS) m2_ssd_chunk_state_3xtf32_tc128(
     const m2_i64 *ct, m2_i64 Q, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N,
-    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2,
-    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
+    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, m2_i32 x_ty,
+    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty,
     const float *dto, m2_i64 dto_o, m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2,
     const float *dac, m2_i64 dac_o, m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2,
     float *S, m2_i64 S_o, m2_i64 S_s0, m2_i64 S_s1, m2_i64 S_s2, m2_i64 S_s3, m2_i32 mode) {
-    m2tc::bwd_state(ct, Q, H, G, P, N, x, x_o, x_s0, x_s1, x_s2, Bm, B_o, B_s0, B_s1, B_s2, dto,
+    m2tc::bwd_state(ct, Q, H, G, P, N, x, x_o, x_s0, x_s1, x_s2, x_ty, Bm, B_o, B_s0, B_s1, B_s2,
+                    Bm_ty, dto,
                     dto_o, dto_s0, dto_s1, dto_s2, dac, dac_o, dac_s0, dac_s1, dac_s2, S, S_o,
                     S_s0, S_s1, S_s2, S_s3, mode);
 }
 extern "C" __global__ void __launch_bounds__(M2TC_THREADS) m2_ssd_bmm_chunk_3xtf32_tc128(
     const m2_i64 *ct, m2_i64 Q, m2_i64 N,
-    const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2,
-    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
+    const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2, m2_i32 Cm_ty,
+    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty,
     float *CB, m2_i64 CB_o, m2_i64 CB_s0, m2_i64 CB_s1, m2_i64 CB_s2, m2_i64 CB_s3) {
-    m2tc::bwd_bmm(ct, Q, N, Cm, C_o, C_s0, C_s1, C_s2, Bm, B_o, B_s0, B_s1, B_s2, CB, CB_o,
-                  CB_s0, CB_s1, CB_s2, CB_s3);
+    m2tc::bwd_bmm(ct, Q, N, Cm, C_o, C_s0, C_s1, C_s2, Cm_ty, Bm, B_o, B_s0, B_s1, B_s2, Bm_ty,
+                  CB, CB_o, CB_s0, CB_s1, CB_s2, CB_s3);
 }
 extern "C" __global__ void __launch_bounds__(M2TC_THREADS) m2_ssd_bwd_E_3xtf32_tc128(
     const m2_i64 *ct, m2_i64 nc, m2_i64 Q, m2_i64 H, m2_i64 P, const float *dac, m2_i64 dac_o,

@@ -115,6 +115,7 @@ typedef struct m2g_t {
     int64_t off;  /* element offset of element 0 */
     int64_t s[5]; /* element strides, outermost first */
     int present;  /* 0: an absent optional tensor (mem is the dummy buffer) */
+    int ty;       /* an activation's storage, the kernels' <p>_ty: 0 float32, 1 bf16, 2 f16 */
 } m2g_t;
 
 typedef struct m2g_args {
@@ -206,6 +207,13 @@ mamba2_status_t m2g_call_in_act(m2g_call *c, const m2_view *v, int rank, const i
                                 mamba2_dtype_t dtype, m2g_t *t);
 mamba2_status_t m2g_call_out_act(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
                                  mamba2_dtype_t dtype, m2g_t *t);
+/* Activations that the kernels read / write in their storage dtype (m2k_ld / m2k_st of
+ * kernels/common.h): the caller's tensor as it is, 2 or 4 bytes per element, t->ty its kind
+ * (0 float32, 1 bf16, 2 f16), to be passed as the kernel's <p>_ty. No copy, no conversion. */
+mamba2_status_t m2g_call_in_native(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
+                                   mamba2_dtype_t dtype, m2g_t *t);
+mamba2_status_t m2g_call_out_native(m2g_call *c, const m2_view *v, int rank,
+                                    const int64_t *dims, mamba2_dtype_t dtype, m2g_t *t);
 /* Device scratch of `bytes` (any content), and a buffer filled from host memory. */
 mamba2_status_t m2g_call_tmp(m2g_call *c, size_t bytes, m2g_mem *mem, int64_t *elem_off,
                              size_t esize);

@@ -539,6 +539,26 @@ mamba2_status_t m2g_call_out_act(m2g_call *c, const m2_view *v, int rank, const 
     return MAMBA2_STATUS_OK;
 }
 
+static int act_kind(mamba2_dtype_t dtype) {
+    return dtype == MAMBA2_DTYPE_BF16 ? 1 : dtype == MAMBA2_DTYPE_F16 ? 2 : 0;
+}
+
+mamba2_status_t m2g_call_in_native(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
+                                   mamba2_dtype_t dtype, m2g_t *t) {
+    const int ty = act_kind(dtype);
+    M2_TRY(m2g_call_in(c, v, rank, dims, ty ? 2 : 4, t));
+    t->ty = ty;
+    return MAMBA2_STATUS_OK;
+}
+
+mamba2_status_t m2g_call_out_native(m2g_call *c, const m2_view *v, int rank,
+                                    const int64_t *dims, mamba2_dtype_t dtype, m2g_t *t) {
+    const int ty = act_kind(dtype);
+    M2_TRY(m2g_call_out(c, v, rank, dims, ty ? 2 : 4, t));
+    t->ty = ty;
+    return MAMBA2_STATUS_OK;
+}
+
 static mamba2_status_t flush_half(m2g_call *c) {
     for (int k = 0; k < c->nhalf; k++) {
         const m2g_half_out *o = &c->half[k];

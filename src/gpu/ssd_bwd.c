@@ -185,8 +185,8 @@ static mamba2_status_t bwd_grads(m2g_dev *d, const m2_ssd_problem *pr, const ssd
     memcpy(g, M2G_GRID(m2g_cdiv(P, 16) * m2g_cdiv(N, 16), H, nc), sizeof g);
     id = m2g_pick(s, M2G_K_m2_ssd_chunk_state_16x16, bf16, g);
     M2_TRY(M2G_LAUNCH_AS(d, id, m2_ssd_chunk_state_16x16, g, 0, .ct = s->ct, .Q = Q, .H = H,
-                         .G = G, .P = P, .N = N, .x = w->dy, .Bm = s->Cm, .dto = s->dto,
-                         .dac = s->dac, .S = s->states, .mode = 1));
+                         .G = G, .P = P, .N = N, .x = w->dy, .Bm = s->Cm, .Bm_ty = s->Cm.ty,
+                         .dto = s->dto, .dac = s->dac, .S = s->states, .mode = 1));
     if (nc > 0 || io->dinit.present) /* states -> dS (in place), dinit */
         M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_state_passing_wi64,
                           M2G_GRID(m2g_cdiv(P * N, 64), H, s->nseq), .st = s->stab, .nc = nc,
