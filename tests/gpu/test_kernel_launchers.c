@@ -103,8 +103,9 @@ int main(int argc, char **argv) {
         mamba2_status_t st = M2G_LAUNCH(&d, m2_ssd_bwd_E_16x16, M2G_GRID(16, 2, 3), .ct = 20,
                                         .nc = 3, .Q = 64, .H = 2, .P = 8, .dac = dac, .dy = dy,
                                         .x = x, .E = E);
-        th_expect(st == MAMBA2_STATUS_OK && rec.nargs == 19 && tensor_is(5, &dac, 0) &&
-                      tensor_is(7, &dy, 3) && tensor_is(12, &x, 3) && tensor_is(17, &E, 0),
+        th_expect(st == MAMBA2_STATUS_OK && rec.nargs == 20 && tensor_is(5, &dac, 0) &&
+                      tensor_is(7, &dy, 3) && tensor_is(12, &x, 3) && arg_is(17, M2G_ARG_I32, 0) &&
+                      tensor_is(18, &E, 0),
                   "portable: %s", mamba2_last_error());
         th_expect(rec.local[0] == 16 && rec.local[1] == 16 && rec.local[2] == 1, "16x16 group");
         st = M2G_LAUNCH_AS(&d, M2G_K_m2_ssd_bwd_E_3xtf32_tc128, m2_ssd_bwd_E_16x16,
