@@ -34,10 +34,12 @@ static mamba2_status_t run_seq(m2g_dev *d, const ssd_dev *s, int bf16) {
     return M2G_LAUNCH_AS(d, id, m2_ssd_scan_seq_tf32_tc128,
                          M2G_GRID(m2g_cdiv(s->P, M2TC_SEQ_PC), s->H, s->nseq), (size_t)lay.bytes,
                          .ct = s->ct, .st = s->stab, .H = s->H, .G = s->G, .P = s->P, .N = s->N,
-                         .x = s->x, .dto = s->dto, .dac = s->dac, .Bm = s->Bm, .Cm = s->Cm,
-                         .D = s->D, .D_mode = s->D_mode, .z = s->z, .has_z = s->z.present,
-                         .init = s->init, .has_init = s->init.present, .out = s->out,
-                         .ox = s->outx, .has_ox = s->outx.present, .fin = s->final,
+                         .x = s->x, .x_ty = s->x.ty, .dto = s->dto, .dac = s->dac,
+                         .Bm = s->Bm, .Bm_ty = s->Bm.ty, .Cm = s->Cm, .Cm_ty = s->Cm.ty,
+                         .D = s->D, .D_mode = s->D_mode, .z = s->z, .z_ty = s->z.ty,
+                         .has_z = s->z.present, .init = s->init, .has_init = s->init.present,
+                         .out = s->out, .out_ty = s->out.ty, .ox = s->outx,
+                         .ox_ty = s->outx.ty, .has_ox = s->outx.present, .fin = s->final,
                          .has_final = s->final.present);
 }
 
@@ -47,7 +49,8 @@ static mamba2_status_t run_state(m2g_dev *d, const ssd_dev *s, int bf16) {
     const int id = bf16 ? M2G_K_m2_ssd_chunk_state_bf16_tc128 : M2G_K_m2_ssd_chunk_state_tf32_tc128;
     return M2G_LAUNCH_AS(d, id, m2_ssd_chunk_state_tf32_tc128, M2G_GRID(s->nc, s->H, nt), 0,
                          .ct = s->ct, .H = s->H, .G = s->G, .P = s->P, .N = s->N, .x = s->x,
-                         .Bm = s->Bm, .dto = s->dto, .dac = s->dac, .S = s->states);
+                         .x_ty = s->x.ty, .Bm = s->Bm, .Bm_ty = s->Bm.ty, .dto = s->dto,
+                         .dac = s->dac, .S = s->states);
 }
 
 /* the chunk scan with CB on chip: groups (chunks, H, P tiles) */
@@ -55,17 +58,19 @@ static mamba2_status_t run_scan(m2g_dev *d, const ssd_dev *s, int bf16) {
     const int id = bf16 ? M2G_K_m2_ssd_chunk_scan_bf16_tc128 : M2G_K_m2_ssd_chunk_scan_tf32_tc128;
     return M2G_LAUNCH_AS(d, id, m2_ssd_chunk_scan_tf32_tc128,
                          M2G_GRID(s->nc, s->H, m2g_cdiv(s->P, M2TC_TILE)), 0, .ct = s->ct,
-                         .H = s->H, .G = s->G, .P = s->P, .N = s->N, .x = s->x, .dto = s->dto,
-                         .dac = s->dac, .Bm = s->Bm, .Cm = s->Cm, .S0 = s->start, .D = s->D,
-                         .D_mode = s->D_mode, .z = s->z, .has_z = s->z.present, .out = s->out,
-                         .ox = s->outx, .has_ox = s->outx.present);
+                         .H = s->H, .G = s->G, .P = s->P, .N = s->N, .x = s->x,
+                         .x_ty = s->x.ty, .dto = s->dto, .dac = s->dac, .Bm = s->Bm,
+                         .Bm_ty = s->Bm.ty, .Cm = s->Cm, .Cm_ty = s->Cm.ty, .S0 = s->start,
+                         .D = s->D, .D_mode = s->D_mode, .z = s->z, .z_ty = s->z.ty,
+                         .has_z = s->z.present, .out = s->out, .out_ty = s->out.ty,
+                         .ox = s->outx, .ox_ty = s->outx.ty, .has_ox = s->outx.present);
 }
 
 mamba2_status_t m2cu_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws) {
     m2g_dev *d = m2g_of(ctx);
     const m2cu_tc_cfg cfg = m2cu_tc_config(d);
     if (!use_tc(&cfg, pr)) return m2g_ssd_forward(ctx, pr, ws);
-    M2_TRY(m2g_need_f32(d->api, MAMBA2_DTYPE_F32, pr->par_dtype)); /* half acts: converted */
+    M2_TRY(m2g_need_f32(d->api, MAMBA2_DTYPE_F32, pr->par_dtype)); /* half acts: native */
     const int bf16 = pr->act_dtype == MAMBA2_DTYPE_BF16;
     m2g_call c;
     ssd_dev s;

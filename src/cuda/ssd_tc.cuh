@@ -46,8 +46,8 @@ template <int BF> using frag_c = wmma::fragment<wmma::accumulator, 16, 16, M2TC_
 template <int BF>
 __device__ __forceinline__ void chunk_state(
     const m2_i64 *ct, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N,
-    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2,
-    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
+    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, m2_i32 x_ty,
+    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty,
     const float *dto, m2_i64 dto_o, m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2,
     const float *dac, m2_i64 dac_o, m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2,
     float *S, m2_i64 S_o, m2_i64 S_s0, m2_i64 S_s1, m2_i64 S_s2, m2_i64 S_s3) {
@@ -70,8 +70,10 @@ __device__ __forceinline__ void chunk_state(
     for (int e = tid; e < 64 * 64; e += M2TC_THREADS) {
         const int j = e >> 6, q = e & 63;
         const m2_i64 p = p0 + q, n = n0 + q;
-        xs[j * ld + q] = ty<BF>::cvt(j < len && p < P ? wj[j] * x[xb + (t0 + j) * x_s1 + p] : 0.0f);
-        bs[j * ld + q] = ty<BF>::cvt(j < len && n < N ? Bm[bb + (t0 + j) * B_s1 + n] : 0.0f);
+        xs[j * ld + q] = ty<BF>::cvt(
+            j < len && p < P ? wj[j] * m2k_ld(x, xb + (t0 + j) * x_s1 + p, x_ty) : 0.0f);
+        bs[j * ld + q] =
+            ty<BF>::cvt(j < len && n < N ? m2k_ld(Bm, bb + (t0 + j) * B_s1 + n, Bm_ty) : 0.0f);
     }
     __syncthreads();
     frag_c<BF> acc[4];
@@ -106,16 +108,16 @@ __device__ __forceinline__ void chunk_state(
 template <int BF>
 __device__ __forceinline__ void chunk_scan(
     const m2_i64 *ct, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N,
-    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2,
+    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, m2_i32 x_ty,
     const float *dto, m2_i64 dto_o, m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2,
     const float *dac, m2_i64 dac_o, m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2,
-    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
-    const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2,
+    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty,
+    const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2, m2_i32 Cm_ty,
     const float *S0, m2_i64 S0_o, m2_i64 S0_s0, m2_i64 S0_s1, m2_i64 S0_s2, m2_i64 S0_s3,
     const float *D, m2_i64 D_o, m2_i64 D_s0, m2_i32 D_mode,
-    const float *z, m2_i64 z_o, m2_i64 z_s0, m2_i64 z_s1, m2_i64 z_s2, m2_i32 has_z,
-    float *out, m2_i64 out_o, m2_i64 out_s0, m2_i64 out_s1, m2_i64 out_s2,
-    float *ox, m2_i64 ox_o, m2_i64 ox_s0, m2_i64 ox_s1, m2_i64 ox_s2, m2_i32 has_ox) {
+    const float *z, m2_i64 z_o, m2_i64 z_s0, m2_i64 z_s1, m2_i64 z_s2, m2_i32 z_ty, m2_i32 has_z,
+    float *out, m2_i64 out_o, m2_i64 out_s0, m2_i64 out_s1, m2_i64 out_s2, m2_i32 out_ty,
+    float *ox, m2_i64 ox_o, m2_i64 ox_s0, m2_i64 ox_s1, m2_i64 ox_s2, m2_i32 ox_ty, m2_i32 has_ox) {
     typedef typename ty<BF>::T T;
     __shared__ __align__(128) unsigned char sm[M2TC_SCAN_BYTES(BF)];
     const int tid = (int)threadIdx.x, w = tid >> 5;
@@ -141,15 +143,18 @@ __device__ __forceinline__ void chunk_scan(
     }
     // CB (row tile w, column tiles 0..w) and Y2 = C S^T (row tile w, 4 channel tiles)
     frag_c<BF> acc[4], acc2[4];
-    for (int t = 0; t < 4; t++) wmma::fill_fragment(acc[t], 0.0f), wmma::fill_fragment(acc2[t], 0.0f);
+    for (int t = 0; t < 4; t++)
+        wmma::fill_fragment(acc[t], 0.0f), wmma::fill_fragment(acc2[t], 0.0f);
     for (m2_i64 n0 = 0; n0 < N; n0 += M2TC_KT) {
         __syncthreads(); // the previous k-tiles are consumed
         for (int e = tid; e < 64 * M2TC_KT; e += M2TC_THREADS) {
             const int r = e / M2TC_KT, q = e % M2TC_KT;
             const m2_i64 n = n0 + q, p = p0 + r;
             const int tok = r < len && n < N;
-            ka[r * ldk + q] = ty<BF>::cvt(tok ? Cm[cbase + (t0 + r) * C_s1 + n] : 0.0f);
-            kb[r * ldk + q] = ty<BF>::cvt(tok ? Bm[bbase + (t0 + r) * B_s1 + n] : 0.0f);
+            ka[r * ldk + q] =
+                ty<BF>::cvt(tok ? m2k_ld(Cm, cbase + (t0 + r) * C_s1 + n, Cm_ty) : 0.0f);
+            kb[r * ldk + q] =
+                ty<BF>::cvt(tok ? m2k_ld(Bm, bbase + (t0 + r) * B_s1 + n, Bm_ty) : 0.0f);
             kc[r * ldk + q] = ty<BF>::cvt(p < P && n < N ? S0[sbase + p * S0_s3 + n] : 0.0f);
         }
         __syncthreads();
@@ -179,7 +184,8 @@ __device__ __forceinline__ void chunk_scan(
         if (i < len && j <= i) v = r1[i * M2TC_FLD + j] * m2k_exp(cs[i] - cs[j]) * dd[j];
         wt[i * ldw + j] = ty<BF>::cvt(v);
         const m2_i64 p = p0 + j;
-        xs[i * ldw + j] = ty<BF>::cvt(i < len && p < P ? x[xb + (t0 + i) * x_s1 + p] : 0.0f);
+        xs[i * ldw + j] =
+            ty<BF>::cvt(i < len && p < P ? m2k_ld(x, xb + (t0 + i) * x_s1 + p, x_ty) : 0.0f);
     }
     __syncthreads();
     for (int t = 0; t < 4; t++) wmma::fill_fragment(acc[t], 0.0f);
@@ -207,12 +213,12 @@ __device__ __forceinline__ void chunk_scan(
         const m2_i64 p = p0 + q;
         if (i < len && p < P) {
             const m2_i64 t = t0 + i;
-            const float xi = x[xb + t * x_s1 + p];
+            const float xi = m2k_ld(x, xb + t * x_s1 + p, x_ty);
             const float dv = D_mode == 2 ? D[D_o + h * D_s0 + p] : D_mode == 1 ? D[D_o + h] : 0.0f;
             float y = r1[i * M2TC_FLD + q] + m2k_exp(cs[i]) * y2s[i * M2TC_FLD + q] + dv * xi;
-            if (has_ox) ox[ox_o + b * ox_s0 + t * ox_s1 + h * ox_s2 + p] = y;
-            if (has_z) y *= m2k_silu(z[z_o + b * z_s0 + t * z_s1 + h * z_s2 + p]);
-            out[out_o + b * out_s0 + t * out_s1 + h * out_s2 + p] = y;
+            if (has_ox) m2k_st(ox, ox_o + b * ox_s0 + t * ox_s1 + h * ox_s2 + p, y, ox_ty);
+            if (has_z) y *= m2k_silu(m2k_ld(z, z_o + b * z_s0 + t * z_s1 + h * z_s2 + p, z_ty));
+            m2k_st(out, out_o + b * out_s0 + t * out_s1 + h * out_s2 + p, y, out_ty);
         }
     }
 }
@@ -222,16 +228,16 @@ __device__ __forceinline__ void chunk_scan(
 template <int BF>
 __device__ __forceinline__ void scan_seq(
     const m2_i64 *ct, const m2_i64 *st, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N,
-    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2,
+    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, m2_i32 x_ty,
     const float *dto, m2_i64 dto_o, m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2,
     const float *dac, m2_i64 dac_o, m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2,
-    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
-    const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2,
+    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty,
+    const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2, m2_i32 Cm_ty,
     const float *D, m2_i64 D_o, m2_i64 D_s0, m2_i32 D_mode,
-    const float *z, m2_i64 z_o, m2_i64 z_s0, m2_i64 z_s1, m2_i64 z_s2, m2_i32 has_z,
+    const float *z, m2_i64 z_o, m2_i64 z_s0, m2_i64 z_s1, m2_i64 z_s2, m2_i32 z_ty, m2_i32 has_z,
     const float *init, m2_i64 in_o, m2_i64 in_s0, m2_i64 in_s1, m2_i64 in_s2, m2_i32 has_init,
-    float *out, m2_i64 out_o, m2_i64 out_s0, m2_i64 out_s1, m2_i64 out_s2,
-    float *ox, m2_i64 ox_o, m2_i64 ox_s0, m2_i64 ox_s1, m2_i64 ox_s2, m2_i32 has_ox,
+    float *out, m2_i64 out_o, m2_i64 out_s0, m2_i64 out_s1, m2_i64 out_s2, m2_i32 out_ty,
+    float *ox, m2_i64 ox_o, m2_i64 ox_s0, m2_i64 ox_s1, m2_i64 ox_s2, m2_i32 ox_ty, m2_i32 has_ox,
     float *fin, m2_i64 fin_o, m2_i64 fin_s0, m2_i64 fin_s1, m2_i64 fin_s2, m2_i32 has_final) {
     typedef typename ty<BF>::T T;
     M2K_DYNAMIC_SHARED(unsigned char, smd);
@@ -264,13 +270,14 @@ __device__ __forceinline__ void scan_seq(
         if (tid < M2TC_Q) {
             cs[tid] = tid < len ? dac[oc + tid] : 0.0f;
             dd[tid] = tid < len ? dto[od + tid] : 0.0f;
-            wl[tid] = tid < len ? m2k_exp(dac[oc + M2TC_Q - 1] - dac[oc + tid]) * dto[od + tid] : 0.0f;
+            wl[tid] =
+                tid < len ? m2k_exp(dac[oc + M2TC_Q - 1] - dac[oc + tid]) * dto[od + tid] : 0.0f;
         }
         __syncthreads();
         for (int e = tid; e < 64 * M2TC_SEQ_PC; e += M2TC_THREADS) {
             const int j = e >> 5, q = e & 31;
             const m2_i64 p = p0 + q;
-            const float xv = j < len && p < P ? x[xb + (t0 + j) * x_s1 + p] : 0.0f;
+            const float xv = j < len && p < P ? m2k_ld(x, xb + (t0 + j) * x_s1 + p, x_ty) : 0.0f;
             xs[j * ldx + q] = ty<BF>::cvt(xv);
             xw[j * ldx + q] = ty<BF>::cvt(wl[j] * xv);
         }
@@ -285,8 +292,10 @@ __device__ __forceinline__ void scan_seq(
                 const int r = e / M2TC_KT, q = e % M2TC_KT;
                 const m2_i64 n = n0 + q;
                 const int tok = r < len && n < N;
-                ka[r * ldk + q] = ty<BF>::cvt(tok ? Cm[cbase + (t0 + r) * C_s1 + n] : 0.0f);
-                kb[r * ldk + q] = ty<BF>::cvt(tok ? Bm[bbase + (t0 + r) * B_s1 + n] : 0.0f);
+                ka[r * ldk + q] =
+                    ty<BF>::cvt(tok ? m2k_ld(Cm, cbase + (t0 + r) * C_s1 + n, Cm_ty) : 0.0f);
+                kb[r * ldk + q] =
+                    ty<BF>::cvt(tok ? m2k_ld(Bm, bbase + (t0 + r) * B_s1 + n, Bm_ty) : 0.0f);
                 if (r < M2TC_SEQ_PC) kc[r * ldk + q] = ty<BF>::cvt(S[r * lds + n0 + q]);
             }
             __syncthreads();
@@ -354,12 +363,14 @@ __device__ __forceinline__ void scan_seq(
             const m2_i64 p = p0 + q;
             if (i < len && p < P) {
                 const m2_i64 t = t0 + i;
-                const float xi = x[xb + t * x_s1 + p];
-                const float dv = D_mode == 2 ? D[D_o + h * D_s0 + p] : D_mode == 1 ? D[D_o + h] : 0.0f;
+                const float xi = m2k_ld(x, xb + t * x_s1 + p, x_ty);
+                const float dv = D_mode == 2   ? D[D_o + h * D_s0 + p]
+                                 : D_mode == 1 ? D[D_o + h]
+                                               : 0.0f;
                 float y = r1[i * M2TC_YLD + q] + m2k_exp(cs[i]) * y2s[i * M2TC_YLD + q] + dv * xi;
-                if (has_ox) ox[ox_o + b * ox_s0 + t * ox_s1 + h * ox_s2 + p] = y;
-                if (has_z) y *= m2k_silu(z[z_o + b * z_s0 + t * z_s1 + h * z_s2 + p]);
-                out[out_o + b * out_s0 + t * out_s1 + h * out_s2 + p] = y;
+                if (has_ox) m2k_st(ox, ox_o + b * ox_s0 + t * ox_s1 + h * ox_s2 + p, y, ox_ty);
+                if (has_z) y *= m2k_silu(m2k_ld(z, z_o + b * z_s0 + t * z_s1 + h * z_s2 + p, z_ty));
+                m2k_st(out, out_o + b * out_s0 + t * out_s1 + h * out_s2 + p, y, out_ty);
             }
         }
     }
@@ -368,57 +379,60 @@ __device__ __forceinline__ void scan_seq(
         for (int e = tid; e < M2TC_SEQ_PC * npad; e += M2TC_THREADS) {
             const int r = e / npad, n = e % npad;
             const m2_i64 p = p0 + r;
-            if (p < P && n < N) fin[fin_o + s * fin_s0 + h * fin_s1 + p * fin_s2 + n] = S[r * lds + n];
+            if (p < P && n < N)
+                fin[fin_o + s * fin_s0 + h * fin_s1 + p * fin_s2 + n] = S[r * lds + n];
         }
 }
 } // namespace m2tc
 
-#define M2TC_STATE_PARAMS                                                                      \
-    const m2_i64 *ct, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N, const float *x, m2_i64 x_o,      \
-        m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, const float *Bm, m2_i64 B_o, m2_i64 B_s0,       \
-        m2_i64 B_s1, m2_i64 B_s2, const float *dto, m2_i64 dto_o, m2_i64 dto_s0,               \
-        m2_i64 dto_s1, m2_i64 dto_s2, const float *dac, m2_i64 dac_o, m2_i64 dac_s0,           \
-        m2_i64 dac_s1, m2_i64 dac_s2, float *S, m2_i64 S_o, m2_i64 S_s0, m2_i64 S_s1,          \
-        m2_i64 S_s2, m2_i64 S_s3
-#define M2TC_STATE_ARGS                                                                        \
-    ct, H, G, P, N, x, x_o, x_s0, x_s1, x_s2, Bm, B_o, B_s0, B_s1, B_s2, dto, dto_o, dto_s0,   \
-        dto_s1, dto_s2, dac, dac_o, dac_s0, dac_s1, dac_s2, S, S_o, S_s0, S_s1, S_s2, S_s3
-#define M2TC_SCAN_PARAMS                                                                       \
-    const m2_i64 *ct, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N, const float *x, m2_i64 x_o,      \
-        m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, const float *dto, m2_i64 dto_o, m2_i64 dto_s0,  \
-        m2_i64 dto_s1, m2_i64 dto_s2, const float *dac, m2_i64 dac_o, m2_i64 dac_s0,           \
-        m2_i64 dac_s1, m2_i64 dac_s2, const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1,   \
-        m2_i64 B_s2, const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2,       \
-        const float *S0, m2_i64 S0_o, m2_i64 S0_s0, m2_i64 S0_s1, m2_i64 S0_s2, m2_i64 S0_s3,  \
-        const float *D, m2_i64 D_o, m2_i64 D_s0, m2_i32 D_mode, const float *z, m2_i64 z_o,    \
-        m2_i64 z_s0, m2_i64 z_s1, m2_i64 z_s2, m2_i32 has_z, float *out, m2_i64 out_o,         \
-        m2_i64 out_s0, m2_i64 out_s1, m2_i64 out_s2, float *ox, m2_i64 ox_o, m2_i64 ox_s0,     \
-        m2_i64 ox_s1, m2_i64 ox_s2, m2_i32 has_ox
-#define M2TC_SCAN_ARGS                                                                         \
-    ct, H, G, P, N, x, x_o, x_s0, x_s1, x_s2, dto, dto_o, dto_s0, dto_s1, dto_s2, dac, dac_o,  \
-        dac_s0, dac_s1, dac_s2, Bm, B_o, B_s0, B_s1, B_s2, Cm, C_o, C_s0, C_s1, C_s2, S0,      \
-        S0_o, S0_s0, S0_s1, S0_s2, S0_s3, D, D_o, D_s0, D_mode, z, z_o, z_s0, z_s1, z_s2,      \
-        has_z, out, out_o, out_s0, out_s1, out_s2, ox, ox_o, ox_s0, ox_s1, ox_s2, has_ox
-
-#define M2TC_SEQ_PARAMS                                                                        \
-    const m2_i64 *ct, const m2_i64 *st, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N, const float *x, \
-        m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, const float *dto, m2_i64 dto_o,     \
-        m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2, const float *dac, m2_i64 dac_o,           \
-        m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2, const float *Bm, m2_i64 B_o, m2_i64 B_s0, \
-        m2_i64 B_s1, m2_i64 B_s2, const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1,       \
-        m2_i64 C_s2, const float *D, m2_i64 D_o, m2_i64 D_s0, m2_i32 D_mode, const float *z,   \
-        m2_i64 z_o, m2_i64 z_s0, m2_i64 z_s1, m2_i64 z_s2, m2_i32 has_z, const float *init,    \
-        m2_i64 in_o, m2_i64 in_s0, m2_i64 in_s1, m2_i64 in_s2, m2_i32 has_init, float *out,    \
-        m2_i64 out_o, m2_i64 out_s0, m2_i64 out_s1, m2_i64 out_s2, float *ox, m2_i64 ox_o,     \
-        m2_i64 ox_s0, m2_i64 ox_s1, m2_i64 ox_s2, m2_i32 has_ox, float *fin, m2_i64 fin_o,     \
+#define M2TC_STATE_PARAMS                                                                          \
+    const m2_i64 *ct, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N, const float *x, m2_i64 x_o,          \
+        m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, m2_i32 x_ty, const float *Bm, m2_i64 B_o,           \
+        m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty, const float *dto, m2_i64 dto_o,       \
+        m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2, const float *dac, m2_i64 dac_o,               \
+        m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2, float *S, m2_i64 S_o, m2_i64 S_s0,            \
+        m2_i64 S_s1, m2_i64 S_s2, m2_i64 S_s3
+#define M2TC_STATE_ARGS                                                                            \
+    ct, H, G, P, N, x, x_o, x_s0, x_s1, x_s2, x_ty, Bm, B_o, B_s0, B_s1, B_s2, Bm_ty, dto, dto_o,  \
+        dto_s0, dto_s1, dto_s2, dac, dac_o, dac_s0, dac_s1, dac_s2, S, S_o, S_s0, S_s1, S_s2,      \
+        S_s3
+#define M2TC_SCAN_PARAMS                                                                           \
+    const m2_i64 *ct, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N, const float *x, m2_i64 x_o,          \
+        m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, m2_i32 x_ty, const float *dto, m2_i64 dto_o,        \
+        m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2, const float *dac, m2_i64 dac_o,               \
+        m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2, const float *Bm, m2_i64 B_o, m2_i64 B_s0,     \
+        m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty, const float *Cm, m2_i64 C_o, m2_i64 C_s0,          \
+        m2_i64 C_s1, m2_i64 C_s2, m2_i32 Cm_ty, const float *S0, m2_i64 S0_o, m2_i64 S0_s0,        \
+        m2_i64 S0_s1, m2_i64 S0_s2, m2_i64 S0_s3, const float *D, m2_i64 D_o, m2_i64 D_s0,         \
+        m2_i32 D_mode, const float *z, m2_i64 z_o, m2_i64 z_s0, m2_i64 z_s1, m2_i64 z_s2,          \
+        m2_i32 z_ty, m2_i32 has_z, float *out, m2_i64 out_o, m2_i64 out_s0, m2_i64 out_s1,         \
+        m2_i64 out_s2, m2_i32 out_ty, float *ox, m2_i64 ox_o, m2_i64 ox_s0, m2_i64 ox_s1,          \
+        m2_i64 ox_s2, m2_i32 ox_ty, m2_i32 has_ox
+#define M2TC_SCAN_ARGS                                                                             \
+    ct, H, G, P, N, x, x_o, x_s0, x_s1, x_s2, x_ty, dto, dto_o, dto_s0, dto_s1, dto_s2, dac,       \
+        dac_o, dac_s0, dac_s1, dac_s2, Bm, B_o, B_s0, B_s1, B_s2, Bm_ty, Cm, C_o, C_s0, C_s1,      \
+        C_s2, Cm_ty, S0, S0_o, S0_s0, S0_s1, S0_s2, S0_s3, D, D_o, D_s0, D_mode, z, z_o, z_s0,     \
+        z_s1, z_s2, z_ty, has_z, out, out_o, out_s0, out_s1, out_s2, out_ty, ox, ox_o, ox_s0,      \
+        ox_s1, ox_s2, ox_ty, has_ox
+#define M2TC_SEQ_PARAMS                                                                            \
+    const m2_i64 *ct, const m2_i64 *st, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N, const float *x,    \
+        m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, m2_i32 x_ty, const float *dto,          \
+        m2_i64 dto_o, m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2, const float *dac,               \
+        m2_i64 dac_o, m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2, const float *Bm, m2_i64 B_o,    \
+        m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty, const float *Cm, m2_i64 C_o,          \
+        m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2, m2_i32 Cm_ty, const float *D, m2_i64 D_o,           \
+        m2_i64 D_s0, m2_i32 D_mode, const float *z, m2_i64 z_o, m2_i64 z_s0, m2_i64 z_s1,          \
+        m2_i64 z_s2, m2_i32 z_ty, m2_i32 has_z, const float *init, m2_i64 in_o, m2_i64 in_s0,      \
+        m2_i64 in_s1, m2_i64 in_s2, m2_i32 has_init, float *out, m2_i64 out_o, m2_i64 out_s0,      \
+        m2_i64 out_s1, m2_i64 out_s2, m2_i32 out_ty, float *ox, m2_i64 ox_o, m2_i64 ox_s0,         \
+        m2_i64 ox_s1, m2_i64 ox_s2, m2_i32 ox_ty, m2_i32 has_ox, float *fin, m2_i64 fin_o,         \
         m2_i64 fin_s0, m2_i64 fin_s1, m2_i64 fin_s2, m2_i32 has_final
-#define M2TC_SEQ_ARGS                                                                          \
-    ct, st, H, G, P, N, x, x_o, x_s0, x_s1, x_s2, dto, dto_o, dto_s0, dto_s1, dto_s2, dac,     \
-        dac_o, dac_s0, dac_s1, dac_s2, Bm, B_o, B_s0, B_s1, B_s2, Cm, C_o, C_s0, C_s1, C_s2,   \
-        D, D_o, D_s0, D_mode, z, z_o, z_s0, z_s1, z_s2, has_z, init, in_o, in_s0, in_s1,       \
-        in_s2, has_init, out, out_o, out_s0, out_s1, out_s2, ox, ox_o, ox_s0, ox_s1, ox_s2,    \
-        has_ox, fin, fin_o, fin_s0, fin_s1, fin_s2, has_final
-
+#define M2TC_SEQ_ARGS                                                                              \
+    ct, st, H, G, P, N, x, x_o, x_s0, x_s1, x_s2, x_ty, dto, dto_o, dto_s0, dto_s1, dto_s2, dac,   \
+        dac_o, dac_s0, dac_s1, dac_s2, Bm, B_o, B_s0, B_s1, B_s2, Bm_ty, Cm, C_o, C_s0, C_s1,      \
+        C_s2, Cm_ty, D, D_o, D_s0, D_mode, z, z_o, z_s0, z_s1, z_s2, z_ty, has_z, init, in_o,      \
+        in_s0, in_s1, in_s2, has_init, out, out_o, out_s0, out_s1, out_s2, out_ty, ox, ox_o,       \
+        ox_s0, ox_s1, ox_s2, ox_ty, has_ox, fin, fin_o, fin_s0, fin_s1, fin_s2, has_final
 extern "C" __global__ void __launch_bounds__(M2TC_THREADS)
     m2_ssd_scan_seq_tf32_tc128(M2TC_SEQ_PARAMS) {
     m2tc::scan_seq<0>(M2TC_SEQ_ARGS);

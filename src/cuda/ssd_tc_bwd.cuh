@@ -89,9 +89,9 @@ template <int BF>
 __device__ __forceinline__ void bwd_dbc(
     const m2_i64 *ct, m2_i64 nc, m2_i64 Q, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N, m2_i32 mode,
     const float *dCB, m2_i64 dCB_o, const float *dto, m2_i64 dto_o, const float *dac,
-    m2_i64 dac_o, const float *M, m2_i64 M_o, m2_i64 M_s0, m2_i64 M_s1, m2_i64 M_s2,
-    const float *V, m2_i64 V_o, m2_i64 V_s0, m2_i64 V_s1, m2_i64 V_s2, const float *St,
-    m2_i64 St_o, float *out, m2_i64 o_o, m2_i64 o_s0, m2_i64 o_s1, m2_i64 o_s2) {
+    m2_i64 dac_o, const float *M, m2_i64 M_o, m2_i64 M_s0, m2_i64 M_s1, m2_i64 M_s2, m2_i32 M_ty,
+    const float *V, m2_i64 V_o, m2_i64 V_s0, m2_i64 V_s1, m2_i64 V_s2, m2_i32 V_ty, const float *St,
+    m2_i64 St_o, float *out, m2_i64 o_o, m2_i64 o_s0, m2_i64 o_s1, m2_i64 o_s2, m2_i32 out_ty) {
     typedef typename ty<BF>::T T;
     __shared__ __align__(128) unsigned char sm[M2TC_BWD_BYTES];
     float *wv = (float *)sm, *o = (float *)(sm + M2TC_BWD_A_OFF);
@@ -108,7 +108,8 @@ __device__ __forceinline__ void bwd_dbc(
         const int r = e >> 6, q = e & 63;
         const m2_i64 n = n0 + q;
         as[r * ld + q] = ty<BF>::cvt(r < len && q < len ? dCB[ocb + r * Q + q] : 0.0f);
-        bs[r * ld + q] = ty<BF>::cvt(r < len && n < N ? M[mb + (t0 + r) * M_s1 + n] : 0.0f);
+        bs[r * ld + q] =
+            ty<BF>::cvt(r < len && n < N ? m2k_ld(M, mb + (t0 + r) * M_s1 + n, M_ty) : 0.0f);
     }
     __syncthreads();
     int kb, ke;
@@ -135,7 +136,8 @@ __device__ __forceinline__ void bwd_dbc(
                 const int r = e >> 6, q = e & 63;
                 const m2_i64 p = p0 + q, pr = p0 + r, n = n0 + q;
                 as[r * ld + q] = ty<BF>::cvt(
-                    r < len && p < P ? wv[r] * V[vb + (t0 + r) * V_s1 + h * V_s2 + p] : 0.0f);
+                    r < len && p < P ? wv[r] * m2k_ld(V, vb + (t0 + r) * V_s1 + h * V_s2 + p, V_ty)
+                                     : 0.0f);
                 bs[r * ld + q] = ty<BF>::cvt(pr < P && n < N ? St[so + pr * N + n] : 0.0f);
             }
             __syncthreads();
@@ -149,7 +151,7 @@ __device__ __forceinline__ void bwd_dbc(
     for (int e = tid; e < 64 * 64; e += M2TC_THREADS) {
         const int r = e >> 6, q = e & 63;
         const m2_i64 n = n0 + q;
-        if (r < len && n < N) out[ob + (t0 + r) * o_s1 + n] = o[r * M2TC_FLD + q];
+        if (r < len && n < N) m2k_st(out, ob + (t0 + r) * o_s1 + n, o[r * M2TC_FLD + q], out_ty);
     }
 }
 
@@ -165,9 +167,9 @@ __device__ __forceinline__ void bwd_dbc(
 __device__ __forceinline__ void bwd_tok(
     const m2_i64 *ct, m2_i64 nc, m2_i64 Q, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N,
     const float *dy, m2_i64 dy_o, m2_i64 dy_s0, m2_i64 dy_s1, m2_i64 dy_s2,
-    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2,
-    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
-    const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2,
+    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, m2_i32 x_ty,
+    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty,
+    const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2, m2_i32 Cm_ty,
     const float *S0, m2_i64 S0_o, const float *dS, m2_i64 dS_o,
     float *u, m2_i64 u_o, float *gv, m2_i64 g_o, float *dec, m2_i64 dec_o) {
     (void)nc;
@@ -186,6 +188,7 @@ __device__ __forceinline__ void bwd_tok(
         const float *Vp = pr ? x : dy, *Sp = pr ? dS + dS_o : S0 + S0_o, *Mp = pr ? Bm : Cm;
         const m2_i64 vb = pr ? x_o + b * x_s0 + h * x_s2 : dy_o + b * dy_s0 + h * dy_s2;
         const m2_i64 vs = pr ? x_s1 : dy_s1, ms = pr ? B_s1 : C_s1;
+        const m2_i32 vty = pr ? x_ty : 0, mty = pr ? Bm_ty : Cm_ty;
         const m2_i64 mb = pr ? B_o + b * B_s0 + g * B_s2 : C_o + b * C_s0 + g * C_s2;
         float part = 0.0f;
         for (m2_i64 n0 = 0; n0 < N; n0 += M2TC_TILE) {
@@ -196,7 +199,8 @@ __device__ __forceinline__ void bwd_tok(
                 for (int e = tid; e < 64 * 64; e += M2TC_THREADS) {
                     const int r = e >> 6, q = e & 63;
                     const m2_i64 p = p0 + q, prow = p0 + r, n = n0 + q;
-                    as[r * ld + q] = r < len && p < P ? Vp[vb + (t0 + r) * vs + p] : 0.0f;
+                    as[r * ld + q] =
+                        r < len && p < P ? m2k_ld(Vp, vb + (t0 + r) * vs + p, vty) : 0.0f;
                     float sv = 0.0f;
                     if (prow < P && n < N) {
                         sv = Sp[so + prow * N + n];
@@ -212,7 +216,8 @@ __device__ __forceinline__ void bwd_tok(
             for (int e = tid; e < 64 * 64; e += M2TC_THREADS) {
                 const int r = e >> 6, q = e & 63;
                 const m2_i64 n = n0 + q;
-                mt[r * M2TC_FLD + q] = r < len && n < N ? Mp[mb + (t0 + r) * ms + n] : 0.0f;
+                mt[r * M2TC_FLD + q] =
+                    r < len && n < N ? m2k_ld(Mp, mb + (t0 + r) * ms + n, mty) : 0.0f;
             }
             __syncthreads();
             for (int q = 32 * half; q < 32 * half + 32; q++)
@@ -247,9 +252,9 @@ __device__ __forceinline__ void bwd_dx(
     const float *CB, m2_i64 CB_o, const float *dto, m2_i64 dto_o, const float *dac,
     m2_i64 dac_o, const float *dS, m2_i64 dS_o,
     const float *dy, m2_i64 dy_o, m2_i64 dy_s0, m2_i64 dy_s1, m2_i64 dy_s2,
-    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
+    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty,
     const float *D, m2_i64 D_o, m2_i64 D_s0, m2_i32 D_mode,
-    float *dx, m2_i64 dx_o, m2_i64 dx_s0, m2_i64 dx_s1, m2_i64 dx_s2) {
+    float *dx, m2_i64 dx_o, m2_i64 dx_s0, m2_i64 dx_s1, m2_i64 dx_s2, m2_i32 dx_ty) {
     typedef typename ty<BF>::T T;
     __shared__ __align__(128) unsigned char sm[M2TC_BWD_BYTES];
     float *cs = (float *)sm, *dd = cs + 64, *el = cs + 128, *o = (float *)(sm + M2TC_BWD_A_OFF);
@@ -288,7 +293,8 @@ __device__ __forceinline__ void bwd_dx(
         for (int e = tid; e < 64 * 64; e += M2TC_THREADS) {
             const int r = e >> 6, q = e & 63; // A[j = r][n = q]; B[n = q][p = r] at bs[q + r * ld]
             const m2_i64 n = n0 + q, pr = p0 + r;
-            const float bv = r < len && n < N ? el[r] * Bm[bb + (t0 + r) * B_s1 + n] : 0.0f;
+            const float bv =
+                r < len && n < N ? el[r] * m2k_ld(Bm, bb + (t0 + r) * B_s1 + n, Bm_ty) : 0.0f;
             as[r * ld + q] = ty<BF>::cvt(bv);
             bs[r * ld + q] = ty<BF>::cvt(pr < P && n < N ? dS[sb + pr * N + n] : 0.0f);
         }
@@ -304,8 +310,8 @@ __device__ __forceinline__ void bwd_dx(
         if (r < len && p < P) {
             const m2_i64 t = t0 + r;
             const float dv = D_mode == 2 ? D[D_o + h * D_s0 + p] : D_mode == 1 ? D[D_o + h] : 0.0f;
-            dx[dx_o + b * dx_s0 + t * dx_s1 + h * dx_s2 + p] =
-                o[r * M2TC_FLD + q] + dv * dy[yb + t * dy_s1 + p];
+            m2k_st(dx, dx_o + b * dx_s0 + t * dx_s1 + h * dx_s2 + p,
+                   o[r * M2TC_FLD + q] + dv * dy[yb + t * dy_s1 + p], dx_ty);
         }
     }
 }
@@ -318,8 +324,8 @@ __device__ __forceinline__ void bwd_dx(
 // gv and u, the inputs of the cancelling sums behind dA and ddt_bias.
 __device__ __forceinline__ void bwd_state(
     const m2_i64 *ct, m2_i64 Q, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N,
-    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2,
-    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
+    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, m2_i32 x_ty,
+    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty,
     const float *dto, m2_i64 dto_o, m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2,
     const float *dac, m2_i64 dac_o, m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2,
     float *S, m2_i64 S_o, m2_i64 S_s0, m2_i64 S_s1, m2_i64 S_s2, m2_i64 S_s3, m2_i32 mode) {
@@ -347,8 +353,9 @@ __device__ __forceinline__ void bwd_state(
     for (int e = tid; e < 64 * 64; e += M2TC_THREADS) { // A[p][j] at as[j * ld + p]
         const int r = e >> 6, q = e & 63;
         const m2_i64 p = p0 + q, n = n0 + q;
-        as[r * ld + q] = r < len && p < P ? wv[r] * x[xb + (t0 + r) * x_s1 + p] : 0.0f;
-        bs[r * ld + q] = r < len && n < N ? Bm[bb + (t0 + r) * B_s1 + n] : 0.0f;
+        as[r * ld + q] =
+            r < len && p < P ? wv[r] * m2k_ld(x, xb + (t0 + r) * x_s1 + p, x_ty) : 0.0f;
+        bs[r * ld + q] = r < len && n < N ? m2k_ld(Bm, bb + (t0 + r) * B_s1 + n, Bm_ty) : 0.0f;
     }
     __syncthreads();
     frag_c<0> acc[4];
@@ -370,8 +377,9 @@ __device__ __forceinline__ void bwd_state(
 // 64-wide tiles, in split tf32: the shared body of bwd_bmm (C Bᵀ) and bwd_E (dy xᵀ).
 __device__ __forceinline__ void gram64_3xtf32(frag_c<0> *acc, float *as, float *bs, int tid,
                                               int w, m2_i64 len, m2_i64 kdim, const float *a,
-                                              m2_i64 a_b, m2_i64 a_s, const float *b,
-                                              m2_i64 b_b, m2_i64 b_s) {
+                                              m2_i64 a_b, m2_i64 a_s, m2_i32 a_ty,
+                                              const float *b, m2_i64 b_b, m2_i64 b_s,
+                                              m2_i32 b_ty) {
     const int ld = M2TC_LD64(0), K = M2TC_K(0);
     for (int t = 0; t < 4; t++) wmma::fill_fragment(acc[t], 0.0f);
     for (m2_i64 k0 = 0; k0 < kdim; k0 += M2TC_TILE) {
@@ -379,8 +387,8 @@ __device__ __forceinline__ void gram64_3xtf32(frag_c<0> *acc, float *as, float *
         for (int e = tid; e < 64 * 64; e += M2TC_THREADS) {
             const int r = e >> 6, q = e & 63;
             const m2_i64 k = k0 + q;
-            as[r * ld + q] = r < len && k < kdim ? a[a_b + r * a_s + k] : 0.0f;
-            bs[r * ld + q] = r < len && k < kdim ? b[b_b + r * b_s + k] : 0.0f;
+            as[r * ld + q] = r < len && k < kdim ? m2k_ld(a, a_b + r * a_s + k, a_ty) : 0.0f;
+            bs[r * ld + q] = r < len && k < kdim ? m2k_ld(b, b_b + r * b_s + k, b_ty) : 0.0f;
         }
         __syncthreads();
         if (16 * w < len)
@@ -393,8 +401,8 @@ __device__ __forceinline__ void gram64_3xtf32(frag_c<0> *acc, float *as, float *
 // (chunks, G). k = state columns in 64-wide tiles; B = Bm as stored, column-major.
 __device__ __forceinline__ void bwd_bmm(
     const m2_i64 *ct, m2_i64 Q, m2_i64 N,
-    const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2,
-    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
+    const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2, m2_i32 Cm_ty,
+    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty,
     float *CB, m2_i64 CB_o, m2_i64 CB_s0, m2_i64 CB_s1, m2_i64 CB_s2, m2_i64 CB_s3) {
     __shared__ __align__(128) unsigned char sm[M2TC_BWD_BYTES];
     float *as = (float *)(sm + M2TC_BWD_A_OFF), *bs = (float *)(sm + M2TC_BWD_B_OFF), *o = as;
@@ -404,7 +412,8 @@ __device__ __forceinline__ void bwd_bmm(
     const m2_i64 sb = ct[5 * c + 3], sk = ct[5 * c + 4];
     const m2_i64 cb = C_o + b * C_s0 + g * C_s2, bb = B_o + b * B_s0 + g * B_s2;
     frag_c<0> acc[4];
-    gram64_3xtf32(acc, as, bs, tid, w, len, N, Cm, cb + t0 * C_s1, C_s1, Bm, bb + t0 * B_s1, B_s1);
+    gram64_3xtf32(acc, as, bs, tid, w, len, N, Cm, cb + t0 * C_s1, C_s1, Cm_ty, Bm, bb + t0 * B_s1,
+                  B_s1, Bm_ty);
     __syncthreads();
     stage64<0>(o, acc, w);
     __syncthreads();
@@ -421,7 +430,8 @@ __device__ __forceinline__ void bwd_bmm(
 __device__ __forceinline__ void bwd_E(
     const m2_i64 *ct, m2_i64 nc, m2_i64 Q, m2_i64 H, m2_i64 P, const float *dac, m2_i64 dac_o,
     const float *dy, m2_i64 dy_o, m2_i64 dy_s0, m2_i64 dy_s1, m2_i64 dy_s2,
-    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, float *E, m2_i64 E_o) {
+    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, m2_i32 x_ty, float *E,
+    m2_i64 E_o) {
     __shared__ __align__(128) unsigned char sm[M2TC_BWD_BYTES];
     float *cs = (float *)sm, *as = (float *)(sm + M2TC_BWD_A_OFF);
     float *bs = (float *)(sm + M2TC_BWD_B_OFF), *o = as;
@@ -432,7 +442,8 @@ __device__ __forceinline__ void bwd_E(
     const m2_i64 yb = dy_o + b * dy_s0 + h * dy_s2, xb = x_o + b * x_s0 + h * x_s2;
     if (tid < M2TC_Q) cs[tid] = tid < len ? dac[oc + tid] : 0.0f;
     frag_c<0> acc[4];
-    gram64_3xtf32(acc, as, bs, tid, w, len, P, dy, yb + t0 * dy_s1, dy_s1, x, xb + t0 * x_s1, x_s1);
+    gram64_3xtf32(acc, as, bs, tid, w, len, P, dy, yb + t0 * dy_s1, dy_s1, 0, x, xb + t0 * x_s1,
+                  x_s1, x_ty);
     __syncthreads();
     stage64<0>(o, acc, w);
     __syncthreads();
@@ -448,37 +459,39 @@ __device__ __forceinline__ void bwd_E(
 } // namespace m2tc
 
 // ---- the kernels: the portable kernels' parameter lists -----------------------------------
-#define M2TC_DBC_PARAMS                                                                        \
-    const m2_i64 *ct, m2_i64 nc, m2_i64 Q, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N, m2_i32 mode, \
-        const float *dCB, m2_i64 dCB_o, const float *dto, m2_i64 dto_o, const float *dac,      \
-        m2_i64 dac_o, const float *M, m2_i64 M_o, m2_i64 M_s0, m2_i64 M_s1, m2_i64 M_s2,        \
-        const float *V, m2_i64 V_o, m2_i64 V_s0, m2_i64 V_s1, m2_i64 V_s2, const float *St,     \
-        m2_i64 St_o, float *out, m2_i64 o_o, m2_i64 o_s0, m2_i64 o_s1, m2_i64 o_s2
-#define M2TC_DBC_ARGS                                                                          \
-    ct, nc, Q, H, G, P, N, mode, dCB, dCB_o, dto, dto_o, dac, dac_o, M, M_o, M_s0, M_s1, M_s2,  \
-        V, V_o, V_s0, V_s1, V_s2, St, St_o, out, o_o, o_s0, o_s1, o_s2
-#define M2TC_TOK_PARAMS                                                                        \
-    const m2_i64 *ct, m2_i64 nc, m2_i64 Q, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N,             \
-        const float *dy, m2_i64 dy_o, m2_i64 dy_s0, m2_i64 dy_s1, m2_i64 dy_s2, const float *x, \
-        m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, const float *Bm, m2_i64 B_o,         \
-        m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, const float *Cm, m2_i64 C_o, m2_i64 C_s0,        \
-        m2_i64 C_s1, m2_i64 C_s2, const float *S0, m2_i64 S0_o, const float *dS, m2_i64 dS_o,   \
-        float *u, m2_i64 u_o, float *gv, m2_i64 g_o, float *dec, m2_i64 dec_o
-#define M2TC_TOK_ARGS                                                                          \
-    ct, nc, Q, H, G, P, N, dy, dy_o, dy_s0, dy_s1, dy_s2, x, x_o, x_s0, x_s1, x_s2, Bm, B_o,    \
-        B_s0, B_s1, B_s2, Cm, C_o, C_s0, C_s1, C_s2, S0, S0_o, dS, dS_o, u, u_o, gv, g_o, dec,  \
-        dec_o
-#define M2TC_DX_PARAMS                                                                         \
-    const m2_i64 *ct, m2_i64 nc, m2_i64 Q, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N,             \
-        const float *CB, m2_i64 CB_o, const float *dto, m2_i64 dto_o, const float *dac,        \
-        m2_i64 dac_o, const float *dS, m2_i64 dS_o, const float *dy, m2_i64 dy_o,              \
-        m2_i64 dy_s0, m2_i64 dy_s1, m2_i64 dy_s2, const float *Bm, m2_i64 B_o, m2_i64 B_s0,     \
-        m2_i64 B_s1, m2_i64 B_s2, const float *D, m2_i64 D_o, m2_i64 D_s0, m2_i32 D_mode,       \
-        float *dx, m2_i64 dx_o, m2_i64 dx_s0, m2_i64 dx_s1, m2_i64 dx_s2
-#define M2TC_DX_ARGS                                                                           \
-    ct, nc, Q, H, G, P, N, CB, CB_o, dto, dto_o, dac, dac_o, dS, dS_o, dy, dy_o, dy_s0, dy_s1,  \
-        dy_s2, Bm, B_o, B_s0, B_s1, B_s2, D, D_o, D_s0, D_mode, dx, dx_o, dx_s0, dx_s1, dx_s2
-
+#define M2TC_DBC_PARAMS                                                                            \
+    const m2_i64 *ct, m2_i64 nc, m2_i64 Q, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N, m2_i32 mode,    \
+        const float *dCB, m2_i64 dCB_o, const float *dto, m2_i64 dto_o, const float *dac,          \
+        m2_i64 dac_o, const float *M, m2_i64 M_o, m2_i64 M_s0, m2_i64 M_s1, m2_i64 M_s2,           \
+        m2_i32 M_ty, const float *V, m2_i64 V_o, m2_i64 V_s0, m2_i64 V_s1, m2_i64 V_s2,            \
+        m2_i32 V_ty, const float *St, m2_i64 St_o, float *out, m2_i64 o_o, m2_i64 o_s0,            \
+        m2_i64 o_s1, m2_i64 o_s2, m2_i32 out_ty
+#define M2TC_DBC_ARGS                                                                              \
+    ct, nc, Q, H, G, P, N, mode, dCB, dCB_o, dto, dto_o, dac, dac_o, M, M_o, M_s0, M_s1, M_s2,     \
+        M_ty, V, V_o, V_s0, V_s1, V_s2, V_ty, St, St_o, out, o_o, o_s0, o_s1, o_s2, out_ty
+#define M2TC_TOK_PARAMS                                                                            \
+    const m2_i64 *ct, m2_i64 nc, m2_i64 Q, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N,                 \
+        const float *dy, m2_i64 dy_o, m2_i64 dy_s0, m2_i64 dy_s1, m2_i64 dy_s2, const float *x,    \
+        m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, m2_i32 x_ty, const float *Bm,           \
+        m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty, const float *Cm,          \
+        m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2, m2_i32 Cm_ty, const float *S0,          \
+        m2_i64 S0_o, const float *dS, m2_i64 dS_o, float *u, m2_i64 u_o, float *gv, m2_i64 g_o,    \
+        float *dec, m2_i64 dec_o
+#define M2TC_TOK_ARGS                                                                              \
+    ct, nc, Q, H, G, P, N, dy, dy_o, dy_s0, dy_s1, dy_s2, x, x_o, x_s0, x_s1, x_s2, x_ty, Bm,      \
+        B_o, B_s0, B_s1, B_s2, Bm_ty, Cm, C_o, C_s0, C_s1, C_s2, Cm_ty, S0, S0_o, dS, dS_o, u,     \
+        u_o, gv, g_o, dec, dec_o
+#define M2TC_DX_PARAMS                                                                             \
+    const m2_i64 *ct, m2_i64 nc, m2_i64 Q, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N,                 \
+        const float *CB, m2_i64 CB_o, const float *dto, m2_i64 dto_o, const float *dac,            \
+        m2_i64 dac_o, const float *dS, m2_i64 dS_o, const float *dy, m2_i64 dy_o, m2_i64 dy_s0,    \
+        m2_i64 dy_s1, m2_i64 dy_s2, const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1,         \
+        m2_i64 B_s2, m2_i32 Bm_ty, const float *D, m2_i64 D_o, m2_i64 D_s0, m2_i32 D_mode,         \
+        float *dx, m2_i64 dx_o, m2_i64 dx_s0, m2_i64 dx_s1, m2_i64 dx_s2, m2_i32 dx_ty
+#define M2TC_DX_ARGS                                                                               \
+    ct, nc, Q, H, G, P, N, CB, CB_o, dto, dto_o, dac, dac_o, dS, dS_o, dy, dy_o, dy_s0, dy_s1,     \
+        dy_s2, Bm, B_o, B_s0, B_s1, B_s2, Bm_ty, D, D_o, D_s0, D_mode, dx, dx_o, dx_s0, dx_s1,     \
+        dx_s2, dx_ty
 extern "C" __global__ void __launch_bounds__(M2TC_THREADS)
     m2_ssd_bwd_dbc_tf32_tc128(M2TC_DBC_PARAMS) {
     m2tc::bwd_dbc<0>(M2TC_DBC_ARGS);
@@ -493,29 +506,31 @@ extern "C" __global__ void __launch_bounds__(M2TC_THREADS)
 }
 extern "C" __global__ void __launch_bounds__(M2TC_THREADS) m2_ssd_chunk_state_3xtf32_tc128(
     const m2_i64 *ct, m2_i64 Q, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N,
-    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2,
-    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
+    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, m2_i32 x_ty,
+    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty,
     const float *dto, m2_i64 dto_o, m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2,
     const float *dac, m2_i64 dac_o, m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2,
     float *S, m2_i64 S_o, m2_i64 S_s0, m2_i64 S_s1, m2_i64 S_s2, m2_i64 S_s3, m2_i32 mode) {
-    m2tc::bwd_state(ct, Q, H, G, P, N, x, x_o, x_s0, x_s1, x_s2, Bm, B_o, B_s0, B_s1, B_s2, dto,
+    m2tc::bwd_state(ct, Q, H, G, P, N, x, x_o, x_s0, x_s1, x_s2, x_ty, Bm, B_o, B_s0, B_s1, B_s2,
+                    Bm_ty, dto,
                     dto_o, dto_s0, dto_s1, dto_s2, dac, dac_o, dac_s0, dac_s1, dac_s2, S, S_o,
                     S_s0, S_s1, S_s2, S_s3, mode);
 }
 extern "C" __global__ void __launch_bounds__(M2TC_THREADS) m2_ssd_bmm_chunk_3xtf32_tc128(
     const m2_i64 *ct, m2_i64 Q, m2_i64 N,
-    const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2,
-    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
+    const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2, m2_i32 Cm_ty,
+    const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty,
     float *CB, m2_i64 CB_o, m2_i64 CB_s0, m2_i64 CB_s1, m2_i64 CB_s2, m2_i64 CB_s3) {
-    m2tc::bwd_bmm(ct, Q, N, Cm, C_o, C_s0, C_s1, C_s2, Bm, B_o, B_s0, B_s1, B_s2, CB, CB_o,
-                  CB_s0, CB_s1, CB_s2, CB_s3);
+    m2tc::bwd_bmm(ct, Q, N, Cm, C_o, C_s0, C_s1, C_s2, Cm_ty, Bm, B_o, B_s0, B_s1, B_s2, Bm_ty,
+                  CB, CB_o, CB_s0, CB_s1, CB_s2, CB_s3);
 }
 extern "C" __global__ void __launch_bounds__(M2TC_THREADS) m2_ssd_bwd_E_3xtf32_tc128(
     const m2_i64 *ct, m2_i64 nc, m2_i64 Q, m2_i64 H, m2_i64 P, const float *dac, m2_i64 dac_o,
     const float *dy, m2_i64 dy_o, m2_i64 dy_s0, m2_i64 dy_s1, m2_i64 dy_s2,
-    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, float *E, m2_i64 E_o) {
+    const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, m2_i32 x_ty, float *E,
+    m2_i64 E_o) {
     m2tc::bwd_E(ct, nc, Q, H, P, dac, dac_o, dy, dy_o, dy_s0, dy_s1, dy_s2, x, x_o, x_s0, x_s1,
-                x_s2, E, E_o);
+                x_s2, x_ty, E, E_o);
 }
 extern "C" __global__ void __launch_bounds__(M2TC_THREADS)
     m2_ssd_bwd_dx_tf32_tc128(M2TC_DX_PARAMS) {

@@ -115,6 +115,7 @@ typedef struct m2g_t {
     int64_t off;  /* element offset of element 0 */
     int64_t s[5]; /* element strides, outermost first */
     int present;  /* 0: an absent optional tensor (mem is the dummy buffer) */
+    int ty;       /* an activation's storage, the kernels' <p>_ty: 0 float32, 1 bf16, 2 f16 */
 } m2g_t;
 
 typedef struct m2g_args {
@@ -176,18 +177,12 @@ typedef struct m2g_out_rec {
     int64_t dims[5], s[5];
     size_t esize, span;
 } m2g_out_rec;
-typedef struct m2g_half_out { /* a half output: dense float32 scratch -> its storage */
-    m2g_t f32, half;
-    int64_t dims[4];
-    int kind; /* 1 bf16, 2 f16 */
-} m2g_half_out;
 typedef struct m2g_call {
     m2g_dev *dev;
-    int nown, nout, nhalf;
+    int nown, nout;
     m2g_mem own[M2G_CALL_MAX];
     unsigned char own_user[M2G_CALL_MAX]; /* 1: from the caller's allocator */
     m2g_out_rec out[M2G_CALL_MAX];
-    m2g_half_out half[16];
     size_t arena_used; /* device mode: bytes of the arena handed out so far */
 } m2g_call;
 
@@ -199,13 +194,13 @@ mamba2_status_t m2g_call_in(m2g_call *c, const m2_view *v, int rank, const int64
 /* An output tensor: every element is written by the op's kernels; copied back at the end. */
 mamba2_status_t m2g_call_out(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
                              size_t esize, m2g_t *t);
-/* Activations that may be stored as bf16/f16 (dtype): F32 goes to m2g_call_in / _out; a half
- * tensor is converted on the device to (from) a dense float32 copy that the kernels see, so
- * *t is then dense. The output conversions run in m2g_call_end, before the copy back. */
-mamba2_status_t m2g_call_in_act(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
-                                mamba2_dtype_t dtype, m2g_t *t);
-mamba2_status_t m2g_call_out_act(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
-                                 mamba2_dtype_t dtype, m2g_t *t);
+/* Activations that the kernels read / write in their storage dtype (m2k_ld / m2k_st of
+ * kernels/common.h): the caller's tensor as it is, 2 or 4 bytes per element, t->ty its kind
+ * (0 float32, 1 bf16, 2 f16), to be passed as the kernel's <p>_ty. No copy, no conversion. */
+mamba2_status_t m2g_call_in_native(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
+                                   mamba2_dtype_t dtype, m2g_t *t);
+mamba2_status_t m2g_call_out_native(m2g_call *c, const m2_view *v, int rank,
+                                    const int64_t *dims, mamba2_dtype_t dtype, m2g_t *t);
 /* Device scratch of `bytes` (any content), and a buffer filled from host memory. */
 mamba2_status_t m2g_call_tmp(m2g_call *c, size_t bytes, m2g_mem *mem, int64_t *elem_off,
                              size_t esize);

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "gpu/gpu.h"
-#include "gpu_launch/convert.h"
 #include "gpu_launch/tables.h"
 
 const char *const m2g_kernel_names[M2G_NUM_ALL_KERNELS] = {
@@ -404,11 +403,8 @@ static mamba2_status_t copy_back(m2g_dev *d, const m2g_out_rec *r) {
     return st;
 }
 
-static mamba2_status_t flush_half(m2g_call *c);
-
 mamba2_status_t m2g_call_end(m2g_call *c, mamba2_status_t st) {
     m2g_dev *d = c->dev;
-    if (st == MAMBA2_STATUS_OK) st = flush_half(c);
     if (st == MAMBA2_STATUS_OK && !d->device_memory) {
         for (int i = 0; i < c->nout && st == MAMBA2_STATUS_OK; i++) st = copy_back(d, &c->out[i]);
     }
@@ -419,7 +415,7 @@ mamba2_status_t m2g_call_end(m2g_call *c, mamba2_status_t st) {
         else
             d->release(d, c->own[i]);
     }
-    c->nown = c->nout = c->nhalf = 0;
+    c->nown = c->nout = 0;
     return st;
 }
 
@@ -471,82 +467,22 @@ void m2_gpu_close(mamba2_context_t *ctx) {
 
 /* ---- bf16/f16 activations ------------------------------------------------------------------ */
 
-/* dims padded in front to 4 (d[0..3]); n = their product */
-static void dims4(int rank, const int64_t *dims, int64_t d[4], int64_t *n) {
-    for (int i = 0; i < 4; i++) d[i] = 1;
-    for (int i = 0; i < rank; i++) d[4 - rank + i] = dims[i];
-    *n = d[0] * d[1] * d[2] * d[3];
-}
-/* the 3 outer strides of a view of `rank` dims, padded in front like dims4 */
-static void strides4(int rank, const m2g_t *t, int64_t s[3]) {
-    for (int i = 0; i < 3; i++) s[i] = 0;
-    for (int i = 0; i + 1 < rank; i++) s[4 - rank + i] = t->s[i];
+static int act_kind(mamba2_dtype_t dtype) {
+    return dtype == MAMBA2_DTYPE_BF16 ? 1 : dtype == MAMBA2_DTYPE_F16 ? 2 : 0;
 }
 
-static mamba2_status_t dense_f32(m2g_call *c, int64_t n, m2g_t *t) {
-    size_t bytes;
-    if (!m2_size_mul((size_t)n, sizeof(float), &bytes))
-        return m2_error(MAMBA2_STATUS_OUT_OF_MEMORY, "%s backend: tensor too large", c->dev->api);
-    memset(t, 0, sizeof *t);
-    t->present = 1;
-    return own(c, bytes, &t->mem);
-}
-
-mamba2_status_t m2g_call_in_act(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
-                                mamba2_dtype_t dtype, m2g_t *t) {
-    if (dtype == MAMBA2_DTYPE_F32 || !v->p) return m2g_call_in(c, v, rank, dims, 4, t);
-    m2g_t h;
-    M2_TRY(m2g_call_in(c, v, rank, dims, 2, &h));
-    int64_t d[4], n, s[3];
-    dims4(rank, dims, d, &n);
-    strides4(rank, &h, s);
-    M2_TRY(dense_f32(c, n, t));
-    /* dense strides of the original rank */
-    int64_t acc = 1;
-    for (int i = rank - 1; i >= 0; i--) {
-        t->s[i] = acc;
-        acc *= dims[i];
-    }
-    h.s[0] = s[0], h.s[1] = s[1], h.s[2] = s[2]; /* padded to 4 dims for the kernel */
-    const m2g_t dst = {.mem = t->mem, .off = 0};
-    return M2G_LAUNCH(c->dev, m2_cvt_to_f32_wi64, M2G_GRID(m2g_cdiv(n, 64), 1, 1), .d0 = d[0],
-                      .d1 = d[1], .d2 = d[2], .d3 = d[3], .src = h,
-                      .kind = dtype == MAMBA2_DTYPE_BF16 ? 1 : 2, .dst = dst);
-}
-
-mamba2_status_t m2g_call_out_act(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
-                                 mamba2_dtype_t dtype, m2g_t *t) {
-    if (dtype == MAMBA2_DTYPE_F32 || !v->p) return m2g_call_out(c, v, rank, dims, 4, t);
-    if (c->nhalf >= 16)
-        return m2_error(MAMBA2_STATUS_INTERNAL_ERROR, "%s backend: too many half outputs",
-                        c->dev->api);
-    m2g_half_out *o = &c->half[c->nhalf];
-    M2_TRY(m2g_call_out(c, v, rank, dims, 2, &o->half));
-    int64_t n;
-    dims4(rank, dims, o->dims, &n);
-    M2_TRY(dense_f32(c, n, t));
-    int64_t acc = 1;
-    for (int i = rank - 1; i >= 0; i--) {
-        t->s[i] = acc;
-        acc *= dims[i];
-    }
-    o->f32 = *t;
-    o->kind = dtype == MAMBA2_DTYPE_BF16 ? 1 : 2;
-    int64_t s4[3];
-    strides4(rank, &o->half, s4); /* kept padded to 4 dims for the kernel */
-    for (int i = 0; i < 3; i++) o->half.s[i] = s4[i];
-    c->nhalf++;
+mamba2_status_t m2g_call_in_native(m2g_call *c, const m2_view *v, int rank, const int64_t *dims,
+                                   mamba2_dtype_t dtype, m2g_t *t) {
+    const int ty = act_kind(dtype);
+    M2_TRY(m2g_call_in(c, v, rank, dims, ty ? 2 : 4, t));
+    t->ty = ty;
     return MAMBA2_STATUS_OK;
 }
 
-static mamba2_status_t flush_half(m2g_call *c) {
-    for (int k = 0; k < c->nhalf; k++) {
-        const m2g_half_out *o = &c->half[k];
-        const int64_t n = o->dims[0] * o->dims[1] * o->dims[2] * o->dims[3];
-        const m2g_t src = {.mem = o->f32.mem, .off = 0};
-        M2_TRY(M2G_LAUNCH(c->dev, m2_cvt_from_f32_wi64, M2G_GRID(m2g_cdiv(n, 64), 1, 1),
-                          .d0 = o->dims[0], .d1 = o->dims[1], .d2 = o->dims[2],
-                          .d3 = o->dims[3], .src = src, .dst = o->half, .kind = o->kind));
-    }
+mamba2_status_t m2g_call_out_native(m2g_call *c, const m2_view *v, int rank,
+                                    const int64_t *dims, mamba2_dtype_t dtype, m2g_t *t) {
+    const int ty = act_kind(dtype);
+    M2_TRY(m2g_call_out(c, v, rank, dims, ty ? 2 : 4, t));
+    t->ty = ty;
     return MAMBA2_STATUS_OK;
 }

@@ -129,24 +129,24 @@ static mamba2_status_t bwd_bind(m2g_call *c, const m2_ssd_problem *pr, ssd_dev *
                    .D_mode = !pr->D.p ? 0 : Dr, .twin = s->twin};
     M2_TRY(m2g_fused_tables(c, pr, s->Q, &s->nc, &s->ct, &s->stab));
     M2_TRY(bwd_scratch_plan(c, pr, s, w));
-    M2_TRY(m2g_call_in_act(c, &pr->x, 4, BLHP, at, &s->x));
-    M2_TRY(m2g_call_in_act(c, &pr->dt, 3, BLHP, at, &s->dt));
+    M2_TRY(m2g_call_in_native(c, &pr->x, 4, BLHP, at, &s->x));
+    M2_TRY(m2g_call_in_native(c, &pr->dt, 3, BLHP, at, &s->dt));
     M2_TRY(m2g_call_in(c, &pr->A, 1, (int64_t[]){H}, F4, &s->A));
-    M2_TRY(m2g_call_in_act(c, &pr->Bm, 4, BLGN, at, &s->Bm));
-    M2_TRY(m2g_call_in_act(c, &pr->Cm, 4, BLGN, at, &s->Cm));
+    M2_TRY(m2g_call_in_native(c, &pr->Bm, 4, BLGN, at, &s->Bm));
+    M2_TRY(m2g_call_in_native(c, &pr->Cm, 4, BLGN, at, &s->Cm));
     M2_TRY(m2g_call_in(c, &pr->D, Dr, HP, F4, &s->D));
-    M2_TRY(m2g_call_in_act(c, &pr->z, 4, BLHP, at, &s->z));
+    M2_TRY(m2g_call_in_native(c, &pr->z, 4, BLHP, at, &s->z));
     M2_TRY(m2g_call_in(c, &pr->dt_bias, 1, (int64_t[]){H}, F4, &s->bias));
     M2_TRY(m2g_call_in(c, &pr->init, 4, SHPN, F4, &s->init));
-    M2_TRY(m2g_call_in_act(c, &pr->dout, 4, BLHP, at, &io->dout));
+    M2_TRY(m2g_call_in_native(c, &pr->dout, 4, BLHP, at, &io->dout));
     M2_TRY(m2g_call_in(c, &pr->dfinal, 4, SHPN, F4, &io->dfin));
-    M2_TRY(m2g_call_out_act(c, &pr->dx, 4, BLHP, at, &io->dx));
-    M2_TRY(m2g_call_out_act(c, &pr->ddt, 3, BLHP, at, &io->ddt));
+    M2_TRY(m2g_call_out_native(c, &pr->dx, 4, BLHP, at, &io->dx));
+    M2_TRY(m2g_call_out_native(c, &pr->ddt, 3, BLHP, at, &io->ddt));
     M2_TRY(m2g_call_out(c, &pr->dA, 1, (int64_t[]){H}, F4, &io->dA));
-    M2_TRY(m2g_call_out_act(c, &pr->dBm, 4, BLGN, at, &io->dBm));
-    M2_TRY(m2g_call_out_act(c, &pr->dCm, 4, BLGN, at, &io->dCm));
+    M2_TRY(m2g_call_out_native(c, &pr->dBm, 4, BLGN, at, &io->dBm));
+    M2_TRY(m2g_call_out_native(c, &pr->dCm, 4, BLGN, at, &io->dCm));
     M2_TRY(m2g_call_out(c, &pr->dD, Dr, HP, F4, &io->dD));
-    M2_TRY(m2g_call_out_act(c, &pr->dz, 4, BLHP, at, &io->dz));
+    M2_TRY(m2g_call_out_native(c, &pr->dz, 4, BLHP, at, &io->dz));
     M2_TRY(m2g_call_out(c, &pr->ddt_bias, 1, (int64_t[]){H}, F4, &io->db));
     M2_TRY(m2g_call_out(c, &pr->dinit, 4, SHPN, F4, &io->dinit));
     io->dD_mode = !io->dD.present ? 0 : Dr;
@@ -178,15 +178,16 @@ static mamba2_status_t bwd_grads(m2g_dev *d, const m2_ssd_problem *pr, const ssd
     size_t g[3];
     int id;
     M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_gate_wi64, M2G_GRID64(B * L * H * P), .B = B, .L = L, .H = H,
-                      .P = P, .dout = io->dout, .z = s->z, .has_z = s->z.present,
+                      .P = P, .dout = io->dout, .dout_ty = io->dout.ty, .z = s->z,
+                      .z_ty = s->z.ty, .has_z = s->z.present,
                       .y = s->z.present ? w->y : w->dy, .dy = w->dy, .dz = io->dz,
-                      .has_dz = io->dz.present));
+                      .dz_ty = io->dz.ty, .has_dz = io->dz.present));
     /* the chunks' own state-gradient contributions: chunk_state mode 1 */
     memcpy(g, M2G_GRID(m2g_cdiv(P, 16) * m2g_cdiv(N, 16), H, nc), sizeof g);
     id = m2g_pick(s, M2G_K_m2_ssd_chunk_state_16x16, bf16, g);
     M2_TRY(M2G_LAUNCH_AS(d, id, m2_ssd_chunk_state_16x16, g, 0, .ct = s->ct, .Q = Q, .H = H,
-                         .G = G, .P = P, .N = N, .x = w->dy, .Bm = s->Cm, .dto = s->dto,
-                         .dac = s->dac, .S = s->states, .mode = 1));
+                         .G = G, .P = P, .N = N, .x = w->dy, .Bm = s->Cm, .Bm_ty = s->Cm.ty,
+                         .dto = s->dto, .dac = s->dac, .S = s->states, .mode = 1));
     if (nc > 0 || io->dinit.present) /* states -> dS (in place), dinit */
         M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_state_passing_wi64,
                           M2G_GRID(m2g_cdiv(P * N, 64), H, s->nseq), .st = s->stab, .nc = nc,
@@ -199,12 +200,14 @@ static mamba2_status_t bwd_grads(m2g_dev *d, const m2_ssd_problem *pr, const ssd
         M2_TRY(M2G_LAUNCH_AS(d, id, m2_ssd_bwd_dx_16x16, g, 0, .ct = s->ct, .nc = nc, .Q = Q,
                              .H = H, .G = G, .P = P, .N = N, .CB = s->CB, .dto = s->dto,
                              .dac = s->dac, .dS = s->states, .dy = w->dy, .Bm = s->Bm,
-                             .D = s->D, .D_mode = s->D_mode, .dx = io->dx));
+                             .Bm_ty = s->Bm.ty, .D = s->D, .D_mode = s->D_mode, .dx = io->dx,
+                             .dx_ty = io->dx.ty));
     }
     memcpy(g, M2G_GRID(nq * nq, H, nc), sizeof g);
     id = m2g_pick(s, M2G_K_m2_ssd_bwd_E_16x16, bf16, g);
     M2_TRY(M2G_LAUNCH_AS(d, id, m2_ssd_bwd_E_16x16, g, 0, .ct = s->ct, .nc = nc, .Q = Q, .H = H,
-                         .P = P, .dac = s->dac, .dy = w->dy, .x = s->x, .E = w->E));
+                         .P = P, .dac = s->dac, .dy = w->dy, .x = s->x, .x_ty = s->x.ty,
+                         .E = w->E));
     M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_dcb_wi64, M2G_GRID64(nc * G * Q * Q), .nc = nc, .Q = Q, .H = H,
                       .G = G, .E = w->E, .dto = s->dto, .dCB = w->dCB));
     M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_rq_wi64, M2G_GRID64(nc * H * Q), .nc = nc, .Q = Q, .H = H,
@@ -217,15 +220,18 @@ static mamba2_status_t bwd_grads(m2g_dev *d, const m2_ssd_problem *pr, const ssd
         M2_TRY(M2G_LAUNCH_AS(d, id, m2_ssd_bwd_dbc_16x16, g, 0, .ct = s->ct, .nc = nc, .Q = Q,
                              .H = H, .G = G, .P = P, .N = N, .mode = mode, .dCB = w->dCB,
                              .dto = s->dto, .dac = s->dac, .M = mode ? s->Cm : s->Bm,
-                             .V = mode ? s->x : w->dy, .St = mode ? s->states : s->start,
-                             .out = *out));
+                             .M_ty = mode ? s->Cm.ty : s->Bm.ty, .V = mode ? s->x : w->dy,
+                             .V_ty = mode ? s->x.ty : w->dy.ty,
+                             .St = mode ? s->states : s->start, .out = *out,
+                             .out_ty = out->ty));
     }
     memcpy(g, M2G_GRID(nq, H, nc), sizeof g); /* u, g, the decay term */
     id = m2g_pick(s, M2G_K_m2_ssd_bwd_tok_16x16, bf16, g);
     M2_TRY(M2G_LAUNCH_AS(d, id, m2_ssd_bwd_tok_16x16, g, 0, .ct = s->ct, .nc = nc, .Q = Q,
-                         .H = H, .G = G, .P = P, .N = N, .dy = w->dy, .x = s->x, .Bm = s->Bm,
-                         .Cm = s->Cm, .S0 = s->start, .dS = s->states, .u = w->u, .gv = w->g,
-                         .dec = w->dec));
+                         .H = H, .G = G, .P = P, .N = N, .dy = w->dy, .x = s->x,
+                         .x_ty = s->x.ty, .Bm = s->Bm, .Bm_ty = s->Bm.ty, .Cm = s->Cm,
+                         .Cm_ty = s->Cm.ty, .S0 = s->start, .dS = s->states, .u = w->u,
+                         .gv = w->g, .dec = w->dec));
     return MAMBA2_STATUS_OK;
 }
 
@@ -235,13 +241,15 @@ static mamba2_status_t bwd_params(m2g_dev *d, const ssd_dev *s, const bwd_scratc
     const int64_t nc = s->nc, H = s->H, P = s->P;
     M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_dt_wi64, M2G_GRID64(nc * H), .ct = s->ct, .nc = nc, .Q = s->Q,
                       .H = H, .dto = s->dto, .dac = s->dac, .r = w->r, .q = w->q, .u = w->u,
-                      .gv = w->g, .dec = w->dec, .A = s->A, .dt = s->dt, .bias = s->bias,
-                      .has_bias = s->bias.present, .softplus = s->softplus, .lo_up = s->lo_up,
-                      .hi_dn = s->hi_dn, .ddt = io->ddt, .has_ddt = io->ddt.present,
+                      .gv = w->g, .dec = w->dec, .A = s->A, .dt = s->dt, .dt_ty = s->dt.ty,
+                      .bias = s->bias, .has_bias = s->bias.present, .softplus = s->softplus,
+                      .lo_up = s->lo_up, .hi_dn = s->hi_dn, .ddt = io->ddt,
+                      .ddt_ty = io->ddt.ty, .has_ddt = io->ddt.present,
                       .pA = w->pA, .pb = w->pb));
     if (io->dD_mode)
         M2_TRY(M2G_LAUNCH(d, m2_ssd_bwd_dD_wi64, M2G_GRID64(nc * H * P), .ct = s->ct, .nc = nc,
-                          .H = H, .P = P, .dy = w->dy, .x = s->x, .pD = w->pD));
+                          .H = H, .P = P, .dy = w->dy, .x = s->x, .x_ty = s->x.ty,
+                          .pD = w->pD));
     if (!io->dA.present && !io->db.present && !io->dD_mode) return MAMBA2_STATUS_OK;
     return M2G_LAUNCH(d, m2_ssd_bwd_params_wi64, M2G_GRID64(H * P), .nc = nc, .H = H, .P = P,
                       .pA = w->pA, .pb = w->pb, .pD = w->pD, .dA = io->dA,
@@ -253,7 +261,7 @@ mamba2_status_t m2g_ssd_backward_with(mamba2_context_t *ctx, const m2_ssd_proble
                                       m2g_twin_fn twin) {
     m2g_dev *d = m2g_of(ctx);
     if (pr->npos) return no_positions(d);
-    M2_TRY(m2g_need_f32(d->api, MAMBA2_DTYPE_F32, pr->par_dtype)); /* half acts: converted */
+    M2_TRY(m2g_need_f32(d->api, MAMBA2_DTYPE_F32, pr->par_dtype)); /* half acts: native */
     m2g_call c;
     ssd_dev s = {.twin = twin};
     bwd_scratch w;

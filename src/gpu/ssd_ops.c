@@ -76,7 +76,8 @@ mamba2_status_t m2g_run_cumsum(m2g_dev *d, const ssd_dev *s) {
     return M2G_LAUNCH(d, m2_ssd_chunk_cumsum_wi64, M2G_GRID(m2g_cdiv(s->nc * s->H, 64), 1, 1),
                       .ct = s->ct, .nc = s->nc, .H = s->H, .Q = s->Q, .dt = s->dt, .A = s->A,
                       .bias = s->bias, .has_bias = s->bias.present, .softplus = s->softplus,
-                      .lo = s->lo, .hi = s->hi, .dto = s->dto, .dac = s->dac);
+                      .lo = s->lo, .hi = s->hi, .dto = s->dto, .dac = s->dac,
+                      .dt_ty = s->dt.ty);
 }
 
 mamba2_status_t m2g_run_bmm(m2g_dev *d, const ssd_dev *s) {
@@ -84,7 +85,8 @@ mamba2_status_t m2g_run_bmm(m2g_dev *d, const ssd_dev *s) {
     size_t g[3] = {(size_t)(nt * nt), (size_t)s->G, (size_t)s->nc};
     const int id = m2g_pick(s, M2G_K_m2_ssd_bmm_chunk_16x16, 0, g);
     return M2G_LAUNCH_AS(d, id, m2_ssd_bmm_chunk_16x16, g, 0, .ct = s->ct, .Q = s->Q, .N = s->N,
-                         .Cm = s->Cm, .Bm = s->Bm, .CB = s->CB);
+                         .Cm = s->Cm, .Cm_ty = s->Cm.ty, .Bm = s->Bm, .Bm_ty = s->Bm.ty,
+                         .CB = s->CB);
 }
 
 mamba2_status_t m2g_run_state(m2g_dev *d, const ssd_dev *s) {
@@ -92,8 +94,9 @@ mamba2_status_t m2g_run_state(m2g_dev *d, const ssd_dev *s) {
                    (size_t)s->nc};
     const int id = m2g_pick(s, M2G_K_m2_ssd_chunk_state_16x16, 0, g);
     return M2G_LAUNCH_AS(d, id, m2_ssd_chunk_state_16x16, g, 0, .ct = s->ct, .Q = s->Q,
-                         .H = s->H, .G = s->G, .P = s->P, .N = s->N, .x = s->x, .Bm = s->Bm,
-                         .dto = s->dto, .dac = s->dac, .S = s->states, .mode = 0);
+                         .H = s->H, .G = s->G, .P = s->P, .N = s->N, .x = s->x, .x_ty = s->x.ty,
+                         .Bm = s->Bm, .Bm_ty = s->Bm.ty, .dto = s->dto, .dac = s->dac,
+                         .S = s->states, .mode = 0);
 }
 
 mamba2_status_t m2g_run_passing(m2g_dev *d, const ssd_dev *s) {
@@ -108,9 +111,10 @@ mamba2_status_t m2g_run_scan(m2g_dev *d, const ssd_dev *s) {
     return M2G_LAUNCH(d, m2_ssd_chunk_scan_16x16,
                       M2G_GRID(m2g_cdiv(s->Q, 16) * m2g_cdiv(s->P, 16), s->H, s->nc),
                       .ct = s->ct, .Q = s->Q, .H = s->H, .G = s->G, .P = s->P, .N = s->N,
-                      .CB = s->CB, .x = s->x, .dto = s->dto, .dac = s->dac, .Cm = s->Cm,
-                      .S0 = s->start, .D = s->D, .D_mode = s->D_mode, .z = s->z,
-                      .has_z = s->z.present, .out = s->out, .ox = s->outx,
+                      .CB = s->CB, .x = s->x, .x_ty = s->x.ty, .dto = s->dto, .dac = s->dac,
+                      .Cm = s->Cm, .Cm_ty = s->Cm.ty, .S0 = s->start, .D = s->D,
+                      .D_mode = s->D_mode, .z = s->z, .z_ty = s->z.ty, .has_z = s->z.present,
+                      .out = s->out, .out_ty = s->out.ty, .ox = s->outx, .ox_ty = s->outx.ty,
                       .has_ox = s->outx.present);
 }
 
@@ -289,11 +293,13 @@ static int use_scan_seq(const m2g_dev *d, const m2_ssd_problem *pr) {
 static mamba2_status_t run_scan_seq(m2g_dev *d, const ssd_dev *s) {
     return M2G_LAUNCH(d, m2_ssd_scan_seq_16x16, M2G_GRID(m2g_cdiv(s->P, 16), s->H, s->nseq),
                       .ct = s->ct, .st = s->stab, .Q = s->Q, .H = s->H, .G = s->G, .P = s->P,
-                      .N = s->N, .CB = s->CB, .x = s->x, .dto = s->dto, .dac = s->dac,
-                      .Bm = s->Bm, .Cm = s->Cm, .D = s->D, .D_mode = s->D_mode, .z = s->z,
-                      .has_z = s->z.present, .init = s->init, .has_init = s->init.present,
-                      .out = s->out, .ox = s->outx, .has_ox = s->outx.present, .fin = s->final,
-                      .has_final = s->final.present);
+                      .N = s->N, .CB = s->CB, .x = s->x, .x_ty = s->x.ty, .dto = s->dto,
+                      .dac = s->dac, .Bm = s->Bm, .Bm_ty = s->Bm.ty, .Cm = s->Cm,
+                      .Cm_ty = s->Cm.ty, .D = s->D, .D_mode = s->D_mode, .z = s->z,
+                      .z_ty = s->z.ty, .has_z = s->z.present, .init = s->init,
+                      .has_init = s->init.present, .out = s->out, .out_ty = s->out.ty,
+                      .ox = s->outx, .ox_ty = s->outx.ty, .has_ox = s->outx.present,
+                      .fin = s->final, .has_final = s->final.present);
 }
 
 /* mamba2_ssd_forward_states: the state after each chosen token, from the states at chunk
@@ -323,8 +329,8 @@ mamba2_status_t m2g_ssd_pos_states(m2g_call *c, const m2_ssd_problem *pr, const 
     return M2G_LAUNCH(c->dev, m2_ssd_pos_state_16x16,
                       M2G_GRID(m2g_cdiv(s->P, 16) * m2g_cdiv(s->N, 16), s->H, pr->npos),
                       .ct = s->ct, .pt = ptab, .Q = s->Q, .H = s->H, .G = s->G, .P = s->P,
-                      .N = s->N, .x = s->x, .Bm = s->Bm, .dto = s->dto, .dac = s->dac,
-                      .S0 = s->start, .ps = ps);
+                      .N = s->N, .x = s->x, .x_ty = s->x.ty, .Bm = s->Bm, .Bm_ty = s->Bm.ty,
+                      .dto = s->dto, .dac = s->dac, .S0 = s->start, .ps = ps);
 }
 
 /* scratch, one block: dt_out, dA_cumsum [1,H,nc,Q]; CB [1,nc,G,Q,Q] (with_cb); states and
@@ -365,17 +371,17 @@ mamba2_status_t m2g_ssd_fwd_bind(m2g_call *c, const m2_ssd_problem *pr, int with
                    .D_mode = !pr->D.p ? 0 : pr->D_per_channel ? 2 : 1};
     M2_TRY(m2g_fused_tables(c, pr, s->Q, &s->nc, &s->ct, &s->stab));
     M2_TRY(fwd_scratch(c, with_cb, s));
-    M2_TRY(m2g_call_in_act(c, &pr->x, 4, BLHP, at, &s->x));
-    M2_TRY(m2g_call_in_act(c, &pr->dt, 3, BLHP, at, &s->dt));
+    M2_TRY(m2g_call_in_native(c, &pr->x, 4, BLHP, at, &s->x));
+    M2_TRY(m2g_call_in_native(c, &pr->dt, 3, BLHP, at, &s->dt));
     M2_TRY(m2g_call_in(c, &pr->A, 1, (int64_t[]){H}, F4, &s->A));
-    M2_TRY(m2g_call_in_act(c, &pr->Bm, 4, BLGN, at, &s->Bm));
-    M2_TRY(m2g_call_in_act(c, &pr->Cm, 4, BLGN, at, &s->Cm));
+    M2_TRY(m2g_call_in_native(c, &pr->Bm, 4, BLGN, at, &s->Bm));
+    M2_TRY(m2g_call_in_native(c, &pr->Cm, 4, BLGN, at, &s->Cm));
     M2_TRY(m2g_call_in(c, &pr->D, pr->D_per_channel ? 2 : 1, (int64_t[]){H, P}, F4, &s->D));
-    M2_TRY(m2g_call_in_act(c, &pr->z, 4, BLHP, at, &s->z));
+    M2_TRY(m2g_call_in_native(c, &pr->z, 4, BLHP, at, &s->z));
     M2_TRY(m2g_call_in(c, &pr->dt_bias, 1, (int64_t[]){H}, F4, &s->bias));
     M2_TRY(m2g_call_in(c, &pr->init, 4, (int64_t[]){S, H, P, N}, F4, &s->init));
-    M2_TRY(m2g_call_out_act(c, &pr->out, 4, BLHP, at, &s->out));
-    M2_TRY(m2g_call_out_act(c, &pr->out_x, 4, BLHP, at, &s->outx));
+    M2_TRY(m2g_call_out_native(c, &pr->out, 4, BLHP, at, &s->out));
+    M2_TRY(m2g_call_out_native(c, &pr->out_x, 4, BLHP, at, &s->outx));
     return m2g_call_out(c, &pr->final, 4, (int64_t[]){S, H, P, N}, F4, &s->final);
 }
 
@@ -388,7 +394,7 @@ mamba2_status_t m2g_ssd_fwd_empty(m2g_dev *d, const ssd_dev *s) {
 mamba2_status_t m2g_ssd_forward(mamba2_context_t *ctx, const m2_ssd_problem *pr, void *ws) {
     (void)ws;
     m2g_dev *d = m2g_of(ctx);
-    M2_TRY(m2g_need_f32(d->api, MAMBA2_DTYPE_F32, pr->par_dtype)); /* half acts: converted */
+    M2_TRY(m2g_need_f32(d->api, MAMBA2_DTYPE_F32, pr->par_dtype)); /* half acts: native */
     m2g_call c;
     ssd_dev s;
     m2g_call_begin(&c, d);

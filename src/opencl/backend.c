@@ -10,7 +10,7 @@
 const m2_backend_ops m2_opencl_backend = {
     .name = "opencl",
     .act_dtypes = 1u << MAMBA2_DTYPE_F32,
-    /* the fused SSD op converts bf16/f16 activations on the device (convert.cl) */
+    /* the fused SSD op reads and writes bf16/f16 activations as stored (m2k_ld / m2k_st) */
     .ssd_extra_act_dtypes = (1u << MAMBA2_DTYPE_BF16) | (1u << MAMBA2_DTYPE_F16),
 #include "gpu/backend_entries.h"
 };

@@ -74,20 +74,21 @@ int main(int argc, char **argv) {
         /* fields in an order unlike the prototype's: the launcher puts them right */
         const mamba2_status_t st = M2G_LAUNCH(
             &d, m2_ssd_chunk_cumsum_wi64, M2G_GRID(7, 1, 1), .dac = dac, .dto = dto, .hi = 2.5f,
-            .lo = 0.25f, .softplus = 1, .has_bias = 1, .bias = bias, .A = A, .dt = dt, .Q = 64,
-            .H = 3, .nc = 9, .ct = 10);
+            .lo = 0.25f, .softplus = 1, .has_bias = 1, .bias = bias, .A = A, .dt_ty = 2, .dt = dt,
+            .Q = 64, .H = 3, .nc = 9, .ct = 10);
         th_expect(st == MAMBA2_STATUS_OK && rec.n == 1, "launch: %s", mamba2_last_error());
-        th_expect(rec.id == M2G_K_m2_ssd_chunk_cumsum_wi64 && rec.nargs == 26, "id %d, %d args",
+        th_expect(rec.id == M2G_K_m2_ssd_chunk_cumsum_wi64 && rec.nargs == 27, "id %d, %d args",
                   rec.id, rec.nargs);
         th_expect(arg_is(0, M2G_ARG_MEM, 10) && arg_is(1, M2G_ARG_I64, 9) &&
                       arg_is(2, M2G_ARG_I64, 3) && arg_is(3, M2G_ARG_I64, 64),
                   "ct, nc, H, Q");
-        th_expect(tensor_is(4, &dt, 2) && tensor_is(8, &A, 0) && tensor_is(10, &bias, 0),
-                  "dt (2 strides), A, bias (none)");
-        th_expect(arg_is(12, M2G_ARG_I32, 1) && arg_is(13, M2G_ARG_I32, 1) &&
-                      arg_is(14, M2G_ARG_F32, 0.25) && arg_is(15, M2G_ARG_F32, 2.5),
+        th_expect(tensor_is(4, &dt, 2) && arg_is(8, M2G_ARG_I32, 2) && tensor_is(9, &A, 0) &&
+                      tensor_is(11, &bias, 0),
+                  "dt (2 strides), dt_ty, A, bias (none)");
+        th_expect(arg_is(13, M2G_ARG_I32, 1) && arg_is(14, M2G_ARG_I32, 1) &&
+                      arg_is(15, M2G_ARG_F32, 0.25) && arg_is(16, M2G_ARG_F32, 2.5),
                   "has_bias, softplus, lo, hi");
-        th_expect(tensor_is(16, &dto, 3) && tensor_is(21, &dac, 3), "dto, dac (3 strides)");
+        th_expect(tensor_is(17, &dto, 3) && tensor_is(22, &dac, 3), "dto, dac (3 strides)");
         th_expect(rec.local[0] == 64 && rec.local[1] == 1 && rec.local[2] == 1 &&
                       rec.groups[0] == 7 && rec.smem == 0,
                   "work-group %zux%zux%zu, grid %zu, smem %zu", rec.local[0], rec.local[1],
@@ -102,8 +103,9 @@ int main(int argc, char **argv) {
         mamba2_status_t st = M2G_LAUNCH(&d, m2_ssd_bwd_E_16x16, M2G_GRID(16, 2, 3), .ct = 20,
                                         .nc = 3, .Q = 64, .H = 2, .P = 8, .dac = dac, .dy = dy,
                                         .x = x, .E = E);
-        th_expect(st == MAMBA2_STATUS_OK && rec.nargs == 19 && tensor_is(5, &dac, 0) &&
-                      tensor_is(7, &dy, 3) && tensor_is(12, &x, 3) && tensor_is(17, &E, 0),
+        th_expect(st == MAMBA2_STATUS_OK && rec.nargs == 20 && tensor_is(5, &dac, 0) &&
+                      tensor_is(7, &dy, 3) && tensor_is(12, &x, 3) && arg_is(17, M2G_ARG_I32, 0) &&
+                      tensor_is(18, &E, 0),
                   "portable: %s", mamba2_last_error());
         th_expect(rec.local[0] == 16 && rec.local[1] == 16 && rec.local[2] == 1, "16x16 group");
         st = M2G_LAUNCH_AS(&d, M2G_K_m2_ssd_bwd_E_3xtf32_tc128, m2_ssd_bwd_E_16x16,
@@ -128,12 +130,13 @@ int main(int argc, char **argv) {
         const m2g_t t = tensor(31, 5, 50);
         const mamba2_status_t st = M2G_LAUNCH_AS(
             &d, M2G_K_m2_ssd_scan_seq_bf16_tc128, m2_ssd_scan_seq_bf16_tc128, M2G_GRID(1, 2, 3),
-            70000, .ct = 1, .st = 2, .H = 2, .G = 1, .P = 64, .N = 128, .x = t, .dto = t,
+            70000, .ct = 1, .st = 2, .H = 2, .G = 1, .P = 64, .N = 128, .x = t, .x_ty = 1, .dto = t,
             .dac = t, .Bm = t, .Cm = t, .D = t, .D_mode = 1, .z = t, .has_z = 0, .init = t,
             .has_init = 1, .out = t, .ox = t, .has_ox = 0, .fin = t, .has_final = 1);
-        th_expect(st == MAMBA2_STATUS_OK && rec.nargs == 64 && rec.smem == 70000 &&
+        th_expect(st == MAMBA2_STATUS_OK && rec.nargs == 70 && rec.smem == 70000 &&
                       arg_is(0, M2G_ARG_MEM, 1) && arg_is(1, M2G_ARG_MEM, 2) &&
-                      tensor_is(6, &t, 3) && arg_is(63, M2G_ARG_I32, 1),
+                      tensor_is(6, &t, 3) && arg_is(11, M2G_ARG_I32, 1) &&
+                      arg_is(69, M2G_ARG_I32, 1),
                   "%d args, smem %zu: %s", rec.nargs, rec.smem, mamba2_last_error());
     }
     th_end();

@@ -24,6 +24,8 @@
  *   m2k_bf16_to_f32 / m2k_f32_to_bf16, m2k_f16_to_f32 / m2k_f32_to_f16     half storage as bit
  *                         operations, round to nearest even (as src/core/half.h on the CPU),
  *                         so no device needs cl_khr_fp16 or a bf16 type.
+ *   m2k_ld(p, i, dt), m2k_st(p, i, v, dt)  an activation element in its storage dtype dt
+ *                         (0 f32, 1 bf16, 2 f16), widened to / rounded from float32
  *
  * Work-group shape: kernels are launched with a fixed local size that their name states
  * (e.g. _16x16); the host (src/gpu/) passes group counts, never global sizes.
@@ -147,6 +149,23 @@ M2K_FN m2_u16 m2k_f32_to_f16(float f) {
     const m2_u32 rem = m & ((1u << s) - 1u), halfway = 1u << (s - 1u);
     if (rem > halfway || (rem == halfway && (q & 1u))) q++;
     return (m2_u16)(sign | q);
+}
+
+/* Activations in their storage dtype (a kernel parameter per tensor, uniform per launch):
+ * dt 0 float32, 1 bf16, 2 f16. The pointer is declared float; for dt != 0 it holds 16-bit
+ * elements and i (an element index, as for float32) addresses them. Loads widen exactly;
+ * stores round to nearest even once, as the conversion kernels of convert.cl do, so a kernel
+ * reading and writing half storage gives the bits of widen -> float32 kernel -> narrow. */
+M2K_FN float m2k_ld(M2K_GLOBAL const float *p, m2_i64 i, m2_i32 dt) {
+    if (dt == 0) return p[i];
+    const m2_u16 h = ((M2K_GLOBAL const m2_u16 *)p)[i];
+    return dt == 1 ? m2k_bf16_to_f32(h) : m2k_f16_to_f32(h);
+}
+M2K_FN void m2k_st(M2K_GLOBAL float *p, m2_i64 i, float v, m2_i32 dt) {
+    if (dt == 0)
+        p[i] = v;
+    else
+        ((M2K_GLOBAL m2_u16 *)p)[i] = dt == 1 ? m2k_f32_to_bf16(v) : m2k_f32_to_f16(v);
 }
 
 /* ---- small float helpers shared by the op families ---------------------------------------- */

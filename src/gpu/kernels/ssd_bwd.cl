@@ -35,22 +35,26 @@
 M2K_KERNEL void m2_ssd_bwd_gate_wi64(
     m2_i64 B, m2_i64 L, m2_i64 H, m2_i64 P,
     M2K_GLOBAL const float *dout, m2_i64 go_o, m2_i64 go_s0, m2_i64 go_s1, m2_i64 go_s2,
-    M2K_GLOBAL const float *z, m2_i64 z_o, m2_i64 z_s0, m2_i64 z_s1, m2_i64 z_s2, m2_i32 has_z,
+    m2_i32 dout_ty,
+    M2K_GLOBAL const float *z, m2_i64 z_o, m2_i64 z_s0, m2_i64 z_s1, m2_i64 z_s2, m2_i32 z_ty,
+    m2_i32 has_z,
     M2K_GLOBAL const float *y, m2_i64 y_o, m2_i64 y_s0, m2_i64 y_s1, m2_i64 y_s2,
     M2K_GLOBAL float *dy, m2_i64 dy_o, m2_i64 dy_s0, m2_i64 dy_s1, m2_i64 dy_s2,
-    M2K_GLOBAL float *dz, m2_i64 dz_o, m2_i64 dz_s0, m2_i64 dz_s1, m2_i64 dz_s2, m2_i32 has_dz) {
+    M2K_GLOBAL float *dz, m2_i64 dz_o, m2_i64 dz_s0, m2_i64 dz_s1, m2_i64 dz_s2, m2_i32 dz_ty,
+    m2_i32 has_dz) {
     const m2_i64 e = M2K_GROUP_ID(0) * 64 + M2K_LOCAL_ID(0);
     if (e >= B * L * H * P) return;
     const m2_i64 p = e % P, h = (e / P) % H, t = (e / (P * H)) % L, b = e / (P * H * L);
-    const float go = dout[go_o + b * go_s0 + t * go_s1 + h * go_s2 + p];
+    const float go = m2k_ld(dout, go_o + b * go_s0 + t * go_s1 + h * go_s2 + p, dout_ty);
     float v = go;
     if (has_z) {
-        const float zv = z[z_o + b * z_s0 + t * z_s1 + h * z_s2 + p];
+        const float zv = m2k_ld(z, z_o + b * z_s0 + t * z_s1 + h * z_s2 + p, z_ty);
         const float sg = m2k_sigmoid(zv);
         v = go * m2k_silu(zv);
         if (has_dz) {
             const float yv = y[y_o + b * y_s0 + t * y_s1 + h * y_s2 + p];
-            dz[dz_o + b * dz_s0 + t * dz_s1 + h * dz_s2 + p] = go * yv * (sg * (1.0f + zv * (1.0f - sg)));
+            m2k_st(dz, dz_o + b * dz_s0 + t * dz_s1 + h * dz_s2 + p,
+                   go * yv * (sg * (1.0f + zv * (1.0f - sg))), dz_ty);
         }
     }
     dy[dy_o + b * dy_s0 + t * dy_s1 + h * dy_s2 + p] = v;
@@ -87,9 +91,9 @@ M2K_KERNEL void m2_ssd_bwd_dx_16x16(
     M2K_GLOBAL const float *CB, m2_i64 CB_o, M2K_GLOBAL const float *dto, m2_i64 dto_o,
     M2K_GLOBAL const float *dac, m2_i64 dac_o, M2K_GLOBAL const float *dS, m2_i64 dS_o,
     M2K_GLOBAL const float *dy, m2_i64 dy_o, m2_i64 dy_s0, m2_i64 dy_s1, m2_i64 dy_s2,
-    M2K_GLOBAL const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
+    M2K_GLOBAL const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty,
     M2K_GLOBAL const float *D, m2_i64 D_o, m2_i64 D_s0, m2_i32 D_mode,
-    M2K_GLOBAL float *dx, m2_i64 dx_o, m2_i64 dx_s0, m2_i64 dx_s1, m2_i64 dx_s2) {
+    M2K_GLOBAL float *dx, m2_i64 dx_o, m2_i64 dx_s0, m2_i64 dx_s1, m2_i64 dx_s2, m2_i32 dx_ty) {
     M2K_LOCAL_ARRAY(float, ws, [16][17]);
     M2K_LOCAL_ARRAY(float, vs, [16][17]);
     const int lx = M2K_LOCAL_ID(0), ly = M2K_LOCAL_ID(1);
@@ -106,9 +110,11 @@ M2K_KERNEL void m2_ssd_bwd_dx_16x16(
     for (m2_i64 i0 = (j0 / 16) * 16; i0 < len; i0 += 16) {
         const m2_i64 iw = i0 + lx, iy = i0 + ly;
         float w = 0.0f; /* ws[j][i] = CB[i,j] e^(cs_i - cs_j) */
-        if (j < len && iw < len && iw >= j) w = CB[ocb + iw * Q + j] * ssd_decay(dac[oc + iw], cs_j, iw == j);
+        if (j < len && iw < len && iw >= j)
+            w = CB[ocb + iw * Q + j] * ssd_decay(dac[oc + iw], cs_j, iw == j);
         ws[ly][lx] = w;
-        vs[ly][lx] = (iy < len && p < P) ? dy[dy_o + b * dy_s0 + (t0 + iy) * dy_s1 + h * dy_s2 + p] : 0.0f;
+        vs[ly][lx] =
+            (iy < len && p < P) ? dy[dy_o + b * dy_s0 + (t0 + iy) * dy_s1 + h * dy_s2 + p] : 0.0f;
         M2K_BARRIER();
         for (int k = 0; k < 16; k++) acc += ws[ly][k] * vs[k][lx];
         M2K_BARRIER();
@@ -116,7 +122,9 @@ M2K_KERNEL void m2_ssd_bwd_dx_16x16(
     float acc2 = 0.0f; /* B_j . dS[p,:] */
     const m2_i64 sb = dS_o + (c * H + h) * P * N;
     for (m2_i64 n0 = 0; n0 < N; n0 += 16) {
-        ws[ly][lx] = (j < len && n0 + lx < N) ? Bm[B_o + b * B_s0 + (t0 + j) * B_s1 + g * B_s2 + n0 + lx] : 0.0f;
+        ws[ly][lx] = (j < len && n0 + lx < N)
+                         ? m2k_ld(Bm, B_o + b * B_s0 + (t0 + j) * B_s1 + g * B_s2 + n0 + lx, Bm_ty)
+                         : 0.0f;
         vs[ly][lx] = (p0 + ly < P && n0 + lx < N) ? dS[sb + (p0 + ly) * N + n0 + lx] : 0.0f;
         M2K_BARRIER();
         for (int k = 0; k < 16; k++) acc2 += ws[ly][k] * vs[lx][k];
@@ -126,8 +134,8 @@ M2K_KERNEL void m2_ssd_bwd_dx_16x16(
         const float d = dto[od + j], cs_last = dac[oc + len - 1];
         const float dyj = dy[dy_o + b * dy_s0 + (t0 + j) * dy_s1 + h * dy_s2 + p];
         const float dv = D_mode == 2 ? D[D_o + h * D_s0 + p] : D_mode == 1 ? D[D_o + h] : 0.0f;
-        dx[dx_o + b * dx_s0 + (t0 + j) * dx_s1 + h * dx_s2 + p] =
-            d * acc + ssd_decay(cs_last, cs_j, j == len - 1) * d * acc2 + dv * dyj;
+        m2k_st(dx, dx_o + b * dx_s0 + (t0 + j) * dx_s1 + h * dx_s2 + p,
+               d * acc + ssd_decay(cs_last, cs_j, j == len - 1) * d * acc2 + dv * dyj, dx_ty);
     }
 }
 
@@ -137,7 +145,7 @@ M2K_KERNEL void m2_ssd_bwd_E_16x16(
     M2K_GLOBAL const m2_i64 *ct, m2_i64 nc, m2_i64 Q, m2_i64 H, m2_i64 P,
     M2K_GLOBAL const float *dac, m2_i64 dac_o,
     M2K_GLOBAL const float *dy, m2_i64 dy_o, m2_i64 dy_s0, m2_i64 dy_s1, m2_i64 dy_s2,
-    M2K_GLOBAL const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2,
+    M2K_GLOBAL const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, m2_i32 x_ty,
     M2K_GLOBAL float *E, m2_i64 E_o) {
     M2K_LOCAL_ARRAY(float, as, [16][17]);
     M2K_LOCAL_ARRAY(float, bs, [16][17]);
@@ -151,8 +159,13 @@ M2K_KERNEL void m2_ssd_bwd_E_16x16(
     if (j0 <= i0 + 15 && i0 < len) { /* uniform over the group */
         for (m2_i64 p0 = 0; p0 < P; p0 += 16) {
             const m2_i64 p = p0 + lx;
-            as[ly][lx] = (i0 + ly < len && p < P) ? dy[dy_o + b * dy_s0 + (t0 + i0 + ly) * dy_s1 + h * dy_s2 + p] : 0.0f;
-            bs[ly][lx] = (j0 + ly < len && p < P) ? x[x_o + b * x_s0 + (t0 + j0 + ly) * x_s1 + h * x_s2 + p] : 0.0f;
+            as[ly][lx] = (i0 + ly < len && p < P)
+                             ? dy[dy_o + b * dy_s0 + (t0 + i0 + ly) * dy_s1 + h * dy_s2 + p]
+                             : 0.0f;
+            bs[ly][lx] =
+                (j0 + ly < len && p < P)
+                    ? m2k_ld(x, x_o + b * x_s0 + (t0 + j0 + ly) * x_s1 + h * x_s2 + p, x_ty)
+                    : 0.0f;
             M2K_BARRIER();
             for (int k = 0; k < 16; k++) acc += as[ly][k] * bs[lx][k];
             M2K_BARRIER();
@@ -208,11 +221,11 @@ M2K_KERNEL void m2_ssd_bwd_dbc_16x16(
     m2_i32 mode, M2K_GLOBAL const float *dCB, m2_i64 dCB_o,
     M2K_GLOBAL const float *dto, m2_i64 dto_o, M2K_GLOBAL const float *dac, m2_i64 dac_o,
     M2K_GLOBAL const float *M, m2_i64 M_o, /* mode 0: Bm, mode 1: Cm (strided like them) */
-    m2_i64 M_s0, m2_i64 M_s1, m2_i64 M_s2,
+    m2_i64 M_s0, m2_i64 M_s1, m2_i64 M_s2, m2_i32 M_ty,
     M2K_GLOBAL const float *V, m2_i64 V_o, /* mode 0: dy, mode 1: x */
-    m2_i64 V_s0, m2_i64 V_s1, m2_i64 V_s2,
+    m2_i64 V_s0, m2_i64 V_s1, m2_i64 V_s2, m2_i32 V_ty,
     M2K_GLOBAL const float *St, m2_i64 St_o, /* mode 0: S0, mode 1: dS */
-    M2K_GLOBAL float *out, m2_i64 o_o, m2_i64 o_s0, m2_i64 o_s1, m2_i64 o_s2) {
+    M2K_GLOBAL float *out, m2_i64 o_o, m2_i64 o_s0, m2_i64 o_s1, m2_i64 o_s2, m2_i32 out_ty) {
     M2K_LOCAL_ARRAY(float, as, [16][17]);
     M2K_LOCAL_ARRAY(float, bs, [16][17]);
     const int lx = M2K_LOCAL_ID(0), ly = M2K_LOCAL_ID(1);
@@ -231,7 +244,9 @@ M2K_KERNEL void m2_ssd_bwd_dbc_16x16(
         float w = 0.0f;
         if (i < len && kw < len) w = mode ? dCB[ocb + kw * Q + i] : dCB[ocb + i * Q + kw];
         as[ly][lx] = w;
-        bs[ly][lx] = (km < len && n < N) ? M[M_o + b * M_s0 + (t0 + km) * M_s1 + g * M_s2 + n] : 0.0f;
+        bs[ly][lx] = (km < len && n < N)
+                         ? m2k_ld(M, M_o + b * M_s0 + (t0 + km) * M_s1 + g * M_s2 + n, M_ty)
+                         : 0.0f;
         M2K_BARRIER();
         for (int k = 0; k < 16; k++) acc += as[ly][k] * bs[k][lx];
         M2K_BARRIER();
@@ -246,7 +261,10 @@ M2K_KERNEL void m2_ssd_bwd_dbc_16x16(
         const m2_i64 so = St_o + (c * H + h) * P * N;
         float part = 0.0f;
         for (m2_i64 p0 = 0; p0 < P; p0 += 16) {
-            as[ly][lx] = (i < len && p0 + lx < P) ? V[V_o + b * V_s0 + (t0 + i) * V_s1 + h * V_s2 + p0 + lx] : 0.0f;
+            as[ly][lx] =
+                (i < len && p0 + lx < P)
+                    ? m2k_ld(V, V_o + b * V_s0 + (t0 + i) * V_s1 + h * V_s2 + p0 + lx, V_ty)
+                    : 0.0f;
             bs[ly][lx] = (p0 + ly < P && n < N) ? St[so + (p0 + ly) * N + n] : 0.0f;
             M2K_BARRIER();
             for (int k = 0; k < 16; k++) part += as[ly][k] * bs[k][lx];
@@ -254,7 +272,7 @@ M2K_KERNEL void m2_ssd_bwd_dbc_16x16(
         }
         acc += wi * part;
     }
-    if (i < len && n < N) out[o_o + b * o_s0 + (t0 + i) * o_s1 + g * o_s2 + n] = acc;
+    if (i < len && n < N) m2k_st(out, o_o + b * o_s0 + (t0 + i) * o_s1 + g * o_s2 + n, acc, out_ty);
 }
 
 /* ---- per (chunk, head, token): u_i = C_i . (dy_i S0), gv_i = B_i . (x_i dS); the tile of
@@ -266,14 +284,14 @@ M2K_KERNEL void m2_ssd_bwd_dbc_16x16(
 M2K_KERNEL void m2_ssd_bwd_tok_16x16(
     M2K_GLOBAL const m2_i64 *ct, m2_i64 nc, m2_i64 Q, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N,
     M2K_GLOBAL const float *dy, m2_i64 dy_o, m2_i64 dy_s0, m2_i64 dy_s1, m2_i64 dy_s2,
-    M2K_GLOBAL const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2,
-    M2K_GLOBAL const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
-    M2K_GLOBAL const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2,
+    M2K_GLOBAL const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, m2_i32 x_ty,
+    M2K_GLOBAL const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty,
+    M2K_GLOBAL const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2, m2_i32 Cm_ty,
     M2K_GLOBAL const float *S0, m2_i64 S0_o, M2K_GLOBAL const float *dS, m2_i64 dS_o,
     M2K_GLOBAL float *u, m2_i64 u_o, M2K_GLOBAL float *gv, m2_i64 g_o, M2K_GLOBAL float *dec,
     m2_i64 dec_o) {
     M2K_LOCAL_ARRAY(float, ys, [16][17]); /* dy[i][p] */
-    M2K_LOCAL_ARRAY(float, xs, [16][17]); /* x[i][p]  */
+    M2K_LOCAL_ARRAY(float, xs, [16][17]); /* m2k_ld(x, i, x_ty)[p]  */
     M2K_LOCAL_ARRAY(float, ss, [16][17]); /* S0[p][n] */
     M2K_LOCAL_ARRAY(float, ds, [16][17]); /* dS[p][n] */
     const int lx = M2K_LOCAL_ID(0), ly = M2K_LOCAL_ID(1), lid = ly * 16 + lx;
@@ -291,7 +309,8 @@ M2K_KERNEL void m2_ssd_bwd_tok_16x16(
         for (m2_i64 p0 = 0; p0 < P; p0 += 16) {
             const m2_i64 p = p0 + lx, pr = p0 + ly;
             ys[ly][lx] = live && p < P ? dy[dy_o + b * dy_s0 + t * dy_s1 + h * dy_s2 + p] : 0.0f;
-            xs[ly][lx] = live && p < P ? x[x_o + b * x_s0 + t * x_s1 + h * x_s2 + p] : 0.0f;
+            xs[ly][lx] =
+                live && p < P ? m2k_ld(x, x_o + b * x_s0 + t * x_s1 + h * x_s2 + p, x_ty) : 0.0f;
             ss[ly][lx] = pr < P && n < N ? S0[S0_o + so + pr * N + n] : 0.0f;
             ds[ly][lx] = pr < P && n < N ? dS[dS_o + so + pr * N + n] : 0.0f;
             M2K_BARRIER();
@@ -302,8 +321,8 @@ M2K_KERNEL void m2_ssd_bwd_tok_16x16(
             M2K_BARRIER();
         }
         if (live && n < N) {
-            pu += Cm[C_o + b * C_s0 + t * C_s1 + g * C_s2 + n] * a1;
-            pg += Bm[B_o + b * B_s0 + t * B_s1 + g * B_s2 + n] * a2;
+            pu += m2k_ld(Cm, C_o + b * C_s0 + t * C_s1 + g * C_s2 + n, Cm_ty) * a1;
+            pg += m2k_ld(Bm, B_o + b * B_s0 + t * B_s1 + g * B_s2 + n, Bm_ty) * a2;
         }
     }
     ys[ly][lx] = pu; /* the 16 partial sums of each token, added in column order */
@@ -337,17 +356,17 @@ M2K_KERNEL void m2_ssd_bwd_tok_16x16(
  * M2K_SSD_BWD_QMAX tokens: the fused ops use 64);
  * partial dA and ddt_bias of the chunk; partial dD per channel. One work-item per (c, h) /
  * per (c, h, p).                                                                               */
-M2K_KERNEL void m2_ssd_bwd_dt_wi64(
-    M2K_GLOBAL const m2_i64 *ct, m2_i64 nc, m2_i64 Q, m2_i64 H,
-    M2K_GLOBAL const float *dto, m2_i64 dto_o, M2K_GLOBAL const float *dac, m2_i64 dac_o,
-    M2K_GLOBAL const float *r, m2_i64 r_o, M2K_GLOBAL const float *q, m2_i64 q_o,
-    M2K_GLOBAL const float *u, m2_i64 u_o, M2K_GLOBAL const float *gv, m2_i64 g_o,
-    M2K_GLOBAL const float *dec, m2_i64 dec_o,
-    M2K_GLOBAL const float *A, m2_i64 A_o,
-    M2K_GLOBAL const float *dt, m2_i64 dt_o, m2_i64 dt_s0, m2_i64 dt_s1,
-    M2K_GLOBAL const float *bias, m2_i64 bias_o, m2_i32 has_bias, m2_i32 softplus, float lo_up,
-    float hi_dn, M2K_GLOBAL float *ddt, m2_i64 ddt_o, m2_i64 ddt_s0, m2_i64 ddt_s1, m2_i32 has_ddt,
-    M2K_GLOBAL float *pA, m2_i64 pA_o, M2K_GLOBAL float *pb, m2_i64 pb_o) {
+M2K_KERNEL void
+m2_ssd_bwd_dt_wi64(M2K_GLOBAL const m2_i64 *ct, m2_i64 nc, m2_i64 Q, m2_i64 H,
+                   M2K_GLOBAL const float *dto, m2_i64 dto_o, M2K_GLOBAL const float *dac,
+                   m2_i64 dac_o, M2K_GLOBAL const float *r, m2_i64 r_o, M2K_GLOBAL const float *q,
+                   m2_i64 q_o, M2K_GLOBAL const float *u, m2_i64 u_o, M2K_GLOBAL const float *gv,
+                   m2_i64 g_o, M2K_GLOBAL const float *dec, m2_i64 dec_o, M2K_GLOBAL const float *A,
+                   m2_i64 A_o, M2K_GLOBAL const float *dt, m2_i64 dt_o, m2_i64 dt_s0, m2_i64 dt_s1,
+                   m2_i32 dt_ty, M2K_GLOBAL const float *bias, m2_i64 bias_o, m2_i32 has_bias,
+                   m2_i32 softplus, float lo_up, float hi_dn, M2K_GLOBAL float *ddt, m2_i64 ddt_o,
+                   m2_i64 ddt_s0, m2_i64 ddt_s1, m2_i32 ddt_ty, m2_i32 has_ddt,
+                   M2K_GLOBAL float *pA, m2_i64 pA_o, M2K_GLOBAL float *pb, m2_i64 pb_o) {
     const m2_i64 e = M2K_GROUP_ID(0) * 64 + M2K_LOCAL_ID(0);
     if (e >= nc * H) return;
     const m2_i64 h = e % H, c = e / H;
@@ -367,13 +386,14 @@ M2K_KERNEL void m2_ssd_bwd_dt_wi64(
     }
     float pre = 0.0f, sA = 0.0f, sb = 0.0f; /* pre = sum_{j<s} e^(cs_last-cs_j) d_j g_j */
     for (m2_i64 s = 0; s < len; s++) {
-        const float d = dto[od + s], el = ssd_decay(cs_last, dac[oc + s], s == len - 1), gs = gv[g_o + ov + s];
+        const float d = dto[od + s], el = ssd_decay(cs_last, dac[oc + s], s == len - 1),
+                    gs = gv[g_o + ov + s];
         const float da = r[r_o + ov + s] + suf[s] + pre + edec;
         const float dd = q[q_o + ov + s] + el * gs + a * da;
         sA += d * da;
         pre += el * d * gs;
         /* d = clamp(softplus(raw + bias), lo, hi): the derivative w.r.t. raw */
-        const float v = dt[dt_o + b * dt_s0 + (t0 + s) * dt_s1 + h] + bv;
+        const float v = m2k_ld(dt, dt_o + b * dt_s0 + (t0 + s) * dt_s1 + h, dt_ty) + bv;
         float dv = 1.0f, pv = v;
         if (softplus && v <= 20.0f) {
             pv = m2k_softplus(v);
@@ -382,7 +402,7 @@ M2K_KERNEL void m2_ssd_bwd_dt_wi64(
         if (pv < lo_up || pv > hi_dn) dv = 0.0f; /* pv < lo, pv > hi in double */
         const float draw = dd * dv;
         sb += draw;
-        if (has_ddt) ddt[ddt_o + b * ddt_s0 + (t0 + s) * ddt_s1 + h] = draw;
+        if (has_ddt) m2k_st(ddt, ddt_o + b * ddt_s0 + (t0 + s) * ddt_s1 + h, draw, ddt_ty);
     }
     pA[pA_o + e] = sA;
     pb[pb_o + e] = sb;
@@ -391,7 +411,7 @@ M2K_KERNEL void m2_ssd_bwd_dt_wi64(
 M2K_KERNEL void m2_ssd_bwd_dD_wi64(
     M2K_GLOBAL const m2_i64 *ct, m2_i64 nc, m2_i64 H, m2_i64 P,
     M2K_GLOBAL const float *dy, m2_i64 dy_o, m2_i64 dy_s0, m2_i64 dy_s1, m2_i64 dy_s2,
-    M2K_GLOBAL const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2,
+    M2K_GLOBAL const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, m2_i32 x_ty,
     M2K_GLOBAL float *pD, m2_i64 pD_o) {
     const m2_i64 e = M2K_GROUP_ID(0) * 64 + M2K_LOCAL_ID(0);
     if (e >= nc * H * P) return;
@@ -401,7 +421,7 @@ M2K_KERNEL void m2_ssd_bwd_dD_wi64(
     float acc = 0.0f;
     for (m2_i64 i = 0; i < len; i++)
         acc += dy[dy_o + b * dy_s0 + (t0 + i) * dy_s1 + h * dy_s2 + p] *
-               x[x_o + b * x_s0 + (t0 + i) * x_s1 + h * x_s2 + p];
+               m2k_ld(x, x_o + b * x_s0 + (t0 + i) * x_s1 + h * x_s2 + p, x_ty);
     pD[pD_o + e] = acc;
 }
 

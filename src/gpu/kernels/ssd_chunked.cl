@@ -32,7 +32,7 @@ M2K_FN float ssd_decay(float ci, float cj, int diag) {
  * d_i = clamp(softplus(dt + bias), lo, hi), cs_i = sum_{j<=i} d_j A[h]; O(Q) serial adds.   */
 M2K_KERNEL void m2_ssd_chunk_cumsum_wi64(
     M2K_GLOBAL const m2_i64 *ct, m2_i64 nc, m2_i64 H, m2_i64 Q,
-    M2K_GLOBAL const float *dt, m2_i64 dt_o, m2_i64 dt_s0, m2_i64 dt_s1,
+    M2K_GLOBAL const float *dt, m2_i64 dt_o, m2_i64 dt_s0, m2_i64 dt_s1, m2_i32 dt_ty,
     M2K_GLOBAL const float *A, m2_i64 A_o,
     M2K_GLOBAL const float *bias, m2_i64 bias_o, m2_i32 has_bias,
     m2_i32 softplus, float lo, float hi,
@@ -51,7 +51,7 @@ M2K_KERNEL void m2_ssd_chunk_cumsum_wi64(
     for (m2_i64 i = 0; i < Q; i++) {
         float d = 0.0f;
         if (i < len) {
-            d = dt[dt_o + b * dt_s0 + (t0 + i) * dt_s1 + h];
+            d = m2k_ld(dt, dt_o + b * dt_s0 + (t0 + i) * dt_s1 + h, dt_ty);
             if (has_bias) d += bv;
             if (softplus) d = m2k_softplus(d);
             if (d < lo) d = lo;
@@ -68,8 +68,8 @@ M2K_KERNEL void m2_ssd_chunk_cumsum_wi64(
  * through local memory.                                                                      */
 M2K_KERNEL void m2_ssd_bmm_chunk_16x16(
     M2K_GLOBAL const m2_i64 *ct, m2_i64 Q, m2_i64 N,
-    M2K_GLOBAL const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2,
-    M2K_GLOBAL const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
+    M2K_GLOBAL const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2, m2_i32 Cm_ty,
+    M2K_GLOBAL const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty,
     M2K_GLOBAL float *CB, m2_i64 CB_o, m2_i64 CB_s0, m2_i64 CB_s1, m2_i64 CB_s2, m2_i64 CB_s3) {
     M2K_LOCAL_ARRAY(float, cs, [16][17]);
     M2K_LOCAL_ARRAY(float, bs, [16][17]);
@@ -83,8 +83,10 @@ M2K_KERNEL void m2_ssd_bmm_chunk_16x16(
     float acc = 0.0f;
     for (m2_i64 n0 = 0; n0 < N; n0 += 16) {
         const m2_i64 n = n0 + lx;
-        cs[ly][lx] = (i0 + ly < len && n < N) ? Cm[cb + (t0 + i0 + ly) * C_s1 + n] : 0.0f;
-        bs[ly][lx] = (j0 + ly < len && n < N) ? Bm[bb + (t0 + j0 + ly) * B_s1 + n] : 0.0f;
+        cs[ly][lx] =
+            (i0 + ly < len && n < N) ? m2k_ld(Cm, cb + (t0 + i0 + ly) * C_s1 + n, Cm_ty) : 0.0f;
+        bs[ly][lx] =
+            (j0 + ly < len && n < N) ? m2k_ld(Bm, bb + (t0 + j0 + ly) * B_s1 + n, Bm_ty) : 0.0f;
         M2K_BARRIER();
         for (int k = 0; k < 16; k++) acc += cs[ly][k] * bs[lx][k];
         M2K_BARRIER();
@@ -100,8 +102,8 @@ M2K_KERNEL void m2_ssd_bmm_chunk_16x16(
  * the chunk's tokens in steps of 16 through local memory.                                    */
 M2K_KERNEL void m2_ssd_chunk_state_16x16(
     M2K_GLOBAL const m2_i64 *ct, m2_i64 Q, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N,
-    M2K_GLOBAL const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2,
-    M2K_GLOBAL const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
+    M2K_GLOBAL const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, m2_i32 x_ty,
+    M2K_GLOBAL const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty,
     M2K_GLOBAL const float *dto, m2_i64 dto_o, m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2,
     M2K_GLOBAL const float *dac, m2_i64 dac_o, m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2,
     M2K_GLOBAL float *S, m2_i64 S_o, m2_i64 S_s0, m2_i64 S_s1, m2_i64 S_s2, m2_i64 S_s3,
@@ -125,8 +127,10 @@ M2K_KERNEL void m2_ssd_chunk_state_16x16(
         if (j < len)
             w = mode ? m2k_exp(dac[oc + j])
                      : ssd_decay(cs_last, dac[oc + j], j == len - 1) * dto[od + j];
-        xs[ly][lx] = (j < len && p0 + lx < P) ? w * x[xb + (t0 + j) * x_s1 + p0 + lx] : 0.0f;
-        bs[ly][lx] = (j < len && n0 + lx < N) ? Bm[bb + (t0 + j) * B_s1 + n0 + lx] : 0.0f;
+        xs[ly][lx] =
+            (j < len && p0 + lx < P) ? w * m2k_ld(x, xb + (t0 + j) * x_s1 + p0 + lx, x_ty) : 0.0f;
+        bs[ly][lx] =
+            (j < len && n0 + lx < N) ? m2k_ld(Bm, bb + (t0 + j) * B_s1 + n0 + lx, Bm_ty) : 0.0f;
         M2K_BARRIER();
         for (int k = 0; k < 16; k++) acc += xs[k][ly] * bs[k][lx];
         M2K_BARRIER();
@@ -168,16 +172,18 @@ M2K_KERNEL void m2_ssd_chunk_scan_16x16(
     M2K_GLOBAL const m2_i64 *ct, m2_i64 Q, m2_i64 H, m2_i64 G, m2_i64 P, m2_i64 N,
     M2K_GLOBAL const float *CB, m2_i64 CB_o, m2_i64 CB_s0, m2_i64 CB_s1, m2_i64 CB_s2,
     m2_i64 CB_s3,
-    M2K_GLOBAL const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2,
+    M2K_GLOBAL const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, m2_i32 x_ty,
     M2K_GLOBAL const float *dto, m2_i64 dto_o, m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2,
     M2K_GLOBAL const float *dac, m2_i64 dac_o, m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2,
-    M2K_GLOBAL const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2,
+    M2K_GLOBAL const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2, m2_i32 Cm_ty,
     M2K_GLOBAL const float *S0, m2_i64 S0_o, m2_i64 S0_s0, m2_i64 S0_s1, m2_i64 S0_s2,
     m2_i64 S0_s3,
     M2K_GLOBAL const float *D, m2_i64 D_o, m2_i64 D_s0, m2_i32 D_mode,
-    M2K_GLOBAL const float *z, m2_i64 z_o, m2_i64 z_s0, m2_i64 z_s1, m2_i64 z_s2, m2_i32 has_z,
-    M2K_GLOBAL float *out, m2_i64 out_o, m2_i64 out_s0, m2_i64 out_s1, m2_i64 out_s2,
-    M2K_GLOBAL float *ox, m2_i64 ox_o, m2_i64 ox_s0, m2_i64 ox_s1, m2_i64 ox_s2, m2_i32 has_ox) {
+    M2K_GLOBAL const float *z, m2_i64 z_o, m2_i64 z_s0, m2_i64 z_s1, m2_i64 z_s2, m2_i32 z_ty,
+    m2_i32 has_z,
+    M2K_GLOBAL float *out, m2_i64 out_o, m2_i64 out_s0, m2_i64 out_s1, m2_i64 out_s2, m2_i32 out_ty,
+    M2K_GLOBAL float *ox, m2_i64 ox_o, m2_i64 ox_s0, m2_i64 ox_s1, m2_i64 ox_s2, m2_i32 ox_ty,
+    m2_i32 has_ox) {
     M2K_LOCAL_ARRAY(float, ws, [16][17]);
     M2K_LOCAL_ARRAY(float, xs, [16][17]);
     const int lx = M2K_LOCAL_ID(0), ly = M2K_LOCAL_ID(1);
@@ -201,7 +207,7 @@ M2K_KERNEL void m2_ssd_chunk_scan_16x16(
         if (i < len && jw <= i)
             w = CB[ocb + i * CB_s3 + jw] * ssd_decay(cs_i, dac[oc + jw], jw == i) * dto[od + jw];
         ws[ly][lx] = w;
-        xs[ly][lx] = (jx < len && p < P) ? x[xb + (t0 + jx) * x_s1 + p] : 0.0f;
+        xs[ly][lx] = (jx < len && p < P) ? m2k_ld(x, xb + (t0 + jx) * x_s1 + p, x_ty) : 0.0f;
         M2K_BARRIER();
         for (int k = 0; k < 16; k++) acc += ws[ly][k] * xs[k][lx];
         M2K_BARRIER();
@@ -211,7 +217,8 @@ M2K_KERNEL void m2_ssd_chunk_scan_16x16(
     const m2_i64 cb = C_o + b * C_s0 + g * C_s2;
     const m2_i64 sbase = S0_o + sb * S0_s0 + sk * S0_s1 + h * S0_s2;
     for (m2_i64 n0 = 0; n0 < N; n0 += 16) {
-        ws[ly][lx] = (i < len && n0 + lx < N) ? Cm[cb + (t0 + i) * C_s1 + n0 + lx] : 0.0f;
+        ws[ly][lx] =
+            (i < len && n0 + lx < N) ? m2k_ld(Cm, cb + (t0 + i) * C_s1 + n0 + lx, Cm_ty) : 0.0f;
         xs[ly][lx] = (p0 + ly < P && n0 + lx < N) ? S0[sbase + (p0 + ly) * S0_s3 + n0 + lx] : 0.0f;
         M2K_BARRIER();
         for (int k = 0; k < 16; k++) acc2 += ws[ly][k] * xs[lx][k];
@@ -219,12 +226,12 @@ M2K_KERNEL void m2_ssd_chunk_scan_16x16(
     }
     if (i < len && p < P) {
         const m2_i64 t = t0 + i;
-        const float xi = x[xb + t * x_s1 + p];
+        const float xi = m2k_ld(x, xb + t * x_s1 + p, x_ty);
         const float dv = D_mode == 2 ? D[D_o + h * D_s0 + p] : D_mode == 1 ? D[D_o + h] : 0.0f;
         float y = acc + m2k_exp(cs_i) * acc2 + dv * xi;
-        if (has_ox) ox[ox_o + b * ox_s0 + t * ox_s1 + h * ox_s2 + p] = y;
-        if (has_z) y *= m2k_silu(z[z_o + b * z_s0 + t * z_s1 + h * z_s2 + p]);
-        out[out_o + b * out_s0 + t * out_s1 + h * out_s2 + p] = y;
+        if (has_ox) m2k_st(ox, ox_o + b * ox_s0 + t * ox_s1 + h * ox_s2 + p, y, ox_ty);
+        if (has_z) y *= m2k_silu(m2k_ld(z, z_o + b * z_s0 + t * z_s1 + h * z_s2 + p, z_ty));
+        m2k_st(out, out_o + b * out_s0 + t * out_s1 + h * out_s2 + p, y, out_ty);
     }
 }
 
@@ -234,8 +241,8 @@ M2K_KERNEL void m2_ssd_chunk_scan_16x16(
 M2K_KERNEL void m2_ssd_pos_state_16x16(
     M2K_GLOBAL const m2_i64 *ct, M2K_GLOBAL const m2_i64 *pt, m2_i64 Q, m2_i64 H, m2_i64 G,
     m2_i64 P, m2_i64 N,
-    M2K_GLOBAL const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2,
-    M2K_GLOBAL const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
+    M2K_GLOBAL const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, m2_i32 x_ty,
+    M2K_GLOBAL const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty,
     M2K_GLOBAL const float *dto, m2_i64 dto_o, m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2,
     M2K_GLOBAL const float *dac, m2_i64 dac_o, m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2,
     M2K_GLOBAL const float *S0, m2_i64 S0_o, m2_i64 S0_s0, m2_i64 S0_s1, m2_i64 S0_s2,
@@ -258,8 +265,10 @@ M2K_KERNEL void m2_ssd_pos_state_16x16(
         const m2_i64 j = j0 + ly;
         float w = 0.0f;
         if (j <= m) w = ssd_decay(cs_m, dac[oc + j], j == m) * dto[od + j];
-        xs[ly][lx] = (j <= m && p0 + lx < P) ? w * x[xb + (t0 + j) * x_s1 + p0 + lx] : 0.0f;
-        bs[ly][lx] = (j <= m && n0 + lx < N) ? Bm[bb + (t0 + j) * B_s1 + n0 + lx] : 0.0f;
+        xs[ly][lx] =
+            (j <= m && p0 + lx < P) ? w * m2k_ld(x, xb + (t0 + j) * x_s1 + p0 + lx, x_ty) : 0.0f;
+        bs[ly][lx] =
+            (j <= m && n0 + lx < N) ? m2k_ld(Bm, bb + (t0 + j) * B_s1 + n0 + lx, Bm_ty) : 0.0f;
         M2K_BARRIER();
         for (int q = 0; q < 16; q++) acc += xs[q][ly] * bs[q][lx];
         M2K_BARRIER();
@@ -284,17 +293,19 @@ M2K_KERNEL void m2_ssd_scan_seq_16x16(
     m2_i64 P, m2_i64 N,
     M2K_GLOBAL const float *CB, m2_i64 CB_o, m2_i64 CB_s0, m2_i64 CB_s1, m2_i64 CB_s2,
     m2_i64 CB_s3,
-    M2K_GLOBAL const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2,
+    M2K_GLOBAL const float *x, m2_i64 x_o, m2_i64 x_s0, m2_i64 x_s1, m2_i64 x_s2, m2_i32 x_ty,
     M2K_GLOBAL const float *dto, m2_i64 dto_o, m2_i64 dto_s0, m2_i64 dto_s1, m2_i64 dto_s2,
     M2K_GLOBAL const float *dac, m2_i64 dac_o, m2_i64 dac_s0, m2_i64 dac_s1, m2_i64 dac_s2,
-    M2K_GLOBAL const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2,
-    M2K_GLOBAL const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2,
+    M2K_GLOBAL const float *Bm, m2_i64 B_o, m2_i64 B_s0, m2_i64 B_s1, m2_i64 B_s2, m2_i32 Bm_ty,
+    M2K_GLOBAL const float *Cm, m2_i64 C_o, m2_i64 C_s0, m2_i64 C_s1, m2_i64 C_s2, m2_i32 Cm_ty,
     M2K_GLOBAL const float *D, m2_i64 D_o, m2_i64 D_s0, m2_i32 D_mode,
-    M2K_GLOBAL const float *z, m2_i64 z_o, m2_i64 z_s0, m2_i64 z_s1, m2_i64 z_s2, m2_i32 has_z,
+    M2K_GLOBAL const float *z, m2_i64 z_o, m2_i64 z_s0, m2_i64 z_s1, m2_i64 z_s2, m2_i32 z_ty,
+    m2_i32 has_z,
     M2K_GLOBAL const float *init, m2_i64 in_o, m2_i64 in_s0, m2_i64 in_s1, m2_i64 in_s2,
     m2_i32 has_init,
-    M2K_GLOBAL float *out, m2_i64 out_o, m2_i64 out_s0, m2_i64 out_s1, m2_i64 out_s2,
-    M2K_GLOBAL float *ox, m2_i64 ox_o, m2_i64 ox_s0, m2_i64 ox_s1, m2_i64 ox_s2, m2_i32 has_ox,
+    M2K_GLOBAL float *out, m2_i64 out_o, m2_i64 out_s0, m2_i64 out_s1, m2_i64 out_s2, m2_i32 out_ty,
+    M2K_GLOBAL float *ox, m2_i64 ox_o, m2_i64 ox_s0, m2_i64 ox_s1, m2_i64 ox_s2, m2_i32 ox_ty,
+    m2_i32 has_ox,
     M2K_GLOBAL float *fin, m2_i64 fin_o, m2_i64 fin_s0, m2_i64 fin_s1, m2_i64 fin_s2,
     m2_i32 has_final) {
     M2K_LOCAL_ARRAY(float, S, [16][M2K_SCAN_NMAX + 1]);
@@ -309,7 +320,10 @@ M2K_KERNEL void m2_ssd_scan_seq_16x16(
     for (m2_i64 n = ly; n < N; n += 16)
         S[lx][n] = (has_init && p < P) ? init[in_o + s * in_s0 + h * in_s1 + p * in_s2 + n] : 0.0f;
     M2K_BARRIER();
-    const float dv = p >= P ? 0.0f : D_mode == 2 ? D[D_o + h * D_s0 + p] : D_mode == 1 ? D[D_o + h] : 0.0f;
+    const float dv = p >= P        ? 0.0f
+                     : D_mode == 2 ? D[D_o + h * D_s0 + p]
+                     : D_mode == 1 ? D[D_o + h]
+                                   : 0.0f;
     for (m2_i64 c = st[2 * s]; c < st[2 * s + 1]; c++) {
         const m2_i64 b = ct[5 * c], t0 = ct[5 * c + 1], len = ct[5 * c + 2];
         const m2_i64 sb = ct[5 * c + 3], sk = ct[5 * c + 4];
@@ -328,16 +342,20 @@ M2K_KERNEL void m2_ssd_scan_seq_16x16(
                 const m2_i64 jw = j0 + lx, jx = j0 + ly;
                 float w = 0.0f;
                 if (i < len && jw <= i)
-                    w = CB[ocb + i * CB_s3 + jw] * ssd_decay(cs_i, dac[oc + jw], jw == i) * dto[od + jw];
+                    w = CB[ocb + i * CB_s3 + jw] * ssd_decay(cs_i, dac[oc + jw], jw == i) *
+                        dto[od + jw];
                 ws[ly][lx] = w;
-                xs[ly][lx] = (jx < len && p < P) ? x[xb + (t0 + jx) * x_s1 + p] : 0.0f;
+                xs[ly][lx] =
+                    (jx < len && p < P) ? m2k_ld(x, xb + (t0 + jx) * x_s1 + p, x_ty) : 0.0f;
                 M2K_BARRIER();
                 for (int k = 0; k < 16; k++) acc += ws[ly][k] * xs[k][lx];
                 M2K_BARRIER();
             }
             float acc2 = 0.0f;
             for (m2_i64 n0 = 0; n0 < N; n0 += 16) {
-                ws[ly][lx] = (i < len && n0 + lx < N) ? Cm[cbase + (t0 + i) * C_s1 + n0 + lx] : 0.0f;
+                ws[ly][lx] = (i < len && n0 + lx < N)
+                                 ? m2k_ld(Cm, cbase + (t0 + i) * C_s1 + n0 + lx, Cm_ty)
+                                 : 0.0f;
                 M2K_BARRIER();
                 const int kn = N - n0 < 16 ? (int)(N - n0) : 16;
                 for (int k = 0; k < kn; k++) acc2 += ws[ly][k] * S[lx][n0 + k];
@@ -345,11 +363,11 @@ M2K_KERNEL void m2_ssd_scan_seq_16x16(
             }
             if (i < len && p < P) {
                 const m2_i64 t = t0 + i;
-                const float xi = x[xb + t * x_s1 + p];
+                const float xi = m2k_ld(x, xb + t * x_s1 + p, x_ty);
                 float y = acc + m2k_exp(cs_i) * acc2 + dv * xi;
-                if (has_ox) ox[ox_o + b * ox_s0 + t * ox_s1 + h * ox_s2 + p] = y;
-                if (has_z) y *= m2k_silu(z[z_o + b * z_s0 + t * z_s1 + h * z_s2 + p]);
-                out[out_o + b * out_s0 + t * out_s1 + h * out_s2 + p] = y;
+                if (has_ox) m2k_st(ox, ox_o + b * ox_s0 + t * ox_s1 + h * ox_s2 + p, y, ox_ty);
+                if (has_z) y *= m2k_silu(m2k_ld(z, z_o + b * z_s0 + t * z_s1 + h * z_s2 + p, z_ty));
+                m2k_st(out, out_o + b * out_s0 + t * out_s1 + h * out_s2 + p, y, out_ty);
             }
         }
         /* the state leaving the chunk: work-item (lx, ly) owns S[lx][ly + 16m] */
@@ -360,9 +378,9 @@ M2K_KERNEL void m2_ssd_scan_seq_16x16(
             const m2_i64 j = j0 + ly;
             float w = 0.0f;
             if (j < len) w = ssd_decay(cs_last, dac[oc + j], j == len - 1) * dto[od + j];
-            xs[ly][lx] = (j < len && p < P) ? w * x[xb + (t0 + j) * x_s1 + p] : 0.0f;
+            xs[ly][lx] = (j < len && p < P) ? w * m2k_ld(x, xb + (t0 + j) * x_s1 + p, x_ty) : 0.0f;
             for (m2_i64 n = lx; n < N; n += 16)
-                bs[ly][n] = j < len ? Bm[bbase + (t0 + j) * B_s1 + n] : 0.0f;
+                bs[ly][n] = j < len ? m2k_ld(Bm, bbase + (t0 + j) * B_s1 + n, Bm_ty) : 0.0f;
             M2K_BARRIER();
             for (int m = 0; m < M2K_SCAN_NMAX / 16; m++) {
                 const m2_i64 n = ly + 16 * m;
@@ -379,5 +397,6 @@ M2K_KERNEL void m2_ssd_scan_seq_16x16(
         M2K_BARRIER();
     }
     if (has_final && p < P)
-        for (m2_i64 n = ly; n < N; n += 16) fin[fin_o + s * fin_s0 + h * fin_s1 + p * fin_s2 + n] = S[lx][n];
+        for (m2_i64 n = ly; n < N; n += 16)
+            fin[fin_o + s * fin_s0 + h * fin_s1 + p * fin_s2 + n] = S[lx][n];
 }
