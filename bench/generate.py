@@ -354,6 +354,9 @@ def main():
     p.add_argument("--paths", default=",".join(PATHS))
     p.add_argument("--breakdown", action="store_true")
     p.add_argument("--gguf", default=None, help="run the model of this GGUF file instead")
+    p.add_argument("--gguf-dtype", default=None,
+                   help="with --gguf: the model's dtype (e.g. bfloat16 for a bf16 file; "
+                        "default float32, as models.from_gguf)")
     p.add_argument("--plot", default=None, help="write a bar chart (PNG) of the results")
     p.add_argument("--json", default=None, help="write the rows as JSON")
     p.add_argument("--family", default=None,
@@ -385,7 +388,8 @@ def main():
             torch.manual_seed(0)
             if a.gguf:
                 from mamba2c.models import from_gguf
-                hf, ours = None, from_gguf(a.gguf).eval()
+                gdt = getattr(torch, a.gguf_dtype) if a.gguf_dtype else None
+                hf, ours = None, from_gguf(a.gguf, dtype=gdt).eval()
             else:
                 q8 = dname == "q8_0"
                 hf, ours = build(shape, torch.float32 if q8 else getattr(torch, dname), a.vocab,

@@ -12,7 +12,8 @@ float32, as llama.cpp's converter writes them). Each file then runs, round after
 alternately in
 
   mamba2c    bench/generate.py --gguf FILE --paths mamba2c (models.from_gguf; Q8_0 tensors
-             stay Q8_0 for the decode GEMV): prefill tok/s = prompt / time to the first new
+             stay Q8_0 for the decode GEMV; the bf16 file as a bfloat16 model, the others
+             float32): prefill tok/s = prompt / time to the first new
              token, decode tok/s = 1 / the median interval between new tokens
   llama.cpp  llama-bench -m FILE -p PROMPT -n DECODE -t THREADS -r 1 (its pp and tg tests:
              prefill of PROMPT tokens, generation of DECODE tokens from an empty context; a
@@ -58,6 +59,8 @@ def run_ours(a, f):
         cmd = [sys.executable, os.path.join(HERE, "generate.py"), "--gguf", f, "--paths",
                "mamba2c", "--prefill", str(a.prefill), "--decode", str(a.decode), "--reps", "1",
                "--threads", str(a.t), "--json", j.name]
+        if f.endswith("-bf16.gguf"):  # a bf16 model (from_gguf's default is float32)
+            cmd += ["--gguf-dtype", "bfloat16"]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         r = json.load(open(j.name))[0]
     return r["prefill_tok_s"], r["decode_tok_s"], r["stream_gbs"], r["load"]
