@@ -7,7 +7,6 @@
 # the OpenCL driver when a context is created.
 set(MAMBA2C_GPU_KERNEL_FILES
   ${PROJECT_SOURCE_DIR}/src/gpu/kernels/common.h
-  ${PROJECT_SOURCE_DIR}/src/gpu/kernels/convert.cl
   ${PROJECT_SOURCE_DIR}/src/gpu/kernels/ssd_chunked.cl
   ${PROJECT_SOURCE_DIR}/src/gpu/kernels/ssd_bwd.cl
   ${PROJECT_SOURCE_DIR}/src/gpu/kernels/conv1d.cl

@@ -3,7 +3,6 @@
 // makes a fat binary (sm_80, sm_90, and compute_90 PTX for later GPUs) that the build embeds
 // into libmamba2c; src/cuda/cuda.c loads it with the driver API at context creation.
 #include "../gpu/kernels/common.h"
-#include "../gpu/kernels/convert.cl"
 #include "../gpu/kernels/ssd_chunked.cl"
 #include "../gpu/kernels/ssd_bwd.cl"
 #include "../gpu/kernels/conv1d.cl"

@@ -141,17 +141,5 @@ int main(int argc, char **argv) {
     }
     th_end();
 
-    th_begin("m2_cvt_to_f32_wi64");
-    {
-        const m2g_t src = tensor(41, 6, 60), dst = tensor(42, 7, 0);
-        const mamba2_status_t st =
-            M2G_LAUNCH(&d, m2_cvt_to_f32_wi64, M2G_GRID(2, 1, 1), .d0 = 1, .d1 = 2, .d2 = 3,
-                       .d3 = 4, .src = src, .kind = 2, .dst = dst);
-        th_expect(st == MAMBA2_STATUS_OK && rec.nargs == 12 && arg_is(3, M2G_ARG_I64, 4) &&
-                      tensor_is(4, &src, 3) && arg_is(9, M2G_ARG_I32, 2) &&
-                      tensor_is(10, &dst, 0),
-                  "%s", mamba2_last_error());
-    }
-    th_end();
     return th_finish();
 }

@@ -154,7 +154,7 @@ M2K_FN m2_u16 m2k_f32_to_f16(float f) {
 /* Activations in their storage dtype (a kernel parameter per tensor, uniform per launch):
  * dt 0 float32, 1 bf16, 2 f16. The pointer is declared float; for dt != 0 it holds 16-bit
  * elements and i (an element index, as for float32) addresses them. Loads widen exactly;
- * stores round to nearest even once, as the conversion kernels of convert.cl do, so a kernel
+ * stores round to nearest even once, as the former widening copies did, so a kernel
  * reading and writing half storage gives the bits of widen -> float32 kernel -> narrow. */
 M2K_FN float m2k_ld(M2K_GLOBAL const float *p, m2_i64 i, m2_i32 dt) {
     if (dt == 0) return p[i];

@@ -5,9 +5,6 @@
  * shape: _16x16 is a 16 x 16 group (local size {16, 16, 1}), _wi64 a 1-D group of 64
  * work-items each doing one task. Keep one section per op family (and its kernel file).
  */
-/* ---- bf16/f16 storage <-> float32: convert.cl ---- */
-M2G_KERNEL(m2_cvt_to_f32_wi64)
-M2G_KERNEL(m2_cvt_from_f32_wi64)
 /* ---- SSD staged pipeline / fused forward: ssd_chunked.cl ---- */
 M2G_KERNEL(m2_ssd_chunk_cumsum_wi64)
 M2G_KERNEL(m2_ssd_bmm_chunk_16x16)
