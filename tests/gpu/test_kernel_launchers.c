@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "gpu/gpu.h"
-#include "gpu_launch/convert.h"
 #include "gpu_launch/ssd_bwd.h"
 #include "gpu_launch/ssd_chunked.h"
 #include "gpu_launch/ssd_tc.h"
