@@ -45,6 +45,10 @@ typedef struct bench_stream {
  * 1/16 of physical memory). Returns best_gbps == 0 on allocation failure. */
 bench_stream bench_stream_triad(int nthreads, size_t array_bytes, int trials);
 
+/* Read-only stream: each thread sums its slice of one array (same sizes and threads as the
+ * triad); bytes = 1 x array bytes. The ceiling of a kernel that only reads. */
+bench_stream bench_stream_read(int nthreads, size_t array_bytes, int trials);
+
 /* The size in bytes the run would use per STREAM array (see above), and the L3 size. */
 size_t bench_stream_default_bytes(size_t *l3_bytes);
 

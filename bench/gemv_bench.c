@@ -13,7 +13,8 @@
  * of a case is paired with a STREAM triad trial run just before it (stream.c, same thread
  * count): reported per (threads, shape, dtype) are the median and the best trial, each
  * against the median and the best of its paired triad trials (STREAM's own figure is its
- * best trial).
+ * best trial). Each trial is also paired with a read-only stream trial (bench_stream_read:
+ * one array summed, the ceiling of a kernel that only reads), the "read" columns.
  *
  *   mamba2c-gemv-bench [--threads 1,2] [--trials 11] [--batch 1] [--vocab 50288]
  *                      [--d-model 1024] [--d-inner 2048] [--in-proj 4384] [--in-cache]
@@ -88,7 +89,7 @@ typedef struct row {
     int threads;
     const char *shape, *dtype;
     int64_t O, I, M;
-    double wbytes, med_gbps, best_gbps, triad_best, triad_med;
+    double wbytes, med_gbps, best_gbps, triad_best, triad_med, read_med;
 } row;
 
 int main(int argc, char **argv) {
@@ -138,9 +139,9 @@ int main(int argc, char **argv) {
     int nrows = 0;
     printf("mamba2c-gemv-bench: batch M=%d, %d trials, weights cycled over >= %.0f MiB (L3 %.0f MiB)\n",
            M, trials, (double)span / 1048576.0, (double)l3 / 1048576.0);
-    printf("%-3s %-9s %-5s %13s %9s %9s %9s %9s %9s %10s %10s\n", "thr", "shape", "dtype",
-           "O x I", "MB/w", "GB/s med", "GB/s best", "triad med", "triad max", "med/triad",
-           "best/triad");
+    printf("%-3s %-9s %-5s %13s %9s %9s %9s %9s %9s %10s %10s %9s %9s\n", "thr", "shape",
+           "dtype", "O x I", "MB/w", "GB/s med", "GB/s best", "triad med", "triad max",
+           "med/triad", "best/triad", "read med", "med/read");
     char *save = NULL;
     for (char *tok = strtok_r(threads_arg, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         const int nt = atoi(tok);
@@ -173,9 +174,12 @@ int main(int argc, char **argv) {
                 mamba2_tensor_t ot = mamba2_tensor_make(out, MAMBA2_DTYPE_F32, 2, osh);
                 double *t = malloc(sizeof(double) * (size_t)trials);
                 double *tri = malloc(sizeof(double) * (size_t)trials);
+                double *rd = malloc(sizeof(double) * (size_t)trials);
                 for (int tr = -1; tr < trials; tr++) { /* trial -1: warm-up */
-                    if (tr >= 0) /* --in-cache: kernel speed, no bandwidth to compare with */
+                    if (tr >= 0) { /* --in-cache: kernel speed, no bandwidth to compare with */
                         tri[tr] = in_cache ? 1.0 : bench_stream_triad(nt, 0, 1).best_gbps;
+                        rd[tr] = in_cache ? 1.0 : bench_stream_read(nt, 0, 1).best_gbps;
+                    }
                     const double t0 = bench_now();
                     for (int c = 0; c < copies; c++) {
                         mamba2_tensor_t wt = mamba2_tensor_make(w + (size_t)c * wb, dts[di], 2, wsh);
@@ -188,6 +192,7 @@ int main(int argc, char **argv) {
                 }
                 qsort(t, (size_t)trials, sizeof(double), cmp_d);
                 qsort(tri, (size_t)trials, sizeof(double), cmp_d);
+                qsort(rd, (size_t)trials, sizeof(double), cmp_d);
                 const double bytes = (double)wb * copies;
                 row *r = &rows[nrows++];
                 r->threads = nt;
@@ -201,8 +206,10 @@ int main(int argc, char **argv) {
                 r->best_gbps = bytes / t[0] / 1e9;
                 r->triad_med = tri[trials / 2];
                 r->triad_best = tri[trials - 1];
+                r->read_med = rd[trials / 2];
                 free(t);
                 free(tri);
+                free(rd);
                 free(w);
                 free(x);
                 free(out);
@@ -211,10 +218,11 @@ int main(int argc, char **argv) {
             const row *r = &rows[k];
             char dims[32];
             snprintf(dims, sizeof dims, "%lldx%lld", (long long)r->O, (long long)r->I);
-            printf("%-3d %-9s %-5s %13s %9.2f %9.2f %9.2f %9.2f %9.2f %9.1f%% %9.1f%%\n", nt,
-                   r->shape, r->dtype, dims, r->wbytes / 1e6, r->med_gbps, r->best_gbps,
-                   r->triad_med, r->triad_best, 100.0 * r->med_gbps / r->triad_med,
-                   100.0 * r->best_gbps / r->triad_best);
+            printf("%-3d %-9s %-5s %13s %9.2f %9.2f %9.2f %9.2f %9.2f %9.1f%% %9.1f%% %9.2f "
+                   "%8.1f%%\n", nt, r->shape, r->dtype, dims, r->wbytes / 1e6, r->med_gbps,
+                   r->best_gbps, r->triad_med, r->triad_best, 100.0 * r->med_gbps / r->triad_med,
+                   100.0 * r->best_gbps / r->triad_best, r->read_med,
+                   100.0 * r->med_gbps / r->read_med);
         }
         mamba2_context_destroy(ctx);
     }
@@ -230,10 +238,11 @@ int main(int argc, char **argv) {
             fprintf(f,
                     "  {\"threads\": %d, \"shape\": \"%s\", \"dtype\": \"%s\", \"O\": %lld, "
                     "\"I\": %lld, \"M\": %lld, \"weight_bytes\": %.0f, \"gbps_median\": %.3f, "
-                    "\"gbps_best\": %.3f, \"triad_best\": %.3f, \"triad_median\": %.3f}%s\n",
+                    "\"gbps_best\": %.3f, \"triad_best\": %.3f, \"triad_median\": %.3f, "
+                    "\"read_median\": %.3f}%s\n",
                     r->threads, r->shape, r->dtype, (long long)r->O, (long long)r->I,
                     (long long)r->M, r->wbytes, r->med_gbps, r->best_gbps, r->triad_best,
-                    r->triad_med, k + 1 < nrows ? "," : "");
+                    r->triad_med, r->read_med, k + 1 < nrows ? "," : "");
         }
         fprintf(f, "]\n");
         fclose(f);

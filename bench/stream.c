@@ -7,9 +7,15 @@
  * its own slices. Bytes per trial = 3 x array bytes (STREAM's convention: the write-allocate
  * read of a[] is not counted). The reported figure is STREAM's: the best trial; the median
  * is kept too, since on a shared machine it says what a typical moment looks like.
+ *
+ * bench_stream_read is the read-only counterpart, the ceiling of a kernel that only streams
+ * (a decode step's matrix-vector products read their weights and write a few KiB): each
+ * thread sums its slice of one array; bytes per trial = 1 x array bytes. One core that
+ * reads alone can sustain less than the triad's figure (fewer streams in flight).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,11 +53,19 @@ size_t bench_stream_default_bytes(size_t *l3_bytes) {
 typedef struct triad_job {
     float *a, *b, *c;
     size_t lo, hi;
-    int init;
+    int init, read; /* read: sum b[] (bench_stream_read) instead of the triad */
+    uint32_t sum;
     pthread_barrier_t *start, *stop;
 } triad_job;
 
-static void triad_slice(const triad_job *j) {
+static void triad_slice(triad_job *j) {
+    if (j->read) { /* the float bits summed as integers: a reduction the compiler vectorizes */
+        const uint32_t *restrict b = (const uint32_t *)j->b;
+        uint32_t s = 0;
+        for (size_t i = j->lo; i < j->hi; i++) s += b[i];
+        j->sum = s;
+        return;
+    }
     float *restrict a = j->a;
     const float *restrict b = j->b, *restrict c = j->c;
     const float s = 3.0f;
@@ -79,7 +93,7 @@ static int cmp_double(const void *x, const void *y) {
     return (a > b) - (a < b);
 }
 
-bench_stream bench_stream_triad(int nthreads, size_t array_bytes, int trials) {
+static bench_stream stream_run(int nthreads, size_t array_bytes, int trials, int read) {
     bench_stream r;
     memset(&r, 0, sizeof r);
     const int nth = nthreads < 1 ? 1 : nthreads;
@@ -106,7 +120,7 @@ bench_stream bench_stream_triad(int nthreads, size_t array_bytes, int trials) {
     for (int i = 0; i < nth; i++) {
         const size_t lo = (size_t)i * per < n ? (size_t)i * per : n;
         const size_t hi = lo + per < n ? lo + per : n;
-        jobs[i] = (triad_job){a, b, c, lo, hi, 1, &start, &stop};
+        jobs[i] = (triad_job){a, b, c, lo, hi, 1, read, 0, &start, &stop};
         pthread_create(&th[i], NULL, triad_worker, &jobs[i]);
     }
     for (int i = 0; i < nth; i++) pthread_join(th[i], NULL);
@@ -127,10 +141,14 @@ bench_stream bench_stream_triad(int nthreads, size_t array_bytes, int trials) {
     pthread_barrier_destroy(&start);
     pthread_barrier_destroy(&stop);
     qsort(ts + 1, (size_t)trials, sizeof(double), cmp_double);
-    const double bytes = 3.0 * (double)r.array_bytes;
+    const double bytes = (read ? 1.0 : 3.0) * (double)r.array_bytes;
     r.best_gbps = bytes / ts[1] * 1e-9;
     r.median_gbps = bytes / ts[1 + trials / 2] * 1e-9;
-    if (a[n / 2] != 1.0f + 3.0f * 2.0f) r.best_gbps = r.median_gbps = 0; /* the loop did not run */
+    uint32_t one; /* the bits of 1.0f, summed over the first slice */
+    memcpy(&one, &(float){1.0f}, sizeof one);
+    if (read ? jobs[0].sum != (uint32_t)((jobs[0].hi - jobs[0].lo) * one)
+             : a[n / 2] != 1.0f + 3.0f * 2.0f)
+        r.best_gbps = r.median_gbps = 0; /* the loop did not run */
 done:
     free(a);
     free(b);
@@ -139,4 +157,12 @@ done:
     free(jobs);
     free(ts);
     return r;
+}
+
+bench_stream bench_stream_triad(int nthreads, size_t array_bytes, int trials) {
+    return stream_run(nthreads, array_bytes, trials, 0);
+}
+
+bench_stream bench_stream_read(int nthreads, size_t array_bytes, int trials) {
+    return stream_run(nthreads, array_bytes, trials, 1);
 }
