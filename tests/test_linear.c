@@ -324,6 +324,30 @@ static void test_case(mamba2_context_t *ref, const lcase *c) {
                 same &= !memcmp(bits + m * c->O, (float *)p.bo.data + m * p.os, sizeof(float) * (size_t)c->O);
             th_expect(same, "the bf16 weight and its float32 copy disagree");
         }
+        if (c->M == 1 && c->fmt != Q8) { /* each output row alone: whole tasks of 64 rows
+                                            take the 4x1s tile over rows 16 apart */
+            const size_t esz = c->fmt == F32 ? 4 : 2;
+            const int64_t picks[] = {0, 1, 15, 16, 47, 63, 64, 100, c->O - 1};
+            for (size_t k = 0; k < sizeof picks / sizeof picks[0]; k++) {
+                const int64_t o = picks[k];
+                if (o >= c->O) continue;
+                float one = c->accumulate ? (float)p.out0[o] : NAN;
+                const int64_t s1[1] = {1};
+                mamba2_tensor_t out = t2(&one, MAMBA2_DTYPE_F32, 1, 1, 1);
+                mamba2_tensor_t x = t2(p.bx.data, MAMBA2_DTYPE_F32, 1, c->I, p.xs);
+                mamba2_tensor_t w = t2(p.bw.data + (size_t)(o * p.ws) * esz, fmt_dtype[c->fmt], 1,
+                                       c->I, p.ws);
+                mamba2_tensor_t b = mamba2_tensor_make((float *)p.bb.data + o, MAMBA2_DTYPE_F32, 1, s1);
+                mamba2_linear_options_t lo = mamba2_linear_options_default();
+                lo.bias = c->bias ? &b : NULL;
+                lo.accumulate = c->accumulate;
+                st = mamba2_linear_forward(set_ctx[s][2], &out, &x, &w, &lo);
+                same = st == MAMBA2_STATUS_OK && !memcmp(&one, bits + o, sizeof one);
+                if (!th_expect(same, "output row %lld alone differs from its row in the layer",
+                               (long long)o))
+                    break;
+            }
+        }
         if (c->M > 1) { /* each row alone */
             lcase one = *c;
             one.M = 1;
@@ -522,10 +546,14 @@ int main(int argc, char **argv) {
         {"f32_batch3_odd", 3, 67, 100, F32, 1, 1, 0, 4, 0},
         {"f32_batch8", 8, 64, 1024, F32, 0, 0, 1, 5, 0},
         {"f32_strided_acc", 5, 9, 33, F32, 1, 1, 1, 6, 0},
+        /* M = 1 over whole 64-row tasks (four streams, 4x1s) and a partial one */
+        {"f32_gemv_tasks", 1, 150, 96, F32, 1, 1, 0, 7, 0},
+        {"f32_gemv_tasks_acc", 1, 128, 37, F32, 0, 0, 1, 8, 0},
         {"bf16_gemv_odd", 1, 37, 67, BF16, 0, 0, 0, 11, 0},
         {"bf16_batch3", 3, 66, 130, BF16, 1, 1, 0, 12, 0},
         {"bf16_batch8", 8, 40, 1024, BF16, 0, 0, 1, 13, 0},
         {"bf16_I7", 2, 3, 7, BF16, 1, 0, 0, 14, 0},
+        {"bf16_gemv_tasks", 1, 150, 40, BF16, 1, 1, 0, 9, 0},
         /* bf16 x (AVX512-BF16 where the CPU has it): tails of 3, 32 + 0, 1; batches mixed */
         {"bf16x_gemv_odd", 1, 37, 67, BF16, 0, 0, 0, 15, 1},
         {"bf16x_gemv_1024", 1, 70, 1024, BF16, 0, 1, 0, 16, 1},
@@ -535,6 +563,7 @@ int main(int argc, char **argv) {
         {"bf16x_batch5_mixed", 5, 9, 33, BF16, 1, 1, 1, 20, 2},
         {"bf16x_batch8", 8, 40, 1024, BF16, 0, 0, 1, 27, 1},
         {"bf16x_I7", 2, 3, 7, BF16, 1, 0, 0, 28, 1},
+        {"bf16x_gemv_tasks", 1, 150, 100, BF16, 1, 1, 1, 10, 1},
         {"q8_0_gemv", 1, 37, 64, Q8, 0, 0, 0, 21, 0},
         {"q8_0_I32", 1, 5, 32, Q8, 0, 1, 0, 22, 0},
         {"q8_0_batch2", 2, 130, 256, Q8, 0, 0, 0, 23, 0},

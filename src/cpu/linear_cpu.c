@@ -5,8 +5,11 @@
  *
  * One task per ROWS output rows (a fixed count, never derived from the thread count); the
  * pool hands tasks out dynamically. A task walks its rows in tiles: with M == 1 four weight
- * rows at a time (4x1), otherwise two weight rows against two rows of x (2x2, then 2x1 for
- * an odd last row), so each group of two x rows re-reads the tile's weight rows from L1.
+ * rows at a time, rows j, j + 16, j + 32 and j + 48 of a whole task (the 4x1s tile, for
+ * j = 0 .. 15): four long streams of 16 rows, which one core reads from memory faster than one
+ * stream or four short ones (docs/decode.md, "Four streams"; a partial last task takes 4x1 /
+ * 1x1), otherwise two weight rows against two rows of x (2x2, then 2x1 for an odd last row),
+ * so each group of two x rows re-reads the tile's weight rows from L1.
  * Q8_0 weights take one weight row per tile (1x1, 1x2): four or two rows side by side are
  * four or two short streams (a 1024-wide row is 17 cache lines), which the hardware
  * prefetchers follow worse than the task's rows read in address order (measured ~1.5x from
@@ -66,6 +69,12 @@ static void store(const m2_linear_problem *pr, int64_t o, int nr, int64_t m0, in
     }
 }
 
+/* M == 1 in whole tasks: the 4x1s tile on rows o, o + SPREAD, o + 2 SPREAD, o + 3 SPREAD */
+#define SPREAD (ROWS / 4)
+static void store_spread(const m2_linear_problem *pr, int64_t o, const float *res) {
+    for (int r = 0; r < 4; r++) store(pr, o + r * SPREAD, 1, 0, 1, res + r);
+}
+
 static void lin_task(void *arg_, int64_t task, int thread) {
     (void)thread;
     const lin_arg *a = arg_;
@@ -80,6 +89,13 @@ static void lin_task(void *arg_, int64_t task, int thread) {
      * are short: 17 cache lines at I = 1024; docs/decode.md) */
     const int one_row = pr->w_dtype == MAMBA2_DTYPE_Q8_0;
     if (pr->M == 1) {
+        if (!one_row && o1 - o == ROWS) {
+            for (int j = 0; j < SPREAD; j++) {
+                a->tile[M2_LIN_4x1S](I, w + (o + j) * wrb, wrb * SPREAD, x, xs, res);
+                store_spread(pr, o + j, res);
+            }
+            return;
+        }
         for (; o + 4 <= o1 && !one_row; o += 4) {
             a->tile[M2_LIN_4x1](I, w + o * wrb, wrb, x, xs, res);
             store(pr, o, 4, 0, 1, res);
@@ -283,9 +299,16 @@ static void bd_task(void *arg_, int64_t task, int thread) {
     const float *x = (const float *)pr->x.p;
     float res[8];
     int64_t o = task * ROWS;
-    if (pr->M == 1) { /* one bf16-exact row: one weight row at a time, a single sequential
-                         stream (measured 10-25% faster than the 4x1 tile's four interleaved
-                         rows, docs/decode.md) */
+    if (pr->M == 1) { /* one bf16-exact row: four streams as in lin_task, else one weight row
+                         at a time (one sequential stream: measured 10-25% faster than the 4x1
+                         tile's four interleaved short rows, docs/decode.md) */
+        if (o1 - o == ROWS) {
+            for (int j = 0; j < SPREAD; j++) {
+                a->dot[M2_LIN_4x1S](I, w + (o + j) * wrb, wrb * SPREAD, a->xb, xbs, res);
+                store_spread(pr, o + j, res);
+            }
+            return;
+        }
         for (; o < o1; o++) {
             a->dot[M2_LIN_1x1](I, w + o * wrb, wrb, a->xb, xbs, res);
             store(pr, o, 1, 0, 1, res);

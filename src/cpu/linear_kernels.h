@@ -23,8 +23,12 @@ typedef void (*m2_lin_tile_fn)(int64_t I, const unsigned char *w, int64_t w_row_
 
 /* weight formats, in table order */
 enum { M2_LIN_F32 = 0, M2_LIN_BF16 = 1, M2_LIN_Q8_0 = 2, M2_LIN_NFMT = 3 };
-/* tile shapes NR x MB, in table order */
-enum { M2_LIN_4x1 = 0, M2_LIN_2x2 = 1, M2_LIN_2x1 = 2, M2_LIN_1x2 = 3, M2_LIN_1x1 = 4, M2_LIN_NTILE = 5 };
+/* tile shapes NR x MB, in table order; 4x1S is 4x1 without software prefetch, for 4 rows
+ * far apart (4 separate long streams: w_row_bytes is then a multiple of a row) */
+enum {
+    M2_LIN_4x1 = 0, M2_LIN_2x2 = 1, M2_LIN_2x1 = 2, M2_LIN_1x2 = 3, M2_LIN_1x1 = 4,
+    M2_LIN_4x1S = 5, M2_LIN_NTILE = 6
+};
 
 typedef struct m2_linear_kernels {
     const char *isa;
@@ -48,7 +52,7 @@ typedef struct m2_linear_q8x_kernels {
 
 /* bf16 weights times a bf16-exact row of x (AVX512-BF16 vdpbf16ps; linear_kernels_avx512bf16.c):
  * x arrives as bf16, row m at xb + m * xb_stride elements; the tile shapes of
- * m2_linear_kernels (M2_LIN_4x1 .. M2_LIN_1x1), res as there. */
+ * m2_linear_kernels (M2_LIN_4x1 .. M2_LIN_4x1S), res as there. */
 typedef void (*m2_lin_bf16x_tile_fn)(int64_t I, const unsigned char *w, int64_t w_row_bytes,
                                      const uint16_t *xb, int64_t xb_stride, float *res);
 typedef struct m2_linear_bf16x_kernels {

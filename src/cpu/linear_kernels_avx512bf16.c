@@ -16,8 +16,8 @@
  * exceptions), which the widening kernel does not: results differ from that kernel within
  * float32 rounding (and by values below 2^-126). The order depends on I alone, so a result
  * never depends on the tile, the thread or M (tested in tests/test_linear.c). With M = 1
- * linear_cpu.c runs the 1x1 tile row after row (one sequential stream; the 4x1 tile's four
- * interleaved rows measured slower from memory), batches the 2x2 / 2x1 tiles.
+ * linear_cpu.c runs the 4x1s tile over four streams 16 rows apart (docs/decode.md, "Four
+ * streams"), batches the 2x2 / 2x1 tiles.
  */
 #define M2_SIMD_AVX512 1
 #include <immintrin.h>
@@ -36,7 +36,8 @@ static inline __m512bh bd_load_mask(__mmask32 k, const void *p) {
 }
 
 /* x: row m at xb + m * xbs (bf16 elements); w: row r at w + r * wrb bytes */
-static inline __attribute__((always_inline)) void bd_body(const int NR, const int MB, int64_t I,
+static inline __attribute__((always_inline)) void bd_body(const int NR, const int MB,
+                                                          const int PF, int64_t I,
                                                           const unsigned char *w, int64_t wrb,
                                                           const uint16_t *xb, int64_t xbs,
                                                           float *res) {
@@ -52,8 +53,10 @@ static inline __attribute__((always_inline)) void bd_body(const int NR, const in
         }
         for (int r = 0; r < NR; r++) {
             const unsigned char *wr = w + r * wrb + i * 2;
-            _mm_prefetch((const char *)(wr + NR * wrb), _MM_HINT_T0); /* NR rows on */
-            _mm_prefetch((const char *)(wr + NR * wrb + 64), _MM_HINT_T0);
+            if (PF) { /* NR rows on (not in 4x1s: its rows are 4 streams far apart) */
+                _mm_prefetch((const char *)(wr + NR * wrb), _MM_HINT_T0);
+                _mm_prefetch((const char *)(wr + NR * wrb + 64), _MM_HINT_T0);
+            }
             const __m512bh wv = bd_load(wr), wu = bd_load(wr + 64);
             for (int m = 0; m < MB; m++) {
                 a0[r][m] = _mm512_dpbf16_ps(a0[r][m], wv, xv[m]);
@@ -81,16 +84,17 @@ static inline __attribute__((always_inline)) void bd_body(const int NR, const in
         for (int m = 0; m < MB; m++) res[m * 4 + r] = m2v_reduce(_mm512_add_ps(a0[r][m], a1[r][m]));
 }
 
-#define BD_TILE(NR, MB)                                                                        \
-    static void bd_##NR##x##MB(int64_t I, const unsigned char *w, int64_t wrb,                 \
-                               const uint16_t *xb, int64_t xbs, float *res) {                  \
-        bd_body(NR, MB, I, w, wrb, xb, xbs, res);                                              \
+#define BD_TILE(NR, MB, PF, name)                                                              \
+    static void bd_##name(int64_t I, const unsigned char *w, int64_t wrb, const uint16_t *xb,  \
+                          int64_t xbs, float *res) {                                           \
+        bd_body(NR, MB, PF, I, w, wrb, xb, xbs, res);                                          \
     }
-BD_TILE(4, 1)
-BD_TILE(2, 2)
-BD_TILE(2, 1)
-BD_TILE(1, 2)
-BD_TILE(1, 1)
+BD_TILE(4, 1, 1, 4x1)
+BD_TILE(2, 2, 1, 2x2)
+BD_TILE(2, 1, 1, 2x1)
+BD_TILE(1, 2, 1, 1x2)
+BD_TILE(1, 1, 1, 1x1)
+BD_TILE(4, 1, 0, 4x1s)
 
 const m2_linear_bf16x_kernels m2_linear_bf16x_avx512bf16 = {
-    "avx512bf16", {bd_4x1, bd_2x2, bd_2x1, bd_1x2, bd_1x1}};
+    "avx512bf16", {bd_4x1, bd_2x2, bd_2x1, bd_1x2, bd_1x1, bd_4x1s}};
