@@ -20,7 +20,9 @@
  *                 (metric "bound": the largest ratio, <= 1); the guard bytes and gaps intact,
  *                 inputs unchanged; the figure "vs_exact" is ‖out - yex‖ / ‖yex‖ (reported,
  *                 the bound is the check);
- *   <case>/<set>_same_bits  1, 2, 3 threads identical; each row of x alone gives its row
+ *   <case>/<set>_same_bits  1, 2, 3 threads identical; each row of x alone gives its row,
+ *                 with M = 1 each weight row alone its output (a lone row is never a
+ *                 whole 64-row task, whatever tile the task split gives those);
  *                 (the note: a hash of the bits, to compare runs with and without sdot);
  *   <case>/avx512_eq_avx2   VNNI (avx512 set, where the CPU has it) equals AVX2 bit for bit;
  *   <case>/ref_exact  the reference ignores quantize_x (the exact product, TH_TOL_F32);
@@ -265,6 +267,23 @@ static void save_rows(const qprob *p, float *bits) {
         memcpy(bits + m * p->c.O, out_data(p) + m * p->os, sizeof(float) * (size_t)p->c.O);
 }
 
+/* out[0, o] of a call on weight row o alone (one row: no whole task) is want, bit for bit */
+static int out_row_alone(mamba2_context_t *ctx, const qprob *p, int64_t o, float want) {
+    const qcase *c = &p->c;
+    float one = c->accumulate ? p->out0[o] : NAN;
+    mamba2_tensor_t out = t2(&one, MAMBA2_DTYPE_F32, 1, 1, 1);
+    mamba2_tensor_t x = t2(p->x, MAMBA2_DTYPE_F32, 1, c->I, p->xs);
+    mamba2_tensor_t w = t2(p->w + o * (p->ws / 32) * 34, MAMBA2_DTYPE_Q8_0, 1, c->I, p->ws);
+    const int64_t sh1[1] = {1};
+    mamba2_tensor_t b = mamba2_tensor_make(p->bias + o, MAMBA2_DTYPE_F32, 1, sh1);
+    mamba2_linear_options_t lo = mamba2_linear_options_default();
+    lo.bias = c->bias ? &b : NULL;
+    lo.accumulate = c->accumulate;
+    lo.quantize_x = 1;
+    return mamba2_linear_forward(ctx, &out, &x, &w, &lo) == MAMBA2_STATUS_OK &&
+           !memcmp(&one, &want, sizeof one);
+}
+
 /* FNV-1a of a result's bits: printed with same_bits, so that two runs on CPUs with and
  * without a dot-product extension (qemu -cpu max / cortex-a72) can be compared line by line */
 static unsigned long long bits_hash(const float *v, int64_t n) {
@@ -326,6 +345,12 @@ static void test_case(mamba2_context_t *ref, const qcase *c) {
                            "row %lld alone differs from its row in the batch", (long long)m))
                 break;
         }
+        if (c->M == 1) /* each output row alone (whole 64-row tasks may tile differently) */
+            for (int64_t o = 0; o < c->O; o += o < 70 ? 1 : 37)
+                if (!th_expect(out_row_alone(set_ctx[s][2], &p, o, bits[o]),
+                               "output row %lld alone differs from its row in the layer",
+                               (long long)o))
+                    break;
         th_end();
         if (s == 1) {
             bits_avx2 = th_xmalloc(sizeof(float) * (size_t)n);
@@ -465,6 +490,8 @@ int main(int argc, char **argv) {
         {"gemv_wide", 1, 300, 2048, 1, 0, 0, 11},
         {"batch5_heap", 5, 70, 4096, 0, 1, 0, 12},
         {"gemv_heap", 1, 9, 16384, 1, 0, 1, 13},
+        {"gemv_tasks", 1, 128, 96, 0, 1, 0, 14},
+        {"gemv_tasks_acc", 1, 197, 160, 1, 1, 1, 15},
     };
     const int ncases = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < ncases; i++) {
