@@ -41,8 +41,10 @@ block norm, conv step, SSD step, gated norm: the replayed calls alone) and the r
 residual adds, dtype copies, embedding, final norm, sampling-free Python of the step).
 --dtype q8_0: the float32 model after MambaLMHeadModel.quantize("q8_0") (in_proj / out_proj
 Q8_0, embedding and lm_head bf16); only the mamba2c path runs it (transformers has no Q8_0),
-its tokens are not compared. --gguf FILE: the model of a GGUF file (models.from_gguf; Q8_0
-tensors of the file stay Q8_0 for the decode GEMV), mamba2c path only. The bound counts the
+its tokens are not compared. --dtype q8_0x: the same with quantize(..., activations="q8_0")
+(x rounded to Q8_0 in the Q8_0 GEMVs: llama.cpp's arithmetic). --gguf FILE: the model of a
+GGUF file (models.from_gguf; Q8_0 tensors of the file stay Q8_0 for the decode GEMV;
+--gguf-activations q8_0 as q8_0x), mamba2c path only. The bound counts the
 bytes a decode token reads: each projection's GEMV weight (Q8_0: 34 bytes per 32) and every
 other parameter once.
 """
@@ -354,6 +356,9 @@ def main():
     p.add_argument("--paths", default=",".join(PATHS))
     p.add_argument("--breakdown", action="store_true")
     p.add_argument("--gguf", default=None, help="run the model of this GGUF file instead")
+    p.add_argument("--gguf-activations", default="f32", choices=("f32", "q8_0"),
+                   help="with --gguf: activations of the Q8_0 products (q8_0: llama.cpp's "
+                        "arithmetic; models.from_gguf)")
     p.add_argument("--gguf-dtype", default=None,
                    help="with --gguf: the model's dtype (e.g. bfloat16 for a bf16 file; "
                         "default float32, as models.from_gguf)")
@@ -389,13 +394,14 @@ def main():
             if a.gguf:
                 from mamba2c.models import from_gguf
                 gdt = getattr(torch, a.gguf_dtype) if a.gguf_dtype else None
-                hf, ours = None, from_gguf(a.gguf, dtype=gdt).eval()
+                hf, ours = None, from_gguf(a.gguf, dtype=gdt,
+                                           activations=a.gguf_activations).eval()
             else:
-                q8 = dname == "q8_0"
+                q8 = dname in ("q8_0", "q8_0x")
                 hf, ours = build(shape, torch.float32 if q8 else getattr(torch, dname), a.vocab,
                                  a.d_state)
                 if q8:
-                    ours.quantize("q8_0")
+                    ours.quantize("q8_0", activations="q8_0" if dname == "q8_0x" else "f32")
                     hf = None
             wbytes = decode_bytes(ours)
             vocab = a.vocab if hf is not None else ours.backbone.embedding.weight.shape[0]

@@ -13,7 +13,8 @@ alternately in
 
   mamba2c    bench/generate.py --gguf FILE --paths mamba2c (models.from_gguf; Q8_0 tensors
              stay Q8_0 for the decode GEMV; the bf16 file as a bfloat16 model, the others
-             float32): prefill tok/s = prompt / time to the first new
+             float32; --dtypes q8_0x: the q8_0 file with activations="q8_0", x rounded to
+             Q8_0 in our GEMVs as llama.cpp does): prefill tok/s = prompt / time to the first new
              token, decode tok/s = 1 / the median interval between new tokens
   llama.cpp  llama-bench -m FILE -p PROMPT -n DECODE -t THREADS -r 1 (its pp and tg tests:
              prefill of PROMPT tokens, generation of DECODE tokens from an empty context; a
@@ -47,20 +48,23 @@ def write_models(dtypes, layers, d_model, vocab, d_state, out_dir):
     _, ours = build(dict(layers=layers, d_model=d_model), torch.float32, vocab, d_state)
     files = {}
     for d in dtypes:
-        f = os.path.join(out_dir, f"mamba2-{layers}L-{d_model}-{d}.gguf")
+        fd = "q8_0" if d == "q8_0x" else d  # q8_0x: the q8_0 file, x rounded in our GEMVs
+        f = os.path.join(out_dir, f"mamba2-{layers}L-{d_model}-{fd}.gguf")
         if not os.path.exists(f):
-            save_gguf(ours, f, dtype=d)
+            save_gguf(ours, f, dtype=fd)
         files[d] = f
     return files
 
 
-def run_ours(a, f):
+def run_ours(a, f, d):
     with tempfile.NamedTemporaryFile(suffix=".json") as j:
         cmd = [sys.executable, os.path.join(HERE, "generate.py"), "--gguf", f, "--paths",
                "mamba2c", "--prefill", str(a.prefill), "--decode", str(a.decode), "--reps", "1",
                "--threads", str(a.t), "--json", j.name]
         if f.endswith("-bf16.gguf"):  # a bf16 model (from_gguf's default is float32)
             cmd += ["--gguf-dtype", "bfloat16"]
+        if d == "q8_0x":  # llama.cpp's Q8_0 arithmetic: x rounded to Q8_0 blocks as well
+            cmd += ["--gguf-activations", "q8_0"]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         r = json.load(open(j.name))[0]
     return r["prefill_tok_s"], r["decode_tok_s"], r["stream_gbs"], r["load"]
@@ -107,7 +111,7 @@ def main():
         a.t = th
         ours, theirs = [], []
         for r in range(a.reps):
-            ours.append(run_ours(a, files[d]))
+            ours.append(run_ours(a, files[d], d))
             pp, tg, _ = run_llama(a, files[d])
             theirs.append((pp, tg))
             print(f"# {d}, {th} threads, round {r}: mamba2c prefill {ours[-1][0]:.1f} decode "

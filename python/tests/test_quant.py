@@ -170,3 +170,61 @@ def test_from_gguf_keeps_q8_0(tmp_path):
         r(ids[:, :-1], inference_params=ip, num_last_tokens=1)
         d = _Decoder(r, caches)
         assert nerr(d.step(ids[:, -1]), full[:, -1]) <= TOL_F32
+    q = from_gguf(path, activations="q8_0")  # llama.cpp's arithmetic for the Q8_0 matrices
+    gs = [mod.gemv_weight for mod in q.modules() if hasattr(mod, "gemv_weight")]
+    assert len(gs) == 2 * 2 + 1 and all(g.quantize_x for g in gs)
+    with pytest.raises(ValueError, match="activations"):
+        from_gguf(path, activations="bf16")
+
+
+def _teacher_forced_decode(m, ids, prompt):
+    """Logits [B, L - prompt, vocab] of the decode steps over ids[:, prompt:] (each step fed
+    the true token), after a prefill of ids[:, :prompt - 1] and a step on ids[:, prompt - 1]."""
+    from mamba2c.models.generation import _Decoder
+    from mamba2c.nn import InferenceParams
+    B, L = ids.shape
+    caches = m.allocate_inference_cache(B, L + 1, dtype=torch.float32)
+    ip = InferenceParams(L + 1, B, key_value_memory_dict=caches)
+    m(ids[:, :prompt - 1], inference_params=ip, num_last_tokens=1)
+    d = _Decoder(m, caches)
+    return torch.stack([d.step(ids[:, t]) for t in range(prompt - 1, L - 1)], 1)
+
+
+@pytest.mark.parametrize("which", ["random", "trained"])
+def test_q8_0_activations(which):
+    """activations="q8_0" (x rounded to Q8_0, integer dot products: llama.cpp's arithmetic)
+    in the decode GEMVs: decode logits against float32 within the Q8_0 bound (rounding x by
+    max|x|/254 per block is the same order as rounding the weights), top-1 agreement
+    reported and bounded; the option really reaches the C GEMV (the logits differ from the
+    exact path's) and set_q8_activations("f32") gives the exact path back bit for bit."""
+    if which == "random":
+        torch.manual_seed(2)
+        m = MambaLMHeadModel(_cfg()).eval()
+        ids = torch.randint(0, 37, (4, 20))
+    else:
+        m, ids = _trained()
+    prompt = 8
+    with torch.inference_mode():
+        ref = m(ids).logits[:, prompt - 1:-1]
+        m.quantize("q8_0", lm_head="q8_0", activations="q8_0")
+        assert m.backbone.layers[0].mixer.in_proj.gemv_weight.quantize_x
+        got = _teacher_forced_decode(m, ids, prompt)
+        exact = _teacher_forced_decode(m.set_q8_activations("f32"), ids, prompt)
+        exact2 = _teacher_forced_decode(m.quantize("q8_0", lm_head="q8_0"), ids, prompt)
+    assert not m.lm_head.gemv_weight.quantize_x and torch.equal(exact, exact2)
+    assert not torch.equal(got, exact)
+    err, err_exact = nerr(got, ref), nerr(exact, ref)
+    top1 = (got.argmax(-1) == ref.argmax(-1)).float().mean().item()
+    top1_exact = (exact.argmax(-1) == ref.argmax(-1)).float().mean().item()
+    print(f"\nq8_0 weights, {which} model, decode logits vs float32: activations q8_0 "
+          f"{err:.2e} top-1 {top1:.3f}; activations f32 {err_exact:.2e} top-1 {top1_exact:.3f}")
+    assert err <= TOL_Q8_LOGITS and err_exact <= TOL_Q8_LOGITS
+    assert top1 >= (0.8 if which == "random" else 0.95)
+
+
+def test_q8_0_activations_refused():
+    m = MambaLMHeadModel(_cfg()).eval()
+    with pytest.raises(ValueError, match="activations='int8'"):
+        m.quantize("q8_0", activations="int8")
+    with pytest.raises(ValueError, match="quantize_x needs a q8_0 weight"):
+        GemvWeight(torch.zeros(2, 32), "f32", 2, 32, quantize_x=True)

@@ -251,12 +251,17 @@ def _config(meta: dict, chunk_size: int) -> MambaConfig:
 
 
 def from_gguf(path, dtype: Optional[torch.dtype] = None, device=None,
-              chunk_size: Optional[int] = None) -> MambaLMHeadModel:
+              chunk_size: Optional[int] = None, activations: str = "f32") -> MambaLMHeadModel:
     """A MambaLMHeadModel (eval mode) with the config and weights of a llama.cpp Mamba-2 GGUF
     file. dtype: the parameters' dtype (default float32; Q8_0/f16/bf16 tensors are
     dequantized to float32 first). chunk_size: the SSD chunk size (default: the file's
     mamba2c.chunk_size, else 256 — llama.cpp has none). The RMSNorm eps of the file is set
-    on every norm (block norms, norm_f and the gated norms). Nothing is downloaded."""
+    on every norm (block norms, norm_f and the gated norms). activations: how the CPU
+    decode multiplies by the file's Q8_0 matrices, "f32" (exact) or "q8_0" (x rounded to
+    Q8_0 too, llama.cpp's arithmetic; MambaLMHeadModel.set_q8_activations). Nothing is
+    downloaded."""
+    from .quant import check_activations
+    check_activations(activations, "mamba2c.from_gguf")
     path = _check_path(path, "from_gguf")
     meta, arrays = _read(path)
     cs = chunk_size if chunk_size is not None else (meta["chunk_size"] or DEFAULT_CHUNK_SIZE)
@@ -295,7 +300,7 @@ def from_gguf(path, dtype: Optional[torch.dtype] = None, device=None,
     if dtype is not None or device is not None:
         model = model.to(device=device, dtype=dtype)
     _keep_q8_0(model, meta)
-    return model.eval()
+    return model.set_q8_activations(activations).eval()
 
 
 def _keep_q8_0(model: MambaLMHeadModel, meta: dict) -> None:

@@ -233,7 +233,8 @@ class MambaLMHeadModel(nn.Module, GenerationMixin):
     # -- weight formats of the CPU decode ---------------------------------------------------
 
     def quantize(self, fmt: str = "q8_0", embedding: Optional[str] = "bf16",
-                 lm_head: Optional[str] = "bf16") -> "MambaLMHeadModel":
+                 lm_head: Optional[str] = "bf16",
+                 activations: str = "f32") -> "MambaLMHeadModel":
         """Quantize the mixers' in_proj / out_proj weights to GGUF's Q8_0 (fmt "q8_0"; or
         "bf16") for the CPU decode, in place; returns self.
 
@@ -245,9 +246,13 @@ class MambaLMHeadModel(nn.Module, GenerationMixin):
         "q8_0" or None (float as is) for its decode GEMV, its float weight rounded the same
         way; a tied lm_head / embedding is rounded by embedding's choice, then
         lm_head's. The packed weights add to the float ones in memory (the float copies
-        serve prefill).
+        serve prefill). activations: "f32" (default) keeps the decode's Q8_0 products exact
+        in float32; "q8_0" rounds x to Q8_0 blocks too and takes integer dot products
+        (llama.cpp's Q8_0 arithmetic, mamba2_linear_options_t.quantize_x): faster, about
+        half again the weights' own rounding error (docs/decode.md). Also settable later
+        with set_q8_activations().
         """
-        from .quant import GemvWeight
+        from .quant import GemvWeight, check_activations
         fmts = ("q8_0", "bf16", "f32", None)
         for name, f in (("fmt", fmt), ("embedding", embedding), ("lm_head", lm_head)):
             if f not in fmts or (name == "fmt" and f is None):
@@ -277,6 +282,20 @@ class MambaLMHeadModel(nn.Module, GenerationMixin):
             with torch.no_grad():
                 emb.copy_(GemvWeight.of(emb.detach().cpu(), "q8_0").dequantized().to(emb.dtype))
         convert(self.lm_head, lm_head)
+        check_activations(activations, "quantize")
+        return self.set_q8_activations(activations)
+
+    def set_q8_activations(self, activations: str = "q8_0") -> "MambaLMHeadModel":
+        """How the CPU decode multiplies by the Q8_0 weights (quantize() or a Q8_0 GGUF
+        file): "q8_0" rounds x to Q8_0 blocks and takes integer dot products (llama.cpp's
+        arithmetic), "f32" the exact float32 product. Weights of other formats are
+        unaffected. Returns self."""
+        from .quant import check_activations
+        qx = check_activations(activations, "set_q8_activations")
+        for mod in self.modules():
+            g = getattr(mod, "gemv_weight", None)
+            if g is not None and g.fmt == "q8_0":
+                g.quantize_x = qx
         return self
 
     # -- local save / load ------------------------------------------------------------------

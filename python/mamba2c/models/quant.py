@@ -55,16 +55,33 @@ def dequantize_q8_0(q: torch.Tensor, I: int) -> torch.Tensor:
     return (d * qq).view(O, I)
 
 
+ACTIVATIONS = ("f32", "q8_0")
+
+
+def check_activations(activations: str, who: str) -> bool:
+    """activations "f32" (exact float32 products) or "q8_0" (x rounded to Q8_0 blocks and
+    integer dot products, llama.cpp's Q8_0 arithmetic: mamba2_linear_options_t.quantize_x)
+    -> whether x is quantized."""
+    if activations not in ACTIVATIONS:
+        raise ValueError(f"{who}: activations={activations!r}; expected one of {ACTIVATIONS}")
+    return activations == "q8_0"
+
+
 class GemvWeight:
-    """The weight of one linear layer as mamba2_linear_forward reads it."""
+    """The weight of one linear layer as mamba2_linear_forward reads it. quantize_x (Q8_0
+    only): the product rounds x to Q8_0 blocks and takes integer dot products (llama.cpp's
+    Q8_0 arithmetic) instead of the exact float32 one."""
 
-    __slots__ = ("data", "code", "O", "I", "fmt")
+    __slots__ = ("data", "code", "O", "I", "fmt", "quantize_x")
 
-    def __init__(self, data: torch.Tensor, fmt: str, O: int, I: int):
+    def __init__(self, data: torch.Tensor, fmt: str, O: int, I: int, quantize_x: bool = False):
         if not data.is_cpu or not data.is_contiguous():
             raise ValueError("GemvWeight: the data must be a contiguous CPU tensor")
+        if quantize_x and fmt != "q8_0":
+            raise ValueError(f"GemvWeight: quantize_x needs a q8_0 weight, not {fmt}")
         self.data, self.fmt, self.O, self.I = data, fmt, O, I
         self.code = {"f32": DT_F32, "bf16": DT_BF16, "q8_0": DT_Q8_0}[fmt]
+        self.quantize_x = bool(quantize_x)
 
     @classmethod
     def of(cls, w: torch.Tensor, fmt: Optional[str] = None) -> "GemvWeight":
@@ -108,7 +125,7 @@ def pack_linear(buf, base: int, off_out: int, off_x: int, off_w: int, off_b: int
             raise ValueError("linear: bias must be a contiguous float32 tensor")
         TENSOR_R[1].pack_into(buf, off_b, bias.data_ptr(), DT_F32, 1, bias.shape[0], 1)
         pb = base + off_b
-    abi.LINEAR_OPTIONS.pack_into(buf, off_opt, pb, 0, 0)  # no accumulate, exact Q8_0
+    abi.LINEAR_OPTIONS.pack_into(buf, off_opt, pb, 0, int(w.quantize_x))  # no accumulate
     return (base + off_out, base + off_x, base + off_w, base + off_opt)
 
 
