@@ -88,14 +88,17 @@ def _trained(steps=40):
     return m.eval(), batch(8)
 
 
-@pytest.mark.parametrize("which", ["random", "trained"])
-def test_q8_0_accuracy(which):
+def _model_and_ids(which):
+    """The accuracy tests' model and tokens: random weights, or _trained()'s model."""
     if which == "random":
         torch.manual_seed(2)
-        m = MambaLMHeadModel(_cfg()).eval()
-        ids = torch.randint(0, 37, (4, 20))
-    else:
-        m, ids = _trained()
+        return MambaLMHeadModel(_cfg()).eval(), torch.randint(0, 37, (4, 20))
+    return _trained()
+
+
+@pytest.mark.parametrize("which", ["random", "trained"])
+def test_q8_0_accuracy(which):
+    m, ids = _model_and_ids(which)
     with torch.no_grad():
         ref = m(ids).logits
         m.quantize("q8_0")
@@ -197,12 +200,7 @@ def test_q8_0_activations(which):
     max|x|/254 per block is the same order as rounding the weights), top-1 agreement
     reported and bounded; the option really reaches the C GEMV (the logits differ from the
     exact path's) and set_q8_activations("f32") gives the exact path back bit for bit."""
-    if which == "random":
-        torch.manual_seed(2)
-        m = MambaLMHeadModel(_cfg()).eval()
-        ids = torch.randint(0, 37, (4, 20))
-    else:
-        m, ids = _trained()
+    m, ids = _model_and_ids(which)
     prompt = 8
     with torch.inference_mode():
         ref = m(ids).logits[:, prompt - 1:-1]

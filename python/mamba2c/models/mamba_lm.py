@@ -248,15 +248,17 @@ class MambaLMHeadModel(nn.Module, GenerationMixin):
         lm_head's. The packed weights add to the float ones in memory (the float copies
         serve prefill). activations: "f32" (default) keeps the decode's Q8_0 products exact
         in float32; "q8_0" rounds x to Q8_0 blocks too and takes integer dot products
-        (llama.cpp's Q8_0 arithmetic, mamba2_linear_options_t.quantize_x): faster, about
-        half again the weights' own rounding error (docs/decode.md). Also settable later
-        with set_q8_activations().
+        (llama.cpp's Q8_0 arithmetic, mamba2_linear_options_t.quantize_x): faster where
+        instructions bind (batches, weights in cache), not on a single-thread weight stream,
+        with a little more rounding error (docs/decode.md). Also settable later with
+        set_q8_activations().
         """
         from .quant import GemvWeight, check_activations
         fmts = ("q8_0", "bf16", "f32", None)
         for name, f in (("fmt", fmt), ("embedding", embedding), ("lm_head", lm_head)):
             if f not in fmts or (name == "fmt" and f is None):
                 raise ValueError(f"quantize: {name}={f!r}; expected one of {fmts}")
+        check_activations(activations, "quantize")  # before any weight changes
 
         @torch.no_grad()
         def convert(lin: nn.Linear, f: Optional[str]):
@@ -282,7 +284,6 @@ class MambaLMHeadModel(nn.Module, GenerationMixin):
             with torch.no_grad():
                 emb.copy_(GemvWeight.of(emb.detach().cpu(), "q8_0").dequantized().to(emb.dtype))
         convert(self.lm_head, lm_head)
-        check_activations(activations, "quantize")
         return self.set_q8_activations(activations)
 
     def set_q8_activations(self, activations: str = "q8_0") -> "MambaLMHeadModel":
